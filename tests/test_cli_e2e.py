@@ -33,13 +33,13 @@ def test_demo_writes_model_metrics_curve(demo_run) -> None:
     m = re.fullmatch(r"test accuracy: (\d+\.\d\d)%", last)
     assert m, last
     assert float(m.group(1)) > 60.0  # 120 steps already learn the digits well above chance (10%)
-    for name in ("config.json", "model.safetensors", "metrics.jsonl", "curves.png"):
+    for name in ("model/config.json", "model/model.safetensors", "metrics.jsonl", "curves.png"):
         assert (out / name).is_file(), name
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert recs[0]["step"] > 0 and "loss" in recs[0]
     assert recs[-1]["split"] == "test" and abs(recs[-1]["eval_top1"] * 100 - float(m.group(1))) <= 0.005
-    cfg = json.loads((out / "config.json").read_text())
+    cfg = json.loads((out / "model" / "config.json").read_text())
     assert cfg["preprocess"]["labels"] == [str(i) for i in range(10)]
 
 
@@ -57,12 +57,12 @@ def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path) -> None
         files.append(p)
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"not an image at all")
-    res = vitkit_cli("predict", *map(str, files), str(bad), "--model", str(out), "--topk", "3")
-    assert res.returncode == 0, res.stderr
+    res = vitkit_cli("predict", *map(str, files), str(bad), "--model", str(out / "model"), "--topk", "3")
+    assert res.returncode == 1, res.stderr  # an unreadable file is named and the exit code says so
     assert "broken.png" in res.stderr and "cannot read image" in res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(str(tmp_path))]
     assert len(lines) == 6
-    model = vitkit.load_pretrained(out)
+    model = vitkit.load_pretrained(out / "model")
     with torch.no_grad():
         ref = model(model.preprocess(test.images[:6])).argmax(-1)
     for line, want in zip(lines, ref.tolist()):
@@ -75,7 +75,7 @@ def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path) -> None
 
 def test_eval_prints_top1_top5(demo_run) -> None:
     out, res_demo = demo_run
-    res = vitkit_cli("eval", "--model", str(out))
+    res = vitkit_cli("eval", "--model", str(out / "model"))
     assert res.returncode == 0, res.stderr
     top1 = re.search(r"top-1: (\d+\.\d\d)%", res.stdout)
     assert top1 and re.search(r"top-5: (\d+\.\d\d)%", res.stdout)
@@ -102,12 +102,13 @@ def test_eval_on_an_image_folder(demo_run, tmp_path) -> None:
         Image.fromarray(np.round(test.images[i, 0].numpy() * 255).astype(np.uint8), mode="L").save(d / f"{i}.png")
     assert len(list((tmp_path / "digits").iterdir())) == 10  # every class present: folder index == digit
     (tmp_path / "digits" / "3" / "corrupt.png").write_bytes(b"\x89PNG broken")
-    res = vitkit_cli("eval", "--model", str(out), "--data", str(tmp_path / "digits"), "--split", "all")
+    res = vitkit_cli("eval", "--model", str(out / "model"), "--data", str(tmp_path / "digits"), "--split", "all")
     assert res.returncode == 0, res.stderr
     assert f"all split: {n} images (1 unreadable, skipped)" in res.stdout
     assert "corrupt.png" in res.stderr
-    model = vitkit.load_pretrained(out)
+    model = vitkit.load_pretrained(out / "model")
     with torch.no_grad():
-        want = (model(model.preprocess(test.images[:n])).argmax(-1) == test.labels[:n]).float().mean().item()
+        labels = torch.from_numpy(test.labels[:n])
+        want = (model(model.preprocess(test.images[:n])).argmax(-1) == labels).float().mean().item()
     got = float(re.search(r"top-1: (\d+\.\d\d)%", res.stdout).group(1))
     assert abs(got - 100 * want) <= 100 / n + 1e-6  # PNG rounding may flip at most one borderline digit

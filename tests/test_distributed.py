@@ -10,12 +10,11 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
+from helpers import digits_model, digits_trainer
 from safetensors.torch import load_file
 
-from vitkit.data.digits import load_digits_split
 from vitkit.train.config import load_config
-from vitkit.train.digits_recipe import digits_augment, digits_model
-from vitkit.train.engine import InMemoryData, TrainConfig, Trainer
+from vitkit.train.engine import TrainConfig, Trainer
 from vitkit.train.run import run_experiment
 
 N = 6  # steps per phase
@@ -30,11 +29,7 @@ def _model():
 
 
 def _trainer(out: Path, cfg: dict) -> Trainer:
-    model = _model()
-    train, _ = load_digits_split()
-    tcfg = TrainConfig(**cfg)
-    return Trainer(model, tcfg, InMemoryData(train, tcfg.batch_size, tcfg.seed), digits_augment(model.preprocess),
-                   out, progress=False)
+    return digits_trainer(_model(), TrainConfig(**cfg), out)
 
 
 @contextlib.contextmanager
@@ -79,6 +74,13 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     assert ddp_state["step"] == N
     delta = _delta(ddp_state["model"], single.model.state_dict())
     assert delta < 1e-5, f"2-process DDP differs from 1 process by {delta}"
+    # the logged loss and accuracy are the global batch's (reduced over ranks), not rank 0's half
+    logs = [[r for r in map(json.loads, (tmp_path / d / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+            for d in ("ddp", "one")]
+    assert [r["step"] for r in logs[0]] == [r["step"] for r in logs[1]] == [3, 6]
+    d_loss = max(abs(a["loss"] - b["loss"]) for a, b in zip(*logs))
+    d_acc = max(abs(a["train_acc"] - b["train_acc"]) for a, b in zip(*logs))
+    assert d_loss < 1e-5 and d_acc < 1e-6, (d_loss, d_acc)
     # resume the 2-process checkpoint with a different world size (1) and finish the run
     resumed = _trainer(tmp_path / "ddp", CFG)
     resumed.load_state()

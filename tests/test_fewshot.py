@@ -47,8 +47,9 @@ def test_shots_and_table() -> None:
 
 
 def test_fewshot_cli_prints_the_table(tmp_path: Path, capsys) -> None:
+    from helpers import digits_model
+
     from vitkit.formats import save_pretrained
-    from vitkit.train.digits_recipe import digits_model
 
     save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), tmp_path / "m")
     assert main(["fewshot", "--model", str(tmp_path / "m"), "--seeds", "2", "--json", str(tmp_path / "fs.json")]) == 0

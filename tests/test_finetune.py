@@ -37,7 +37,7 @@ def _transfer(tmp_path: Path) -> None:
     pre = run_experiment(pre_cfg, tmp_path / "pre", progress=False)
     acc8 = pre["test"]["top1"]
     assert acc8 >= 0.75, acc8
-    rc = main(["finetune", "--model", str(tmp_path / "pre" / "model"), "--img-size", "16", "--steps", "100", "--lr", "0.03",
+    rc = main(["finetune", "--model", str(tmp_path / "pre" / "model"), "--config", "digits_finetune", "--img-size", "16", "--steps", "100", "--lr", "0.03",
                "--out", str(tmp_path / "ft"), "--no-progress", "--set", "train.batch_size=64",
                *[x for s in SMALL if not s.startswith("model.") for x in ("--set", s)]])
     assert rc == 0

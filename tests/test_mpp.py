@@ -150,5 +150,5 @@ def test_paper_mpp_recipe_values_and_dry_run(tmp_path) -> None:
     tiny = ["model.width=32", "model.depth=1", "model.num_heads=2", "model.mlp_dim=64", "model.img_size=32",
             "model.patch_size=16", "train.batch_size=8", "train.tensorboard=false", "data.num_workers=0",
             "model.representation_size=16", "train.grad_accum=2"]
-    res = run_experiment(load_config("pretrain_mpp_jft_b16", tiny), tmp_path, dry_run=2, progress=False)
+    res = run_experiment(load_config("pretrain_mpp_jft_b16", tiny), tmp_path, dry_run=2, progress=False, save=True)
     assert res["steps"] == 2 and (tmp_path / "model" / "model.safetensors").exists()

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import digits_model, digits_trainer
 
-from vitkit.data.digits import load_digits_split
 from vitkit.train import run
 from vitkit.train.config import load_config, train_config
-from vitkit.train.digits_recipe import digits_augment, digits_model
-from vitkit.train.engine import InMemoryData, TrainConfig, Trainer, read_metrics
+from vitkit.train.engine import TrainConfig, Trainer, read_metrics
 
 TINY = ["model.img_size=16", "model.patch_size=8", "model.width=16", "model.depth=2", "model.num_heads=2",
         "model.mlp_dim=32", "model.representation_size=16", "train.tensorboard=false"]
@@ -69,9 +68,8 @@ def test_grad_checkpointing_option_reaches_the_trained_model(tmp_path: Path, mon
 def _fit(out: Path, compile_: str) -> tuple[list[float], dict[str, torch.Tensor]]:
     torch.manual_seed(0)
     model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
-    train, _ = load_digits_split()
     cfg = TrainConfig(steps=2, batch_size=16, lr=1e-3, warmup_steps=0, log_every=1, compile=compile_)
-    t = Trainer(model, cfg, InMemoryData(train, 16), digits_augment(model.preprocess), out, progress=False)
+    t = digits_trainer(model, cfg, out)
     assert isinstance(t.forward_model, torch._dynamo.eval_frame.OptimizedModule) == bool(compile_)
     t.fit()
     return [r["loss"] for r in read_metrics(out / "metrics.jsonl")], t.model.state_dict()
@@ -96,7 +94,5 @@ def test_run_config_switches_reach_the_engine(tmp_path: Path) -> None:
     assert train_config(load_config("pretrain_i1k_b16", ["train.parallel=fsdp"])).parallel == "fsdp"
     assert train_config(load_config("pretrain_jft_b16")).parallel == "ddp"
     model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
-    train, _ = load_digits_split()
     with pytest.raises(ValueError, match="parallel mode 'zero3'"):
-        Trainer(model, TrainConfig(parallel="zero3"), InMemoryData(train, 16), digits_augment(model.preprocess),
-                tmp_path, progress=False)
+        digits_trainer(model, TrainConfig(parallel="zero3"), tmp_path)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import digits_model, digits_trainer
 
-from vitkit.data.digits import load_digits_split
 from vitkit.train.config import load_config, recipe_names, train_config
-from vitkit.train.digits_recipe import digits_augment, digits_model
-from vitkit.train.engine import InMemoryData, TrainConfig, Trainer
+from vitkit.train.engine import TrainConfig, Trainer
 from vitkit.train.run import run_experiment, run_sweep
 
 TINY = ["model.img_size=16", "model.patch_size=8", "model.width=16", "model.depth=1", "model.num_heads=2",
@@ -49,7 +48,7 @@ def test_paper_recipes_carry_the_papers_numbers() -> None:
 @pytest.mark.parametrize("name", sorted(PRETRAIN) + sorted(FINETUNE))
 def test_recipe_dry_runs(name: str, tmp_path: Path) -> None:
     cfg = load_config(name, TINY + ["model.representation_size=16", "train.grad_accum=4"])
-    res = run_experiment(cfg, tmp_path, dry_run=2, progress=False)
+    res = run_experiment(cfg, tmp_path, dry_run=2, progress=False, save=True)  # a dry run saves only when asked
     assert res["steps"] == 2 and (tmp_path / "model" / "model.safetensors").exists()
     recs = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if "loss" in r] == [1, 2]
@@ -69,10 +68,8 @@ def test_overrides_and_errors() -> None:
 def _digits_trainer(out: Path, **cfg) -> Trainer:
     torch.manual_seed(0)
     model = digits_model(width=32, depth=2, num_heads=2, mlp_dim=64)
-    train, _ = load_digits_split()
     tc = TrainConfig(**{"steps": 3, "batch_size": 16, "warmup_steps": 1, "log_every": 2, **cfg})
-    return Trainer(model, tc, InMemoryData(train, tc.batch_size, tc.seed), digits_augment(model.preprocess), out,
-                   progress=False)
+    return digits_trainer(model, tc, out)
 
 
 def test_gradient_accumulation_equals_one_big_batch(tmp_path: Path) -> None:

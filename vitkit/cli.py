@@ -4,7 +4,9 @@ and `run(args) -> int` (and a one-line `HELP`) is a subcommand named after the m
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -15,6 +17,8 @@ import vitkit.commands
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformer toolkit (Dosovitskiy et al., 2021)")
     parser.add_argument("--version", action="version", version=f"vitkit {vitkit.__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the Python traceback of an error (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(vitkit.commands.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
@@ -28,20 +32,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEBUG_ENV = "VITKIT_DEBUG"
+
+
+def _user_message(e: BaseException) -> tuple[str, int]:
+    """A one-line message for an exception that reached the command line, and the exit code.
+
+    Mistakes in what the user gave (paths, values, files, configs) exit 2; anything else exits 1 and is
+    marked as vitkit's own failure, to be reported with the traceback of --debug."""
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, ZeroDivisionError)):
+        return msg, 2
+    if isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError)):
+        what = {IsADirectoryError: "is a folder, a file was expected", NotADirectoryError: "is not a folder",
+                PermissionError: "permission denied"}[type(e)]
+        where = e.filename or msg
+        return f"{where}: {what} ({e.strerror or msg})", 2
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        hint = "; is the disk full?" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+        return f"{where}{e.strerror or msg}{hint}", 2
+    if isinstance(e, KeyError):
+        return f"missing key {msg}", 1
+    return f"{type(e).__name__}: {msg}", 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A user's mistake never shows a traceback: one line on stderr names what is
+    wrong and the exit code is non-zero; `--debug` (or VITKIT_DEBUG=1) re-raises with the traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
-        print(f"vitkit {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"vitkit {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - the one error boundary of the command line
+        if debug:
+            raise
+        msg, code = _user_message(e)
+        tail = "" if code == 2 else f" (vitkit's own failure: rerun with --debug or {DEBUG_ENV}=1 for the traceback)"
+        print(f"vitkit {args.command}: error: {msg}{tail}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -20,6 +20,24 @@ from torch import nn
 PARALLEL = ("ddp", "fsdp")
 
 
+def check_device(device: str) -> str:
+    """`device` if this machine has it; else a ValueError that says what is missing (before any work)."""
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device {device!r} is not a device name (cpu, cuda, cuda:1, ...)") from e
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
+            raise ValueError(f"device {device!r} was asked for, but no CUDA GPU is usable here (torch "
+                             f"{torch.__version__} is {build}); use device=cpu")
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif d.type not in ("cpu", "mps", "xpu"):
+        raise ValueError(f"device {device!r} is not supported; use cpu or cuda")
+    return device
+
+
 def is_initialized() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
@@ -35,6 +53,15 @@ def world_size() -> int:
 def barrier() -> None:
     if is_initialized() and world_size() > 1:
         torch.distributed.barrier()
+
+
+def sum_across(values: list[float], device: str = "cpu") -> list[float]:
+    """Element-wise sums of `values` over all ranks (the values themselves in a single process)."""
+    if not (is_initialized() and world_size() > 1):
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+    return t.tolist()
 
 
 def init_from_env(device: str = "cpu") -> str:

@@ -41,6 +41,17 @@ def extract_features(model: nn.Module, loader, representation: str = "pre_logits
     return np.concatenate(feats).astype(np.float64), np.concatenate(labels)
 
 
+def describe_representation(model: nn.Module, representation: str) -> str:
+    """What `extract_features` returns for this model, in words (a model without a pre-training
+    representation layer has no separate pre_logits: the head's input is the pooled token)."""
+    pooled = "GAP of the patch tokens" if model.config.pooling == "gap" else "final class token LN(z_L^0)"
+    if representation == "pre_logits" and model.config.representation_size:
+        return f"pre_logits features (the {model.config.representation_size}-d tanh layer on the {pooled})"
+    if representation == "pre_logits":
+        return f"{pooled} features (the head's input; this model has no pre_logits layer)"
+    return f"{pooled} features"
+
+
 def _whiten_bias(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     return np.concatenate([(x - mean) / std, np.full((len(x), 1), BIAS_CONSTANT)], axis=1)
 

@@ -6,25 +6,39 @@ import argparse
 from typing import Any
 
 
-def add_run_arguments(p: argparse.ArgumentParser, default_config: str | None, default_out: str) -> None:
+def add_run_arguments(p: argparse.ArgumentParser, default_config: str | None, kind: str) -> None:
     p.add_argument("--config", default=default_config, required=default_config is None,
                    help="a TOML file or the name of a shipped recipe (vitkit/recipes/*.toml)"
                    + (f" (default: {default_config})" if default_config else ""))
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one config value, e.g. --set optim.lr=0.003 (repeatable)")
-    p.add_argument("--out", default=default_out, help=f"run folder (default: {default_out})")
+    p.add_argument("--out", default=None,
+                   help=f"run folder, new or empty (default: runs/<recipe>-<date>-<time>, or runs/{kind}-<date>-<time>)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (its run files only)")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="allow a fine-tuning recipe to start from a random init (it refuses without model.pretrained)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def prepare(args: argparse.Namespace, extra: list[str] = ()) -> dict[str, Any]:
+    import os
+
     import torch
 
     from vitkit.train.config import load_config
+    from vitkit.train.run import default_run_dir
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_config(args.config, [*extra, *args.overrides])
+    if args.from_scratch:
+        extra = [*extra, "model.require_pretrained=false"]
+    cfg = load_config(args.config, [*extra, *args.overrides])
+    if args.out is None:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("under torchrun give --out: every process must name the same run folder")
+        args.out = str(default_run_dir(args.config, args.command))
+    return cfg
 
 
 def report(res: dict[str, Any]) -> None:

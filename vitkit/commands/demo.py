@@ -1,58 +1,48 @@
 """Train a small ViT from scratch on the bundled digits (no download), then report test accuracy.
 
-Saves the model (config.json + model.safetensors, with its preprocessing), metrics.jsonl and
-curves.png under --out. The last line printed is `test accuracy: NN.NN%`.
+The demo is the shipped recipe `digits_demo` run by the same runner as `vitkit train --config
+recipes/digits_demo.toml`: the same code, the same result for the same seed. The run folder (default
+runs/demo) gets the model (model/), metrics.jsonl and curves.png; an existing one is refused unless
+--overwrite. The last line printed is `test accuracy: NN.NN%`.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 
 HELP = "train a ViT on the bundled digits data set and report test accuracy"
+RECIPE = "digits_demo"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/demo", help="run folder (default: runs/demo)")
+    p.add_argument("--overwrite", action="store_true", help="replace a previous demo run in --out")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's, 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, data order and augmentation")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for the forward pass")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def demo_overrides(steps: int | None, seed: int, bf16: bool) -> list[str]:
+    """The `--set` overrides that the demo's flags stand for."""
+    out = [f"train.seed={seed}", f"train.bf16={'true' if bf16 else 'false'}"]
+    if steps is not None:
+        out += [f"schedule.steps={steps}", f"schedule.warmup_steps={min(100, max(1, steps // 10))}"]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.data.digits import load_digits_split
-    from vitkit.formats import save_pretrained
-    from vitkit.train.digits_recipe import digits_augment, digits_model, digits_train_config
-    from vitkit.train.engine import InMemoryData, Trainer, evaluate, plot_curves
+    from vitkit.train.config import load_config
+    from vitkit.train.run import run_experiment
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    train, test = load_digits_split()
-    model = digits_model()
-    overrides = {"seed": args.seed, "bf16": args.bf16}
-    if args.steps is not None:
-        overrides.update(steps=args.steps, warmup_steps=min(100, max(1, args.steps // 10)))
-    cfg = digits_train_config(**overrides)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"vitkit demo: ViT (width {model.config.width}, depth {model.config.depth}, {n_params / 1e6:.2f}M params) "
-        f"on digits, {len(train)} train / {len(test)} test images, {cfg.steps} steps of batch {cfg.batch_size}"
-    )
-    t0 = time.perf_counter()
-    trainer = Trainer(model, cfg, InMemoryData(train, cfg.batch_size, cfg.seed), digits_augment(model.preprocess),
-                      args.out, progress=not args.no_progress)
-    trainer.fit()
-    train_s = time.perf_counter() - t0
-    res = evaluate(model, test.images, test.labels, model.preprocess, bf16=args.bf16)
-    trainer.log({"step": trainer.step, "eval_top1": res["top1"], "eval_loss": res["loss"], "split": "test"})
-    save_pretrained(model, args.out)
-    png = plot_curves(trainer.metrics_path, f"{args.out}/curves.png",
-                      title=f"vitkit demo on digits: test accuracy {100 * res['top1']:.2f}%")
-    print(f"trained in {train_s:.1f}s; saved model to {args.out}/, curves to {png}")
-    print(f"test accuracy: {100 * res['top1']:.2f}%")
+    cfg = load_config(RECIPE, demo_overrides(args.steps, args.seed, args.bf16))
+    print(f"vitkit demo: recipe {RECIPE} (the same run as `vitkit train --config recipes/{RECIPE}.toml`)")
+    res = run_experiment(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite, header=True)
+    print(f"trained {res['steps']} steps in {res['train_s']:.1f}s; model: {res['model_dir']}, curves: {res['curves']}")
+    print(f"test accuracy: {100 * res['test']['top1']:.2f}%")
     return 0

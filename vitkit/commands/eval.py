@@ -17,50 +17,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default="digits", help="digits (default), lfw, or a data path")
     p.add_argument("--split", default="test", choices=("test", "train", "all"),
                    help="which split (default: test); `all` for every image, e.g. a folder with no train/val split")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--workers", type=int, default=0, help="data-loading processes")
+    p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
+    p.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0, in-process)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    p.add_argument("--max-pixels", type=int, default=None,
+                   help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from collections.abc import Iterator
-
-    import torch
-
     from vitkit.data.datasets import data_config, open_splits
+    from vitkit.evaluate import align_classes, eval_loader, evaluate_loader
     from vitkit.formats import load_pretrained
-    from vitkit.formats.native import default_preprocess
-    from vitkit.train.engine import evaluate_batches
-    from vitkit.train.run import eval_loader
+    from vitkit.utils import check_int
 
+    check_int("--batch-size", args.batch_size)
+    check_int("--workers", args.workers, low=0)
     model = load_pretrained(args.model)
-    pp = getattr(model, "preprocess", None) or default_preprocess(model.config)
-    dcfg = data_config(args.data, model.config.in_chans, args.workers, args.batch_size)
+    pp = model.preprocess
+    dcfg = data_config(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
     splits = open_splits(dcfg)
     names = ["train", "test"] if args.split == "all" else [args.split]
+    label_map, how = align_classes(pp.labels, model.config.num_classes, splits["train"].classes, args.data, args.model)
     for name in names:
-        ds = splits[name]
-        if ds.channels != model.config.in_chans:
-            raise ValueError(f"{args.data} has {ds.channels}-channel images; {args.model} takes {model.config.in_chans}")
-        if len(ds.classes) > model.config.num_classes:
-            raise ValueError(
-                f"{args.data} has {len(ds.classes)} classes but {args.model} predicts {model.config.num_classes}"
-            )
+        if splits[name].channels != model.config.in_chans:
+            raise ValueError(f"{args.data} has {splits[name].channels}-channel images; {args.model} takes "
+                             f"{model.config.in_chans}")
+    if not pp.labels:
+        print(f"note: {how}", file=sys.stderr)
     skipped: list[str] = []
-
-    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # streamed; unreadable images noted
-        for name in names:
-            loader = eval_loader(splits[name], pp, dcfg)
-            for b in loader.iterate(0, len(loader)):
-                skipped.extend(b.skipped)
-                if len(b.y):
-                    yield b.x, b.y
-
-    res = evaluate_batches(model, batches(), args.bf16)
+    totals: dict[str, float] = {}
+    for name in names:  # `all`: the splits' figures are combined, weighted by their sizes
+        res = evaluate_loader(model, eval_loader(splits[name], pp, args.batch_size, args.workers), args.bf16,
+                              skipped=skipped, label_map=label_map)
+        for key, v in res.items():
+            totals[key] = totals.get(key, 0.0) + (v * res["n"] if key != "n" else v)
+        if "top5" not in res:
+            totals.pop("top5", None)
+            totals["no_top5"] = 1.0
+    n = totals["n"]
     for s in skipped:
         print(f"skipped: {s}", file=sys.stderr)
-    print(f"{args.data} {args.split} split: {int(res['n'])} images" + (f" ({len(skipped)} unreadable, skipped)" if skipped else ""))
-    print(f"top-1: {100 * res['top1']:.2f}%")
-    if "top5" in res:
-        print(f"top-5: {100 * res['top5']:.2f}%")
+    present = len({c for name in names for c in splits[name].labels.tolist()})
+    print(f"{args.data} {args.split} split: {int(n)} images" + (f" ({len(skipped)} unreadable, skipped)" if skipped else ""))
+    print(f"classes: {present} present of the {model.config.num_classes} the model predicts ({how})")
+    print(f"top-1: {100 * totals['top1'] / n:.2f}%")
+    if "top5" in totals and "no_top5" not in totals:
+        print(f"top-5: {100 * totals['top5'] / n:.2f}%")
     return 0

@@ -1,8 +1,9 @@
 """Fine-tune a pretrained ViT (any format vitkit reads) with the paper's recipe and save it in vitkit's format.
 
 The head is replaced by a zero-initialised K-way layer and the position embeddings are resampled in
-2D for --img-size (paper §3.2). Defaults fine-tune on the bundled digits (recipe digits_finetune):
-`vitkit finetune --model runs/train/model --img-size 16`.
+2D for --img-size (paper §3.2). The default recipe is the paper's general one (finetune_base: SGD,
+384 px); the image channels and normalisation come from the checkpoint. On the bundled digits:
+`vitkit finetune --model runs/train/model --config digits_finetune`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the recipe's)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
-    add_run_arguments(p, "digits_finetune", "runs/finetune")
+    p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
+    add_run_arguments(p, "finetune_base", "finetune")
 
 
 def run(args: argparse.Namespace) -> int:
     from vitkit import distributed as dist
+    from vitkit.formats import load_pretrained
     from vitkit.train.run import run_experiment
 
-    extra = [f"model.pretrained={_q(args.model)}"]
+    source = load_pretrained(args.model)  # its channels decide the data's (its mean/std are kept by the runner)
+    extra = [f"model.pretrained={_q(args.model)}", f"data.channels={source.config.in_chans}"]
+    del source
     if args.data:
         if args.data in ("digits", "lfw"):
             extra += [f"data.name={_q(args.data)}", 'data.path=""']
@@ -42,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
             extra.append(f"{key}={val}")
     cfg = prepare(args, extra)
     try:
-        res = run_experiment(cfg, args.out, resume=args.resume, progress=not args.no_progress)
+        res = run_experiment(cfg, args.out, resume=args.resume, progress=not args.no_progress, force=args.force,
+                             overwrite=args.overwrite, header=True)
         if dist.rank() == 0:
             report(res)
     finally:

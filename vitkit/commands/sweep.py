@@ -13,20 +13,20 @@ HELP = "sweep the learning rate and pick on the hold-out dev split (never on tes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_arguments(p, None, "runs/sweep")
+    add_run_arguments(p, None, "sweep")
     p.add_argument("--lrs", default=None, help="comma-separated learning rates (default: the recipe's sweep.lrs)")
     p.add_argument("--test", action="store_true", help="after choosing, report the chosen run's test accuracy")
 
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.data.datasets import open_splits
+    from vitkit.evaluate import eval_loader, evaluate_loader
     from vitkit.formats import load_pretrained
-    from vitkit.train.engine import evaluate_loader
-    from vitkit.train.run import eval_loader, run_sweep
+    from vitkit.train.run import run_sweep
 
     cfg = prepare(args)
     lrs = [float(x) for x in args.lrs.split(",")] if args.lrs else None
-    res = run_sweep(cfg, args.out, lrs, progress=not args.no_progress)
+    res = run_sweep(cfg, args.out, lrs, progress=not args.no_progress, overwrite=args.overwrite)
     print(f"{'lr':>10}  dev top-1")
     for r in res["runs"]:
         mark = "  <- chosen" if r["lr"] == res["best_lr"] else ""
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.test:
         model = load_pretrained(f"{res['best_out']}/model")
         test = open_splits(cfg["data"])["test"]
-        r = evaluate_loader(model, eval_loader(test, model.preprocess, cfg["data"]))
+        d = cfg["data"]
+        r = evaluate_loader(model, eval_loader(test, model.preprocess, d["eval_batch_size"], d["num_workers"]))
         print(f"test top-1 of the chosen run: {100 * r['top1']:.2f}%")
     return 0

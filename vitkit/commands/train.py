@@ -18,10 +18,13 @@ HELP = "train (pre-train or fine-tune) from a TOML recipe, with exact --resume"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_arguments(p, None, "runs/train")
+    add_run_arguments(p, None, "train")
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
+    p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
     p.add_argument("--dry-run", type=int, default=0, metavar="STEPS",
-                   help="run STEPS steps of batch 8 on synthetic data (checks a recipe without its data)")
+                   help="run STEPS steps of batch 8 on synthetic data (checks a recipe without its data; "
+                   "saves no checkpoint or model unless --save)")
+    p.add_argument("--save", action="store_true", help="with --dry-run: also save the checkpoint and the model")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = prepare(args)
     try:
-        res = run_experiment(cfg, args.out, resume=args.resume, dry_run=args.dry_run, progress=not args.no_progress)
+        res = run_experiment(cfg, args.out, resume=args.resume, dry_run=args.dry_run, progress=not args.no_progress,
+                             force=args.force, overwrite=args.overwrite, save=args.save or not args.dry_run,
+                             header=True)
         if dist.rank() == 0:
             report(res)
     finally:

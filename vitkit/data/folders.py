@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitkit.data.datasets import FileDataset
+from vitkit.data.base import FileDataset
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
 
-def _scan(root: Path, channels: int, classes: list[str] | None = None) -> FileDataset:
+def _scan(root: Path, channels: int, classes: list[str] | None = None, max_pixels: int | None = None) -> FileDataset:
     dirs = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not dirs:
         raise ValueError(f"{root}: no class folders (expected {root}/<class>/<image files>)")
@@ -25,24 +25,28 @@ def _scan(root: Path, channels: int, classes: list[str] | None = None) -> FileDa
                 labels.append(classes.index(c))
     if not paths:
         raise ValueError(f"{root}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in the class folders")
-    return FileDataset(paths, labels, classes, channels)
+    return FileDataset(paths, labels, classes, channels, max_pixels)
 
 
-def image_folder(root: str | Path, channels: int = 3) -> tuple[FileDataset, FileDataset | None]:
+def image_folder(
+    root: str | Path, channels: int = 3, max_pixels: int | None = None
+) -> tuple[FileDataset, FileDataset | None]:
     """(train, test): `root/train` + `root/val` (or `root/test`) when present, else (`root`, None)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"no image folder at {root}")
     if (root / "train").is_dir():
-        train = _scan(root / "train", channels)
+        train = _scan(root / "train", channels, max_pixels=max_pixels)
         for name in ("val", "test"):
             if (root / name).is_dir():
-                return train, _scan(root / name, channels, train.classes)
+                return train, _scan(root / name, channels, train.classes, max_pixels)
         return train, None
-    return _scan(root, channels), None
+    return _scan(root, channels, max_pixels=max_pixels), None
 
 
-def list_file(path: str | Path, channels: int = 3, classes: list[str] | None = None) -> FileDataset:
+def list_file(
+    path: str | Path, channels: int = 3, classes: list[str] | None = None, max_pixels: int | None = None
+) -> FileDataset:
     """A text file of `path label` lines (label: an integer or a class name; relative paths are
     relative to the list file; blank lines and `#` comments are ignored)."""
     path = Path(path)
@@ -73,4 +77,4 @@ def list_file(path: str | Path, channels: int = 3, classes: list[str] | None = N
         if s not in index:
             raise ValueError(f"{path}: label {s!r} of {f} is not a known class ({len(classes)} classes)")
         labels.append(index[s])
-    return FileDataset([r[0] for r in rows], labels, classes, channels)
+    return FileDataset([r[0] for r in rows], labels, classes, channels, max_pixels)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vitkit.data.datasets import ArrayDataset
+from vitkit.data.base import ArrayDataset
 
 LFW_CLASSES = ["non-face", "face"]
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from vitkit.data.datasets import Dataset
+from vitkit.data.transforms import EvalTransform, TrainTransform
 
 SampleTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
@@ -41,6 +42,11 @@ class Batch:
     skipped: list[str] = field(default_factory=list)
 
 
+def _decode_size_of(transform: SampleTransform) -> tuple[int, int] | None:
+    """The decode size a vitkit transform declares (TrainTransform / EvalTransform), else None."""
+    return transform.decode_size() if isinstance(transform, (TrainTransform, EvalTransform)) else None
+
+
 def _identity(b: Batch) -> Batch:
     return b
 
@@ -58,6 +64,7 @@ class StepLoader:
         rank: int = 0,
         world: int = 1,
         num_workers: int = 0,
+        decode_size: tuple[int, int] | None = None,
     ) -> None:
         n = len(dataset)
         if batch_size < 1 or (shuffle and n < batch_size):
@@ -66,6 +73,8 @@ class StepLoader:
             raise ValueError(f"the global batch {batch_size} is not divisible by the world size {world}")
         self.dataset, self.batch_size, self.transform, self.seed = dataset, batch_size, transform, seed
         self.shuffle, self.rank, self.world, self.num_workers = shuffle, rank, world, num_workers
+        # files much larger than this are decoded smaller (JPEG draft / Pillow reduce); None: full size
+        self.decode_size = decode_size if decode_size is not None else _decode_size_of(transform)
         # training drops the last partial batch of an epoch; a sequential pass keeps it
         self.steps_per_epoch = n // batch_size if shuffle else -(-n // batch_size)
         self._perm_epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
@@ -85,7 +94,7 @@ class StepLoader:
         xs, ys, skipped = [], [], []
         for p, j in self.positions(step):
             try:
-                img, label = self.dataset.get(j)
+                img, label = self.dataset.get(j, self.decode_size)
             except ValueError as e:
                 skipped.append(str(e) if self.dataset.describe(j) in str(e) else f"{self.dataset.describe(j)}: {e}")
                 continue

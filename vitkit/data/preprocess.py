@@ -7,6 +7,9 @@ evaluation, resizes to the final size without a crop (SPEC §2); that is the def
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,33 +71,117 @@ class PreprocessConfig:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.normalize(self.resize(x))
 
-    def load_image(self, path: str | Path) -> torch.Tensor:
+    def decode_size(self) -> tuple[int, int]:
+        """The least size an image must keep when decoded for this preprocessing (before its crop)."""
+        f = self.crop_pct or 1.0
+        return (math.ceil(self.img_size[0] / f), math.ceil(self.img_size[1] / f))
+
+    def load_image(self, path: str | Path, max_pixels: int | None = None) -> torch.Tensor:
         """Read one image file (any PIL mode) as a (C, H, W) float tensor in [0, 1], model-ready size.
 
-        Raises `ValueError` naming the file if it cannot be decoded.
+        Raises `ValueError` naming the file if it cannot be decoded (see `read_image`).
         """
         if self.channels not in (1, 3):
             raise ValueError(f"images can be read for 1- or 3-channel models, this one has {self.channels}")
-        return self.resize(read_image(path, self.channels)[None])[0]
+        return self.resize(read_image(path, self.channels, self.decode_size(), max_pixels)[None])[0]
 
 
-def read_image(path: str | Path, channels: int = 3) -> torch.Tensor:
-    """Decode an image file at its own size as (channels, H, W) floats in [0, 1] (channels 1 or 3).
+# Formats a data folder may hold. Pillow picks a decoder by a file's content, not its name, and some
+# of its decoders hand the file to other programs (EPS runs Ghostscript): only these are ever opened.
+SAFE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM")
+# Pillow's own refusal point (2 x Image.MAX_IMAGE_PIXELS); above it a file is treated as unreadable.
+DEFAULT_MAX_PIXELS = 2 * 89_478_485
+MAX_PIXELS_ENV = "VITKIT_MAX_IMAGE_PIXELS"
 
-    Transparency is composited onto white. Raises `ValueError` naming the file if it cannot be decoded.
+
+def max_image_pixels(value: int | None = None) -> int:
+    """The pixel limit in force: `value`, else $VITKIT_MAX_IMAGE_PIXELS, else DEFAULT_MAX_PIXELS."""
+    if value is None:
+        env = os.environ.get(MAX_PIXELS_ENV, "").strip()
+        if not env:
+            return DEFAULT_MAX_PIXELS
+        try:
+            value = int(env)
+        except ValueError as e:
+            raise ValueError(f"${MAX_PIXELS_ENV}={env!r} is not a whole number of pixels") from e
+    if int(value) < 1:
+        raise ValueError(f"the image pixel limit must be >= 1, got {value}")
+    return int(value)
+
+
+def _to_unit_array(im: Any, path: str | Path) -> np.ndarray:
+    """Pixels of a single-band high-bit-depth image as floats in [0, 1], scaled by the format's range.
+
+    16-bit modes (I;16*) by 65535; 32-bit integer mode I by the file's bits per sample (16 for PNG,
+    the TIFF tag when present, else 32: 2^31 - 1); float mode F is taken as [0, 1] intensities and
+    clipped. Pillow's own conversion to 8 bits clips instead, which turns most 16-bit images white."""
+    a = np.asarray(im)
+    if im.mode.startswith("I;16"):
+        return a.astype(np.float32) / 65535.0
+    if im.mode == "I":
+        bits = 16 if im.format == "PNG" else 32
+        tags = getattr(im, "tag_v2", None)
+        if tags is not None and 258 in tags:
+            b = tags[258]
+            bits = int(b[0] if isinstance(b, tuple) else b)
+        top = 65535.0 if bits <= 16 else float(2**31 - 1)
+        return np.clip(a.astype(np.float64) / top, 0.0, 1.0).astype(np.float32)
+    if im.mode == "F":
+        return np.clip(np.nan_to_num(a.astype(np.float32)), 0.0, 1.0)
+    raise ValueError(f"cannot read image {path}: unsupported mode {im.mode}")
+
+
+def read_image(
+    path: str | Path, channels: int = 3, min_size: tuple[int, int] | None = None, max_pixels: int | None = None
+) -> torch.Tensor:
+    """Decode an image file as (channels, H, W) floats in [0, 1] (channels 1 or 3).
+
+    Transparency is composited onto white; 16-bit and float images are rescaled, not clipped. With
+    `min_size` (h, w), an image at least twice that size on both sides is decoded smaller, by an
+    integer factor that keeps it at least `min_size` (JPEG's reduced-size decoding, Pillow's `reduce`
+    otherwise), so a 100-megapixel photo costs little. Raises `ValueError` naming the file if it
+    cannot be decoded, is not one of SAFE_FORMATS, or has more than `max_pixels` pixels
+    (`max_image_pixels()`: a decompression bomb is refused like any unreadable image).
     """
     from PIL import Image, UnidentifiedImageError
 
+    limit = max_image_pixels(max_pixels)
     try:
-        with Image.open(path) as im:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            old, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None  # vitkit's limit, checked below
+            try:
+                im = Image.open(path, formats=SAFE_FORMATS)
+            finally:
+                Image.MAX_IMAGE_PIXELS = old
+        with im:
+            w, h = im.size
+            if w * h > limit:
+                raise ValueError(
+                    f"cannot read image {path}: {w}x{h} = {w * h:,} pixels is over the limit of {limit:,} "
+                    f"(a decompression bomb?); raise it with ${MAX_PIXELS_ENV} or the command's --max-pixels"
+                )
+            factor = min(w // min_size[1], h // min_size[0]) if min_size else 1
+            if factor >= 2 and im.format == "JPEG":
+                im.draft(im.mode, (max(w // factor, 1), max(h // factor, 1)))
             im.load()
-            if im.mode in ("RGBA", "LA", "P"):  # composite transparency onto white
-                rgba = im.convert("RGBA")
-                bg = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                im = Image.alpha_composite(bg, rgba)
-            im = im.convert("L" if channels == 1 else "RGB")
-            arr = np.asarray(im, dtype=np.float32) / 255.0
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:
-        raise ValueError(f"cannot read image {path}: {e}") from e
+            factor = min(im.size[0] // min_size[1], im.size[1] // min_size[0]) if min_size else 1
+            if factor >= 2 and im.mode in ("1", "L", "LA", "RGB", "RGBA", "P", "CMYK", "I", "F"):
+                im = im.reduce(factor) if im.mode != "P" else im.convert("RGBA").reduce(factor)
+            if im.mode.startswith("I") or im.mode == "F":
+                arr = _to_unit_array(im, path)
+                if channels == 3:
+                    arr = np.repeat(arr[..., None], 3, axis=-1)
+            else:
+                if im.mode in ("RGBA", "LA", "P", "PA", "La", "RGBa"):  # composite transparency onto white
+                    rgba = im.convert("RGBA")
+                    bg = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                    im = Image.alpha_composite(bg, rgba)
+                im = im.convert("L" if channels == 1 else "RGB")
+                arr = np.asarray(im, dtype=np.float32) / 255.0
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError,
+            MemoryError, EOFError, TypeError, IndexError, ZeroDivisionError) as e:
+        msg = str(e)
+        raise ValueError(msg if msg.startswith(f"cannot read image {path}") else f"cannot read image {path}: {msg}") from e
     arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(arr))

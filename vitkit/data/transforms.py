@@ -7,6 +7,7 @@ flip, resize to the training resolution, normalisation. Evaluation: the model's 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,13 @@ class TrainTransform:
         if self.augment not in AUGMENTS:
             raise ValueError(f"unknown augmentation {self.augment!r}; choose one of {AUGMENTS}")
 
+    def decode_size(self) -> tuple[int, int]:
+        """The least size a file must be decoded at so that the smallest crop keeps full resolution."""
+        if self.augment != "inception":
+            return self.preprocess.decode_size()
+        f = 1.0 / math.sqrt(max(self.area[0], 1e-4))
+        return (math.ceil(self.preprocess.img_size[0] * f), math.ceil(self.preprocess.img_size[1] * f))
+
     def __call__(self, img: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         size = self.preprocess.img_size
         if self.augment == "inception":
@@ -45,6 +53,9 @@ class TrainTransform:
 @dataclass
 class EvalTransform:
     preprocess: PreprocessConfig
+
+    def decode_size(self) -> tuple[int, int]:
+        return self.preprocess.decode_size()
 
     def __call__(self, img: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:
         return self.preprocess(img[None])[0]

@@ -7,6 +7,7 @@ Loaders register in `LOADERS` as (name, detector, loader), tried in order; saver
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +37,13 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no checkpoint at {p}")
+    if p.is_dir() and (p / "config.json").is_file():  # a folder format: its config must be readable JSON
+        try:
+            doc = json.loads((p / "config.json").read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ValueError(f"{p / 'config.json'}: cannot read the checkpoint's config ({e})") from e
+        if not isinstance(doc, dict):
+            raise ValueError(f"{p / 'config.json'}: expected a JSON object, found {type(doc).__name__}")
     for name, detect, _ in LOADERS:
         if detect(p):
             return name
@@ -58,9 +66,21 @@ def load_pretrained(
     p = Path(path)
     fmt = detect_format(p)
     loader = next(load for name, _, load in LOADERS if name == fmt)
-    model = loader(p)
+    try:
+        model = loader(p)
+    except (ValueError, TypeError, KeyError) as e:  # every message names the file it is about
+        msg = str(e).strip("'\"")
+        raise ValueError(msg if str(p) in msg else f"{p}: {msg}") from e
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
+    return adapt(model, num_classes, img_size).eval()
+
+
+def adapt(
+    model: VisionTransformer, num_classes: int | None = None, img_size: int | tuple[int, int] | None = None
+) -> VisionTransformer:
+    """Prepare a loaded model for transfer (§3.2): a new zero-initialised `num_classes`-way head (pre_logits
+    dropped, stored labels cleared) and position embeddings resampled in 2D for `img_size`."""
     if num_classes is not None:
         model.reset_head(num_classes, drop_pre_logits=True)
         if getattr(model, "preprocess", None) is not None:
@@ -69,7 +89,7 @@ def load_pretrained(
         model.set_img_size(img_size)
         if getattr(model, "preprocess", None) is not None:
             model.preprocess.img_size = model.config.img_size
-    return model.eval()
+    return model
 
 
 def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit") -> Path:

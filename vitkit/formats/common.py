@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import re
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -61,11 +62,22 @@ def torch_load_weights(path: Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
-        raise ValueError(
-            f"{path}: not a weights-only PyTorch checkpoint (refusing to unpickle arbitrary objects): "
-            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
-        ) from e
+        raise ValueError(f"{path}: {pickle_refusal(e)}") from e
     return unwrap_state(obj, path)
+
+
+def pickle_refusal(e: BaseException) -> str:
+    """Why `torch.load(weights_only=True)` refused a file, in vitkit's words: never torch's advice to
+    unpickle it anyway (that could run code)."""
+    text = str(e)
+    if "Weights only load failed" in text or "GLOBAL" in text or "Unsupported operand" in text:
+        m = re.search(r"(?:unsupported GLOBAL|Unsupported global: GLOBAL) ([\w.]+)", text, re.IGNORECASE)
+        what = f" ({m.group(1)})" if m else ""
+        return (f"not a weights-only PyTorch checkpoint: it holds pickled Python objects{what}, not only tensors, "
+                "and vitkit never unpickles those (that could run code). Save the weights as a dict of tensors "
+                "or as .safetensors")
+    first = text.splitlines()[0] if text else type(e).__name__
+    return f"not a weights-only PyTorch checkpoint (truncated or another format?): {first}"
 
 
 def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
@@ -104,6 +116,11 @@ def gather_state(
     """
     state: dict[str, torch.Tensor] = {}
     pieces: dict[str, list[torch.Tensor]] = {}
+    foreign = sorted(fkey for tkey, fkey, _ in table if tkey.partition("#")[0] not in own)
+    if foreign:
+        raise ValueError(f"{path}: unrecognised tensor(s) {', '.join(foreign[:6])}"
+                         f"{f' (+{len(foreign) - 6} more)' if len(foreign) > 6 else ''}: a ViT of this shape has no such "
+                         "parameters (another architecture or a variant vitkit does not build)")
     for tkey, fkey, kind in table:
         base, _, chunk = tkey.partition("#")
         ref = own[base]

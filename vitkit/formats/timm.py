@@ -43,6 +43,8 @@ UNSUPPORTED = {
     "reg_token": "register tokens",
     "norm_pre.weight": "a pre-encoder LayerNorm",
     "attn_pool.latent": "attention pooling",
+    "dist_token": "DeiT's distillation token (with head_dist)",
+    "head_dist.weight": "DeiT's distillation head",
 }
 
 
@@ -91,9 +93,10 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
 
 def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> ViTConfig:
     """Recover a ViTConfig from timm tensor shapes (+ optional metadata for heads / numerics)."""
-    for key, what in UNSUPPORTED.items():
-        if key in state:
-            raise ValueError(f"{path}: tensor {key!r} means {what}, which vitkit's ViT does not have")
+    found = [(key, what) for key, what in UNSUPPORTED.items() if key in state]
+    if found:
+        names = ", ".join(f"{k!r} ({w})" for k, w in found)
+        raise ValueError(f"{path}: unrecognised tensor(s) {names}: vitkit's ViT has no such parts")
     if "vitkit" in meta:  # written by vitkit: the exact config (heads, GELU flavour, eps, grid)
         return ViTConfig.from_dict(meta["vitkit"])
     proj = require(state, "patch_embed.proj.weight", path, 4)

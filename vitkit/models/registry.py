@@ -1,18 +1,22 @@
 """One registry of named models: `create_model(name, **overrides)`, timm-style.
 
-Names are `vit_{ti,s,b,l,h}{8,14,16,32}` (e.g. `vit_b16`) and the hybrids `vit_r50_{ti,...,h}{16,32}`;
-the paper's spellings `"ViT-B/16"` / `"R50+ViT-B/16"` and timm's `vit_base_patch16_224` are accepted too. Other model files register their own builders
-with `register_model`.
+Names are `vit_{ti,s,b,l,h}{8,14,16,32}` (e.g. `vit_b16`), the hybrids `vit_r50_{ti,...,h}{16,32}`,
+`vit` (any size, from the overrides) and the BiT baselines `bit_r{50,101,152}x{1,2,3,4}`; the paper's
+spellings `"ViT-B/16"` / `"R50+ViT-B/16"` and timm's `vit_base_patch16_224` are accepted too. Builders
+take overrides of any config field (`create_model("vit_ti16", patch_size=2, img_size=8)`); other code
+registers more with `register_model`.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
+from vitkit.models.resnet import BIT_DEPTHS, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # Table 1 of the paper: (width D, MLP size, heads, layers). Ti and S are the DeiT / AugReg sizes.
@@ -35,18 +39,21 @@ def register_model(name: str, builder: Callable[..., nn.Module]) -> None:
 
 
 def vit_config(variant: str, patch_size: int, **overrides: Any) -> ViTConfig:
-    """The config of ViT-{variant}/{patch_size} at 224 px with a 1000-way head, then `overrides`."""
+    """The config of ViT-{variant}/{patch_size} at 224 px with a 1000-way head, then `overrides` (any
+    ViTConfig field, `patch_size` and the sizes included: the name then says it is a modified model)."""
     base = dict(VARIANTS[variant], patch_size=patch_size, img_size=(224, 224), num_classes=1000)
-    if patch_size == 14:  # H/14 and friends run 224 px as a 16x16 grid of 14-px patches
-        base["img_size"] = (224, 224)
     base["name"] = f"vit_{variant}{patch_size}"
+    sized = {k for k in ("patch_size", "width", "depth", "num_heads", "mlp_dim") if k in overrides
+             and overrides[k] != base[k]}
+    if sized and "name" not in overrides:
+        base["name"] = "vit"  # no longer the Table 1 model it started from
     base.update(overrides)
     return ViTConfig(**base)
 
 
 def _vit_builder(variant: str, patch: int) -> Callable[..., nn.Module]:
     def build(**overrides: Any) -> nn.Module:
-        return VisionTransformer(vit_config(variant, patch, **overrides))
+        return VisionTransformer(vit_config(variant, overrides.pop("patch_size", patch), **overrides))
 
     build.__doc__ = f"ViT-{variant.upper() if variant != 'ti' else 'Ti'}/{patch} (paper Table 1)"
     return build
@@ -55,6 +62,14 @@ def _vit_builder(variant: str, patch: int) -> Callable[..., nn.Module]:
 for _v in VARIANTS:
     for _p in PATCH_SIZES:
         register_model(f"vit_{_v}{_p}", _vit_builder(_v, _p))
+
+
+def _plain_vit(**overrides: Any) -> nn.Module:
+    """`vit`: a ViT of any size, every field from the overrides (ViTConfig's defaults are B/16's)."""
+    return VisionTransformer(ViTConfig(**{"name": "vit", **overrides}))
+
+
+register_model("vit", _plain_vit)
 
 
 # Hybrids (§3.1, §4.1 "Hybrids"): the ResNet feature map is the patch grid, patch size 1 on it.
@@ -78,6 +93,23 @@ for _v in VARIANTS:
         register_model(f"vit_r50_{_v}{_s}", _hybrid_builder(_v, _s))
 
 
+def _bit_builder(depth: int, width_factor: int) -> Callable[..., nn.Module]:
+    def build(num_classes: int = 1000, in_chans: int = 3, **kw: Any) -> nn.Module:
+        unknown = sorted(set(kw))
+        if unknown:
+            raise ValueError(f"bit_r{depth}x{width_factor} takes num_classes and in_chans, got also {unknown}")
+        return ResNetV2(BIT_DEPTHS[depth], width_factor, num_classes, in_chans)
+
+    build.__doc__ = f"BiT ResNet-v2 R{depth}x{width_factor} (pre-activation, GroupNorm, StdConv)"
+    return build
+
+
+# The BiT baselines of the paper's comparison tables (Table 2, Fig. 5): bit_r{50,101,152}x{1,2,3,4}.
+for _d in BIT_DEPTHS:
+    for _w in (1, 2, 3, 4):
+        register_model(f"bit_r{_d}x{_w}", _bit_builder(_d, _w))
+
+
 def canonical_name(name: str) -> str:
     """Map `ViT-B/16`, `vit_base_patch16_224`, `B/16` or `vit_b16` to the registry's `vit_b16`."""
     key = name.strip().lower()
@@ -97,8 +129,6 @@ def canonical_name(name: str) -> str:
 
 def list_models(pattern: str = "*") -> list[str]:
     """Registered names matching a shell-style pattern."""
-    import fnmatch
-
     return sorted(n for n in _REGISTRY if fnmatch.fnmatch(n, pattern.lower()))
 
 

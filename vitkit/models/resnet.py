@@ -18,8 +18,6 @@ dicts load unchanged (`stem.conv`, `stages.i.blocks.j.conv1`, `...downsample.con
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -210,26 +208,3 @@ class ResNetV2(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
-
-
-def _bit_builder(depth: int, width_factor: int) -> Callable[..., ResNetV2]:
-    def build(num_classes: int = 1000, in_chans: int = 3, **kw: Any) -> ResNetV2:
-        unknown = sorted(set(kw))
-        if unknown:
-            raise ValueError(f"bit_r{depth}x{width_factor} takes num_classes and in_chans, got also {unknown}")
-        return ResNetV2(BIT_DEPTHS[depth], width_factor, num_classes, in_chans)
-
-    build.__doc__ = f"BiT ResNet-v2 R{depth}x{width_factor} (pre-activation, GroupNorm, StdConv)"
-    return build
-
-
-def register_bit_models() -> None:
-    """Register the BiT baselines of the paper's comparison tables: bit_r{50,101,152}x{1,2,3,4}."""
-    from vitkit.models.registry import register_model
-
-    for depth in BIT_DEPTHS:
-        for wf in (1, 2, 3, 4):
-            register_model(f"bit_r{depth}x{wf}", _bit_builder(depth, wf))
-
-
-register_bit_models()

@@ -26,7 +26,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from vitkit.models.posemb import resample_posemb
-from vitkit.utils import check_fields
+from vitkit.utils import check_fields, check_int, check_range
 
 Pooling = Literal["token", "gap"]
 PosEmb = Literal["learn1d", "learn2d", "none"]
@@ -71,9 +71,26 @@ class ViTConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Every value is checked here, so a bad config fails before any work, naming the field."""
+        if isinstance(self.img_size, (list, tuple)) and len(self.img_size) == 2:
+            check_int("img_size[0]", self.img_size[0])
+            check_int("img_size[1]", self.img_size[1])
+        elif not isinstance(self.img_size, (list, tuple)):
+            check_int("img_size", self.img_size)
         self.img_size = _pair(self.img_size)
+        for key in ("patch_size", "in_chans", "width", "depth", "num_heads", "mlp_dim"):
+            check_int(key, getattr(self, key))
+        check_int("num_classes", self.num_classes, low=0)
+        if self.representation_size is not None:
+            check_int("representation_size", self.representation_size)
+        for key in ("dropout", "attn_dropout", "drop_path"):
+            check_range(key, getattr(self, key), 0.0, 1.0)
+        check_range("ln_eps", self.ln_eps, 0.0, 1.0, low_open=True)
         if self.resnet_layers is not None:
-            self.resnet_layers = tuple(int(n) for n in self.resnet_layers)
+            if not isinstance(self.resnet_layers, (list, tuple)) or not self.resnet_layers:
+                raise ValueError(f"resnet_layers must be a list of unit counts per stage, got {self.resnet_layers!r}")
+            self.resnet_layers = tuple(check_int("resnet_layers[]", n) for n in self.resnet_layers)
+            check_int("resnet_width", self.resnet_width)
         if self.width % self.num_heads:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         if self.pooling not in ("token", "gap"):
@@ -126,6 +143,8 @@ class ViTConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ViTConfig":
+        if not isinstance(d, dict):
+            raise ValueError(f"a ViT config is a JSON object, got {type(d).__name__}")
         check_fields(cls, d, "ViTConfig fields")
         return cls(**d)
 

@@ -1,5 +1,6 @@
-"""Training: optimisers and schedules (optim.py), the training engine (engine.py), metrics (metrics.py)."""
+"""Training: optimisers and schedules (optim.py), the engine (engine.py), run configs (config.py) and the
+recipe runner (run.py) that `vitkit demo`, `train`, `finetune` and `sweep` all go through."""
 
-from vitkit.train.engine import InMemoryData, TrainConfig, Trainer, evaluate
+from vitkit.train.engine import TrainConfig, Trainer
 
-__all__ = ["InMemoryData", "TrainConfig", "Trainer", "evaluate"]
+__all__ = ["TrainConfig", "Trainer"]

@@ -9,13 +9,17 @@ string). Keys of [model] that are not listed here are ViTConfig fields (width, d
 from __future__ import annotations
 
 import copy
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
+from vitkit.data.datasets import DATA_NAMES
+from vitkit.data.transforms import AUGMENTS
 from vitkit.train.engine import TrainConfig
+from vitkit.utils import check_choice, check_int, check_range
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {
@@ -24,6 +28,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "img_size": 224,
         "num_classes": 0,  # 0: the number of classes of the data
         "grad_checkpointing": False,
+        "require_pretrained": False,  # fine-tuning recipes: refuse to start without model.pretrained
     },
     "data": {
         "name": "auto",  # digits | lfw | cifar10 | cifar100 | folder | list | auto (detect from path)
@@ -42,6 +47,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "channels": 3,
         "num_workers": 2,
         "eval_batch_size": 256,
+        "max_pixels": 0,  # images with more pixels are skipped as unreadable; 0 = Pillow's limit (179M)
     },
     "optim": {
         "name": "adamw",
@@ -155,17 +161,67 @@ def _check(cfg: dict[str, Any], where: str) -> None:
             raise ValueError(f"{where}: unknown key(s) {bad} in [{section}]; known: {sorted(allowed)}")
 
 
+# TrainConfig field -> the recipe key it comes from (for messages that name what the user wrote)
+_RECIPE_KEY = {
+    "steps": "schedule.steps", "warmup_steps": "schedule.warmup_steps", "schedule": "schedule.decay",
+    "min_lr": "schedule.min_lr", "optimizer": "optim.name", "lr": "optim.lr", "betas": "optim.betas",
+    "momentum": "optim.momentum", "weight_decay": "optim.weight_decay", "clip_norm": "optim.clip_norm",
+    "label_smoothing": "optim.label_smoothing",
+}
+
+
 def train_config(cfg: dict[str, Any]) -> TrainConfig:
-    """The engine's TrainConfig for a run config."""
+    """The engine's TrainConfig for a run config; a bad value is a ValueError naming its recipe key."""
     o, s, t = cfg["optim"], cfg["schedule"], cfg["train"]
     comp = t["compile"]
-    return TrainConfig(
-        steps=int(s["steps"]), batch_size=int(t["batch_size"]), grad_accum=int(t["grad_accum"]),
-        optimizer=o["name"], lr=float(o["lr"]), betas=tuple(o["betas"]), momentum=float(o["momentum"]),
-        weight_decay=float(o["weight_decay"]), warmup_steps=int(s["warmup_steps"]), schedule=s["decay"],
-        min_lr=float(s["min_lr"]), clip_norm=float(o["clip_norm"]) or None, label_smoothing=float(o["label_smoothing"]),
-        ema_decay=float(t["ema_decay"]) or None, bf16=bool(t["bf16"]), seed=int(t["seed"]),
-        log_every=int(t["log_every"]), eval_every=int(t["eval_every"]), ckpt_every=int(t["ckpt_every"]),
-        device=t["device"], tensorboard=bool(t["tensorboard"]),
-        compile=("inductor" if comp is True else (comp or "")), parallel=str(t["parallel"]),
-    )
+    try:
+        return TrainConfig(
+            steps=s["steps"], batch_size=t["batch_size"], grad_accum=t["grad_accum"],
+            optimizer=o["name"], lr=o["lr"], betas=o["betas"], momentum=o["momentum"],
+            weight_decay=o["weight_decay"], warmup_steps=s["warmup_steps"], schedule=s["decay"],
+            min_lr=s["min_lr"], clip_norm=o["clip_norm"] or None, label_smoothing=o["label_smoothing"],
+            ema_decay=t["ema_decay"] or None, bf16=bool(t["bf16"]), seed=t["seed"],
+            log_every=t["log_every"], eval_every=t["eval_every"], ckpt_every=t["ckpt_every"],
+            device=t["device"], tensorboard=bool(t["tensorboard"]),
+            compile=("inductor" if comp is True else (comp or "")), parallel=t["parallel"],
+        )
+    except ValueError as e:
+        msg = str(e)
+        field = msg.split(" ", 1)[0].split("[", 1)[0]
+        key = _RECIPE_KEY.get(field, f"train.{field}" if field in TrainConfig.__dataclass_fields__ else "")
+        raise ValueError(key + msg[len(field):] if key else msg) from e
+
+
+def check_sections(cfg: dict[str, Any]) -> None:
+    """The [data], [mpp] and [train] values that TrainConfig and ViTConfig do not cover; a ValueError
+    names the first bad key. Called before any data is read."""
+    d, m, t = cfg["data"], cfg["mpp"], cfg["train"]
+    check_choice("data.name", d["name"], DATA_NAMES)
+    check_range("data.holdout", d["holdout"], 0.0, 1.0, low_open=True)
+    check_range("data.dev_fraction", d["dev_fraction"], 0.0, 1.0)
+    check_choice("data.eval_split", d["eval_split"], ("dev", "test"))
+    check_choice("data.augment", d["augment"], AUGMENTS)
+    for key, lo, hi in (("area", 0.0, 1.0), ("ratio", 0.0, math.inf)):
+        pair = d[key]
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"data.{key} must be two numbers [low, high], got {pair!r}")
+        a = check_range(f"data.{key}[0]", pair[0], lo, hi, high_open=False, low_open=True)
+        b = check_range(f"data.{key}[1]", pair[1], lo, hi, high_open=False, low_open=True)
+        if a > b:
+            raise ValueError(f"data.{key} must be [low, high] with low <= high, got {pair!r}")
+    check_range("data.crop_pct", d["crop_pct"], 0.0, 1.0, high_open=False)
+    for key in ("mean", "std"):
+        vals = d[key] if isinstance(d[key], list) else [d[key]]
+        for v in vals:
+            check_range(f"data.{key}[]", v, -math.inf if key == "mean" else 0.0, math.inf, low_open=key == "std")
+    check_choice("data.channels", d["channels"], (1, 3))
+    check_int("data.num_workers", d["num_workers"], low=0)
+    check_int("data.eval_batch_size", d["eval_batch_size"])
+    check_int("data.max_pixels", d["max_pixels"], low=0)
+    check_choice("train.objective", t["objective"], ("classify", "mpp"))
+    check_range("mpp.corrupt", m["corrupt"], 0.0, 1.0, high_open=False, low_open=True)
+    check_range("mpp.replace_mask", m["replace_mask"], 0.0, 1.0, high_open=False)
+    check_range("mpp.replace_random", m["replace_random"], 0.0, 1.0 - float(m["replace_mask"]), high_open=False)
+    check_int("mpp.bits", m["bits"])
+    if not isinstance(cfg["sweep"]["lrs"], list):
+        raise ValueError(f"sweep.lrs must be a list of learning rates, got {cfg['sweep']['lrs']!r}")

@@ -5,8 +5,8 @@ Determinism is by construction: the data order of epoch e is a permutation drawn
 with (seed, s). A run therefore resumes exactly from any saved step: the checkpoint only needs the
 weights, the optimizer state (and the EMA), and the step number.
 
-Data comes either as an `InMemoryData` of raw batches plus a batch `transform` (the demo), or as a
-`vitkit.data.loader.StepLoader` that yields ready batches (files, workers, per-sample augmentation).
+Data comes from one kind of loader, a `vitkit.data.loader.StepLoader` that yields ready batches by
+step (in-memory arrays or files, workers, per-sample augmentation).
 Under `torch.distributed` (see vitkit.distributed) the model is wrapped in DDP, or sharded by FSDP2
 with `parallel="fsdp"`; each rank trains on its shard of the global batch, and only rank 0 writes
 logs and checkpoints (always the full, unsharded state).
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,13 +30,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
-from vitkit.data.digits import ArraySplit
-from vitkit.data.loader import Batch, StepLoader, epoch_permutation, step_generator
-from vitkit.train.optim import EMA, build_optimizer, lr_at, param_groups
-from vitkit.utils import check_fields
-from vitkit.utils.atomic import atomic_path
-
-Transform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+from vitkit.data.loader import StepLoader
+from vitkit.evaluate import bf16_autocast
+from vitkit.formats.common import pickle_refusal
+from vitkit.train.optim import EMA, SCHEDULES, build_optimizer, lr_at, param_groups
+from vitkit.utils import check_choice, check_fields, check_int, check_range
+from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
 
 
 @dataclass
@@ -67,6 +67,37 @@ class TrainConfig:
     parallel: str = "ddp"  # with several processes: "ddp" (replicated weights) or "fsdp" (sharded)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Checked on construction: a bad value fails before any data is read, naming the field."""
+        check_int("steps", self.steps)
+        check_int("batch_size", self.batch_size)
+        check_int("grad_accum", self.grad_accum)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        check_int("log_every", self.log_every)
+        check_int("eval_every", self.eval_every, low=0)
+        check_int("ckpt_every", self.ckpt_every, low=0)
+        check_int("seed", self.seed, low=0)
+        check_choice("optimizer", self.optimizer.lower() if isinstance(self.optimizer, str) else self.optimizer,
+                     ("adamw", "adam", "sgd"))
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_range("lr", self.lr, 0.0, math.inf, low_open=True)
+        check_range("min_lr", self.min_lr, 0.0, math.inf)
+        check_range("weight_decay", self.weight_decay, 0.0, math.inf)
+        check_range("momentum", self.momentum, 0.0, 1.0)
+        check_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
+        if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
+            raise ValueError(f"betas must be two numbers (beta1, beta2), got {self.betas!r}")
+        self.betas = (check_range("betas[0]", self.betas[0], 0.0, 1.0), check_range("betas[1]", self.betas[1], 0.0, 1.0))
+        if self.clip_norm is not None:
+            check_range("clip_norm", self.clip_norm, 0.0, math.inf, low_open=True)
+        if self.ema_decay is not None:
+            check_range("ema_decay", self.ema_decay, 0.0, 1.0, low_open=True)
+        if self.parallel not in dist.PARALLEL:
+            raise ValueError(f"parallel mode {self.parallel!r} is unknown; choose one of {', '.join(dist.PARALLEL)}")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
+        dist.check_device(self.device)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)
@@ -81,92 +112,10 @@ class TrainConfig:
         return cls(**d)
 
 
-class InMemoryData:
-    """A labelled tensor split served as step-indexed batches: batch(s) is a pure function of (seed, s)."""
-
-    def __init__(self, split: ArraySplit, batch_size: int, seed: int = 0) -> None:
-        if len(split) < batch_size:
-            raise ValueError(f"batch size {batch_size} is larger than the {len(split)} training examples")
-        self.split, self.batch_size, self.seed = split, batch_size, seed
-        self.steps_per_epoch = len(split) // batch_size  # drop the last partial batch
-        self._perm_epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
-
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        epoch, i = divmod(step, self.steps_per_epoch)
-        if epoch != self._perm_epoch:
-            self._perm, self._perm_epoch = epoch_permutation(len(self.split), self.seed, epoch), epoch
-        idx = self._perm[i * self.batch_size : (i + 1) * self.batch_size]
-        return self.split.images[idx], self.split.labels[idx]
-
-
-def evaluate(
-    model: nn.Module,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    preprocess: Callable[[torch.Tensor], torch.Tensor],
-    batch_size: int = 256,
-    bf16: bool = False,
-    device: str = "cpu",
-) -> dict[str, float]:
-    """Top-1, top-5 (when K >= 5) accuracy and mean cross-entropy over a split held in memory."""
-    batches = (
-        (preprocess(images[s : s + batch_size].to(device)), labels[s : s + batch_size])
-        for s in range(0, len(labels), batch_size)
-    )
-    return evaluate_batches(model, batches, bf16, device)
-
-
-def evaluate_loader(model: nn.Module, loader: StepLoader, bf16: bool = False, device: str = "cpu") -> dict[str, float]:
-    """Top-1 / top-5 over a sequential `StepLoader` (files, workers); unreadable images are left out."""
-    return evaluate_batches(model, ((b.x, b.y) for b in loader.iterate(0, len(loader)) if len(b.y)), bf16, device)
-
-
-def bf16_autocast(device: str, enabled: bool) -> torch.autocast:
-    """bf16 autocast on `device`'s type (CPU or CUDA), or a disabled one."""
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)
-
-
-@torch.no_grad()
-def evaluate_batches(model: nn.Module, batches: Any, bf16: bool = False, device: str = "cpu") -> dict[str, float]:
-    """Top-1, top-5 (when K >= 5) accuracy and mean cross-entropy over (model input, label) batches.
-
-    A model that brings its own targets (masked patch prediction) returns (logits, targets); then
-    accuracy and loss are over those targets, `n` still counts images and `patches` the targets.
-    """
-    was_training = model.training
-    model.eval()
-    n, m, top1, top5, loss = 0, 0, 0, 0, 0.0
-    k5, own_targets = 0, False
-    for x, y in batches:
-        x, y = x.to(device), y.to(device)
-        n += len(y)
-        with bf16_autocast(device, bf16):
-            out = model(x)
-        own_targets = isinstance(out, tuple)
-        logits, target = (out[0].float(), out[1]) if own_targets else (out.float(), y)
-        m += len(target)
-        loss += F.cross_entropy(logits, target, reduction="sum").item()
-        top1 += (logits.argmax(-1) == target).sum().item()
-        k5 = min(5, logits.shape[-1])
-        top5 += (logits.topk(k5, -1).indices == target[:, None]).any(-1).sum().item()
-    model.train(was_training)
-    if n == 0:
-        raise ValueError("evaluation got no examples")
-    out_metrics = {"top1": top1 / m, "loss": loss / m, "n": float(n)}
-    if own_targets:
-        out_metrics["patches"] = float(m)
-    elif k5 >= 5:
-        out_metrics["top5"] = top5 / m
-    return out_metrics
-
-
 class Trainer:
-    """Runs `cfg.steps` optimisation steps of `model` on `data`, with logging and exact resume.
-
-    With an `InMemoryData`, `transform(x, gen)` maps a raw batch to model input (augmentation +
-    preprocessing), drawing its randomness only from `gen`; a `StepLoader` yields model input
-    itself (pass `transform=None`). `eval_fn(model) -> metrics` is called every `eval_every` steps
-    (on the EMA weights when Polyak averaging is on).
+    """Runs `cfg.steps` optimisation steps of `model` on the batches of a `StepLoader`, with logging and
+    exact resume. `eval_fn(model) -> metrics` is called every `eval_every` steps (on the EMA weights
+    when Polyak averaging is on).
     """
 
     STATE_NAME = "train_state.pt"
@@ -175,31 +124,33 @@ class Trainer:
         self,
         model: nn.Module,
         cfg: TrainConfig,
-        data: InMemoryData | StepLoader,
-        transform: Transform | None,
+        data: StepLoader,
         out_dir: str | Path,
         eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
         progress: bool = True,
+        save_checkpoints: bool = True,
     ) -> None:
         if cfg.batch_size % cfg.grad_accum:
             raise ValueError(f"batch_size {cfg.batch_size} is not divisible by grad_accum {cfg.grad_accum}")
-        if transform is None and not isinstance(data, StepLoader):
-            raise ValueError("in-memory data needs a transform (augmentation + normalisation)")
+        if not isinstance(data, StepLoader):
+            raise ValueError(f"the Trainer takes a vitkit.data.loader.StepLoader, got {type(data).__name__}")
         if cfg.parallel not in dist.PARALLEL:
             raise ValueError(f"unknown parallel mode {cfg.parallel!r}; choose one of {', '.join(dist.PARALLEL)}")
-        self.model, self.cfg, self.data, self.transform = model.to(cfg.device), cfg, data, transform
+        self.model, self.cfg, self.data = model.to(cfg.device), cfg, data
         self.rank, self.world = dist.rank(), dist.world_size()
         self.is_main = self.rank == 0
         self.out = Path(out_dir)
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
+            for stale in clean_stale_temps(self.out):  # left by a process killed mid-write
+                tqdm.write(f"removed {stale}, a temporary file left by an interrupted write")
         # the module that runs the forward pass: DDP wrapper (or `model` sharded in place by FSDP)
         # and/or torch.compile around it; the optimizer is built below, after sharding
         self.forward_model: nn.Module = dist.wrap_model(model, cfg.device, cfg.parallel) if self.world > 1 else model
         self.sharded = dist.is_sharded(model)
         if cfg.compile:
             self.forward_model = torch.compile(self.forward_model, backend=cfg.compile)
-        self.eval_fn, self.progress = eval_fn, progress
+        self.eval_fn, self.progress, self.save_checkpoints = eval_fn, progress, save_checkpoints
         self.opt = build_optimizer(
             param_groups(model, cfg.weight_decay), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas, cfg.momentum
         )
@@ -237,19 +188,42 @@ class Trainer:
         dist.barrier()
         return path
 
-    def load_state(self, path: str | Path | None = None) -> None:
+    # TrainConfig fields that may change between a run and its resumption without changing its result
+    RESUME_FREE = ("log_every", "eval_every", "ckpt_every", "device", "tensorboard", "extra")
+
+    def load_state(self, path: str | Path | None = None, force: bool = False) -> None:
+        """Continue from a saved state. The state is checked first: its keys, that its weights fit this
+        model (names and shapes), and that it was written by the same training recipe (differing
+        TrainConfig fields are named; `force=True` accepts them)."""
         path = Path(path) if path else self.out / self.STATE_NAME
         if not path.is_file():
             raise FileNotFoundError(f"no training state to resume from at {path}")
         try:
             st = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
-            raise ValueError(f"{path}: not a readable training state (truncated or not a vitkit state?): {e}") from e
+            raise ValueError(f"{path}: not a readable training state: {pickle_refusal(e)}") from e
+        if not isinstance(st, dict):
+            raise ValueError(f"{path}: not a vitkit training state (a {type(st).__name__}, expected a dict)")
+        missing = [k for k in ("step", "model", "optimizer") if k not in st]
+        if missing:
+            raise ValueError(f"{path}: not a complete vitkit training state: missing {missing}")
+        self._check_resume_weights(st["model"], path)
+        if not force and "train_config" in st:
+            saved = json.loads(st["train_config"])
+            now = self.cfg.to_dict()
+            diff = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+                    if k not in self.RESUME_FREE and saved.get(k) != now.get(k)]
+            if diff:
+                raise ValueError(f"{path} was written by another training recipe ({'; '.join(diff)}); "
+                                 "resume with the same settings, or accept them with --resume --force")
         if self.sharded:
             dist.load_full_state(self.model, self.opt, st["model"], st["optimizer"])
         else:
             self.model.load_state_dict(st["model"])
-            self.opt.load_state_dict(st["optimizer"])
+            try:
+                self.opt.load_state_dict(st["optimizer"])
+            except (ValueError, KeyError) as e:
+                raise ValueError(f"{path}: the optimizer state does not fit this optimizer ({e})") from e
         if self.ema is not None and st.get("ema") is not None:
             shadow = {k: v.float() for k, v in st["ema"].items()}
             self.ema.shadow = dist.shard_like(shadow, self.model.state_dict()) if self.sharded else shadow
@@ -258,12 +232,38 @@ class Trainer:
         if self.is_main:
             self._truncate_metrics(self.step)
 
+    def _check_resume_weights(self, saved: dict[str, Any], path: Path) -> None:
+        """The saved weights must be this model's: a ValueError names missing, extra and mis-shaped tensors."""
+        own = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}  # DTensors: the full shape
+        if not isinstance(saved, dict):
+            raise ValueError(f"{path}: 'model' is not a dict of tensors")
+        got = {k: tuple(v.shape) for k, v in saved.items() if isinstance(v, torch.Tensor)}
+        problems = [f"missing {k}" for k in own if k not in got][:3]
+        problems += [f"unexpected {k}" for k in got if k not in own][:3]
+        problems += [f"{k} is {got[k]}, this model has {own[k]}" for k in own if k in got and got[k] != own[k]][:3]
+        if problems:
+            raise ValueError(f"{path} holds the weights of another architecture ({'; '.join(problems)}); "
+                             "resume with the model it was trained with")
+
     def _truncate_metrics(self, step: int) -> None:
-        """Drop log lines written after the resumed step, so the log reads as one uninterrupted run."""
+        """Drop log lines written after the resumed step, so the log reads as one uninterrupted run.
+
+        A torn line (a kill in the middle of an append) is dropped with a notice. The log is rewritten
+        atomically."""
         if not self.metrics_path.exists():
             return
-        keep = [ln for ln in self.metrics_path.read_text().splitlines() if ln and json.loads(ln).get("step", 0) <= step]
-        self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
+        keep = []
+        for n, ln in enumerate(self.metrics_path.read_text().splitlines(), 1):
+            if not ln.strip():
+                continue
+            try:
+                rec = json.loads(ln)
+            except ValueError:
+                tqdm.write(f"{self.metrics_path}:{n}: dropped a torn log line (a kill mid-write): {ln[:60]!r}")
+                continue
+            if rec.get("step", 0) <= step:
+                keep.append(ln)
+        atomic_write_text(self.metrics_path, "".join(ln + "\n" for ln in keep))
 
     def log(self, rec: dict[str, Any]) -> None:
         """Append one record to metrics.jsonl (and TensorBoard), on the main process only."""
@@ -283,16 +283,6 @@ class Trainer:
                 if k != "step" and isinstance(v, (int, float)):
                     self._tb.add_scalar(k, v, rec.get("step", self.step))
             self._tb.flush()
-
-    def _batches(self, start: int, end: int) -> Any:
-        """Model-ready batches of steps start..end-1 (this rank's shard)."""
-        if isinstance(self.data, StepLoader):
-            yield from self.data.iterate(start, end)
-            return
-        for s in range(start, end):
-            x, y = self.data.batch(s)
-            x = self.transform(x, step_generator(self.cfg.seed, s, 1))  # type: ignore[misc]
-            yield Batch(x[self.rank :: self.world], y[self.rank :: self.world], s)
 
     # ------------------------------------------------------------------ the loop
     def train_step(self, step: int, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int]:
@@ -350,12 +340,13 @@ class Trainer:
         end = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
         self.model.train()
         if self.is_main:
-            (self.out / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+            atomic_write_text(self.out / "train_config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")
         show = self.progress and self.is_main
         bar = tqdm(total=end, initial=self.step, disable=not show, desc="train", unit="step", dynamic_ncols=True)
         last: dict[str, Any] = {}
-        t0, seen, loss_acc, acc_acc, n_acc = time.perf_counter(), 0, 0.0, 0.0, 0
-        for batch in self._batches(self.step, end):
+        # sums over the steps since the last log line, of this rank's examples: loss x n, correct, n
+        t0, loss_sum, correct_sum, seen = time.perf_counter(), 0.0, 0.0, 0
+        for batch in self.data.iterate(self.step, end):
             if batch.step != self.step:  # the loader and the loop must agree, or resume is not exact
                 raise RuntimeError(f"data loader returned step {batch.step}, expected {self.step}")
             if batch.skipped:
@@ -367,24 +358,25 @@ class Trainer:
                 raise ValueError(f"every image of the batch of step {self.step} was unreadable")
             loss, acc, n = self.train_step(self.step, batch.x, batch.y)
             if loss != loss:  # NaN
-                raise FloatingPointError(f"loss became NaN at step {self.step}; lower the learning rate")
+                raise FloatingPointError(f"loss became NaN at step {self.step}; lower optim.lr or set optim.clip_norm")
             self.step += 1
-            seen += n
-            loss_acc, acc_acc, n_acc = loss_acc + loss, acc_acc + acc, n_acc + 1
+            loss_sum, correct_sum, seen = loss_sum + loss * n, correct_sum + acc * n, seen + n
             bar.update(1)
             if self.step % cfg.log_every == 0 or self.step == end:
+                # every rank reaches this line at the same step: the figures are the global batch's, not rank 0's
+                g_loss, g_correct, g_seen = dist.sum_across([loss_sum, correct_sum, float(seen)], cfg.device)
                 dt = time.perf_counter() - t0
                 lr = self.opt.param_groups[0]["lr"]
                 last = {
                     "step": self.step,
-                    "loss": loss_acc / n_acc,
-                    "train_acc": acc_acc / n_acc,
+                    "loss": g_loss / g_seen,
+                    "train_acc": g_correct / g_seen,
                     "lr": lr,
-                    "img_per_s": seen / max(dt, 1e-9),
+                    "img_per_s": g_seen / max(dt, 1e-9),
                 }
                 self.log(last)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", lr=f"{lr:.2e}", img_s=f"{last['img_per_s']:.0f}")
-                t0, seen, loss_acc, acc_acc, n_acc = time.perf_counter(), 0, 0.0, 0.0, 0
+                t0, loss_sum, correct_sum, seen = time.perf_counter(), 0.0, 0.0, 0
             if self.eval_fn and cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == end):
                 if self.is_main or self.sharded:
                     ev = self.evaluate_now()
@@ -392,18 +384,25 @@ class Trainer:
                     self.log({"step": self.step, **{f"eval_{k}": v for k, v in ev.items()}})
                     bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items() if k != "n"))
                 dist.barrier()
-            if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < end:
+            if self.save_checkpoints and cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < end:
                 self.save_state()
         bar.close()
-        self.save_state()
+        if self.save_checkpoints:
+            self.save_state()
         if self.ema is not None and self.step >= cfg.steps:  # the averaged weights are the result (appendix B.1.1)
             self.ema.copy_to(self.model)  # (not at a stop_at pause: training goes on from the raw weights)
         return last
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The JSONL metrics of a run as a list of records."""
-    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    """The JSONL metrics of a run as a list of records (a torn line from a kill mid-write is left out)."""
+    out = []
+    for ln in Path(path).read_text().splitlines():
+        try:
+            out.append(json.loads(ln))
+        except ValueError:
+            continue
+    return out
 
 
 def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:

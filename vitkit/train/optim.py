@@ -50,6 +50,9 @@ def build_optimizer(
     raise ValueError(f"unknown optimizer {name!r}; choose adamw, adam or sgd")
 
 
+SCHEDULES = ("cosine", "linear", "constant")
+
+
 def lr_at(step: int, base_lr: float, total_steps: int, warmup_steps: int, schedule: str, min_lr: float = 0.0) -> float:
     """Learning rate at `step` (0-based): linear warmup to base_lr, then `cosine`, `linear` or `constant`."""
     if warmup_steps > 0 and step < warmup_steps:

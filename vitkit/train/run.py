@@ -10,21 +10,24 @@ split; saves the model in vitkit's format with its preprocessing; writes curves.
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
 from vitkit.data.preprocess import PreprocessConfig
-from vitkit.data.transforms import EvalTransform, TrainTransform
-from vitkit.train.config import DEFAULTS, merge, train_config
-from vitkit.train.engine import Trainer, evaluate_loader, plot_curves
+from vitkit.data.transforms import TrainTransform
+from vitkit.evaluate import eval_loader, evaluate_loader
+from vitkit.models.registry import create_model
+from vitkit.train.config import DEFAULTS, check_sections, merge, train_config
+from vitkit.train.engine import Trainer, plot_curves
+from vitkit.utils import check_int
 from vitkit.utils.atomic import atomic_write_text
 
 _MODEL_CONTROL = set(DEFAULTS["model"])
@@ -39,27 +42,56 @@ def _per_channel(v: Any, channels: int, what: str) -> tuple[float, ...]:
     return tuple(v)
 
 
-def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: dict[str, Any]) -> nn.Module:
-    """The model of a run, with `model.preprocess` set for its training resolution and classes."""
-    from vitkit.formats import load_pretrained
-    from vitkit.models.registry import VARIANTS, canonical_name, create_model, vit_config
-    from vitkit.models.vit import VisionTransformer
+def _new_model(mcfg: dict[str, Any], k: int, channels: int) -> nn.Module:
+    """A model from the registry (training from scratch), with the [model] keys as overrides."""
+    size = mcfg["img_size"]
+    size = (size, size) if not isinstance(size, list) else tuple(size)
+    arch = {key: v for key, v in mcfg.items() if key not in _MODEL_CONTROL}
+    return create_model(mcfg["name"], **{"num_classes": k, "img_size": size, "in_chans": channels, **arch})
+
+
+def check_config(cfg: dict[str, Any]) -> None:
+    """Every value of a run config, checked before any data is read or anything is written: a bad one
+    is a ValueError naming its key (an unknown schedule fails here, not 10k steps into a run)."""
+    check_sections(cfg)
+    train_config(cfg)
+    mcfg = cfg["model"]
+    check_int("model.num_classes", mcfg["num_classes"], low=0)
+    if mcfg["pretrained"]:
+        if not Path(mcfg["pretrained"]).exists():
+            raise FileNotFoundError(f"model.pretrained: no checkpoint at {mcfg['pretrained']}")
+        return
+    channels = int(mcfg.get("in_chans", cfg["data"]["channels"]))
+    try:
+        with torch.device("meta"):  # builds the architecture without allocating its weights
+            _new_model(mcfg, int(mcfg["num_classes"]) or 1, channels)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"[model] {e}") from e
+
+
+def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: dict[str, Any],
+                notes: list[str] | None = None) -> nn.Module:
+    """The model of a run, with `model.preprocess` set for its training resolution and classes.
+
+    `notes` receives a line for each thing changed in a pretrained model (head, position embeddings)."""
+    from vitkit.formats import adapt, load_pretrained
 
     k = int(mcfg["num_classes"]) or len(classes)
     size = mcfg["img_size"]
     size = (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
-    arch = {key: v for key, v in mcfg.items() if key not in _MODEL_CONTROL}
     if mcfg["pretrained"]:
-        model = load_pretrained(mcfg["pretrained"], num_classes=k, img_size=size).train()
+        model = load_pretrained(mcfg["pretrained"])
+        grid, classes_before = model.config.grid_size, model.config.num_classes
+        model = adapt(model, num_classes=k, img_size=size).train()
+        if notes is not None:
+            if grid != model.config.grid_size:
+                (gh, gw), (nh, nw) = grid, model.config.grid_size
+                notes.append(f"resampled: E_pos {gh}x{gw} -> {nh}x{nw} (paper §3.2)")
+            notes.append(f"replaced: the {classes_before}-way head by a new zero-initialised {k}-way head")
         pp = getattr(model, "preprocess", None)
         mean, std = (pp.mean, pp.std) if pp is not None else (None, None)
     else:
-        kw = {"num_classes": k, "img_size": size, "in_chans": channels, **arch}
-        m = re.fullmatch(r"vit_([a-z]+)(\d+)", canonical_name(mcfg["name"]))
-        if m and "patch_size" in kw and m.group(1) in VARIANTS:  # e.g. a Ti-sized ViT with 2-px patches
-            model = VisionTransformer(vit_config(m.group(1), int(kw.pop("patch_size")), **kw))
-        else:
-            model = create_model(mcfg["name"], **kw)
+        model = _new_model(mcfg, k, channels)
         mean, std = None, None
     if model.config.in_chans != channels:
         raise ValueError(f"the model takes {model.config.in_chans}-channel images, the data has {channels} channels")
@@ -96,9 +128,8 @@ def _splits(cfg: dict[str, Any], dry_run: int) -> dict[str, Dataset]:
     return {"train": synthetic(k, size, ch, n=16), "test": synthetic(k, size, ch, n=8, seed=1)}
 
 
-def eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: dict[str, Any]) -> StepLoader:
-    return StepLoader(ds, int(dcfg["eval_batch_size"]), EvalTransform(preprocess), shuffle=False,
-                      num_workers=int(dcfg["num_workers"]))
+def _eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: dict[str, Any]) -> StepLoader:
+    return eval_loader(ds, preprocess, int(dcfg["eval_batch_size"]), int(dcfg["num_workers"]))
 
 
 def objective_model(model: nn.Module, cfg: dict[str, Any]) -> nn.Module:
@@ -116,6 +147,74 @@ def objective_model(model: nn.Module, cfg: dict[str, Any]) -> nn.Module:
     raise ValueError(f"train.objective must be classify or mpp, got {objective!r}")
 
 
+# Files a run writes in its folder; `overwrite=True` removes exactly these (nothing else of the user's).
+RUN_FILES = ("metrics.jsonl", "train_state.pt", "run_config.json", "train_config.json", "result.json",
+             "curves.png", "model", "tb")
+# Keys that may differ when a run is resumed without changing what it computes.
+RESUME_FREE = {"description", "train.log_every", "train.eval_every", "train.ckpt_every", "train.device",
+               "train.tensorboard", "data.num_workers", "data.eval_batch_size", "data.max_pixels"}
+
+
+def _flat(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {f"{sec}.{k}" if isinstance(body, dict) else sec: v
+            for sec, body in cfg.items() for k, v in (body.items() if isinstance(body, dict) else [("", body)])}
+
+
+def prepare_run_folder(out: Path, cfg: dict[str, Any], resume: bool, force: bool, overwrite: bool) -> None:
+    """Never overwrite a run silently: an existing run folder needs `resume` (checked against the saved
+    recipe; `force` accepts differences) or `overwrite` (its run files are removed first)."""
+    import shutil
+
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(20, "the run folder is a file", str(out))
+    present = [f for f in RUN_FILES if (out / f).exists()]
+    if resume:
+        if not (out / Trainer.STATE_NAME).is_file():
+            raise FileNotFoundError(f"no training state to resume from at {out / Trainer.STATE_NAME}")
+        saved_path = out / "run_config.json"
+        if saved_path.is_file() and not force:
+            try:
+                saved = _flat(json.loads(saved_path.read_text()))
+            except ValueError as e:
+                raise ValueError(f"{saved_path}: not readable JSON ({e}); resume with --force to skip the check") from e
+            now = _flat(cfg)
+            diff = [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+                    if k not in RESUME_FREE and saved.get(k) != now.get(k)]
+            if diff:
+                raise ValueError(f"{out} was trained with another recipe ({'; '.join(diff[:6])}"
+                                 f"{'; ...' if len(diff) > 6 else ''}); resume with the same settings, or accept "
+                                 "the new ones with --resume --force")
+        return
+    if present and not overwrite:
+        raise FileExistsError(f"{out} already holds a run ({', '.join(present)}); continue it with --resume, "
+                              "replace it with --overwrite, or choose another --out")
+    for f in present:
+        p = out / f
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def default_run_dir(cfg_ref: str | None, kind: str = "train") -> Path:
+    """runs/<recipe>-<date>-<time>: a new folder per run, named after what it ran."""
+    stem = Path(cfg_ref).stem if cfg_ref else kind
+    return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, Any], notes: list[str]) -> str:
+    """The header printed before training: model, parameters, data sizes, what was resampled/replaced."""
+    c = model.config
+    n_params = sum(p.numel() for p in model.parameters())
+    arch = (f"{c.name or 'ViT'} (width {c.width}, depth {c.depth}, heads {c.num_heads}, patch {c.patch_size}, "
+            f"{c.img_size[0]}x{c.img_size[1]} px, {c.in_chans} ch)" if hasattr(c, "width") else type(model).__name__)
+    sizes = ", ".join(f"{len(ds)} {name}" for name, ds in splits.items())
+    t, s = cfg["train"], cfg["schedule"]
+    src = cfg["model"]["pretrained"] or "random init"
+    lines = [f"model: {arch}, {n_params / 1e6:.2f}M parameters, from {src}",
+             f"data: {cfg['data']['name']} {cfg['data']['path']}".rstrip() + f" ({sizes} images, "
+             f"{len(splits['train'].classes)} classes)",
+             f"training: {s['steps']} steps of batch {t['batch_size']}, {cfg['optim']['name']} lr {cfg['optim']['lr']:g}"]
+    return "\n".join(lines + notes)
+
+
 def run_experiment(
     cfg: dict[str, Any],
     out: str | Path,
@@ -123,37 +222,62 @@ def run_experiment(
     dry_run: int = 0,
     progress: bool = True,
     final_test: bool = True,
+    *,
+    force: bool = False,
+    overwrite: bool = False,
+    save: bool | None = None,
+    header: bool = False,
 ) -> dict[str, Any]:
-    """Train as `cfg` says; returns {"steps", "train_s", "dev", "test", "model_dir", ...}."""
+    """Train as `cfg` says; returns {"steps", "train_s", "dev", "test", "model_dir", ...}.
+
+    `out` must be a new (or empty) folder unless `resume` or `overwrite`. A dry run saves no checkpoint
+    and no model unless `save=True`. `header=True` prints what is trained on what before starting."""
     if dry_run:
         cfg = _dry_run_config(cfg, dry_run)
+    save = (not dry_run) if save is None else save
+    check_config(cfg)
+    m = cfg["model"]
+    if m["require_pretrained"] and not m["pretrained"] and not dry_run:
+        raise ValueError(f"{cfg.get('description') or 'this recipe'}: a fine-tuning recipe needs model.pretrained "
+                         "(vitkit finetune --model PATH, or --set model.pretrained=PATH); to train it from a random "
+                         "init instead, say so with --from-scratch")
     out = Path(out)
     device = dist.init_from_env(cfg["train"]["device"])
     cfg = merge(cfg, {"train": {"device": device}})
+    if dist.rank() == 0:
+        prepare_run_folder(out, cfg, resume, force, overwrite)
+    dist.barrier()
     splits = _splits(cfg, dry_run)
     torch.manual_seed(int(cfg["train"]["seed"]))  # the initial weights are a function of the seed
     train = splits["train"]
-    model = build_model(cfg["model"], train.classes, train.channels, cfg["data"])
+    notes: list[str] = []
+    model = build_model(cfg["model"], train.classes, train.channels, cfg["data"], notes)
     trained = objective_model(model, cfg)  # the ViT itself, or the ViT inside its §4.6 MPP wrapper
     tcfg = train_config(cfg)
     d = cfg["data"]
+    if header and dist.rank() == 0:
+        print(describe_run(model, splits, cfg, notes), flush=True)
     tf = TrainTransform(model.preprocess, d["augment"], tuple(d["area"]), tuple(d["ratio"]), bool(d["flip"]))
     loader = StepLoader(train, tcfg.batch_size, tf, tcfg.seed, rank=dist.rank(), world=dist.world_size(),
                         num_workers=int(d["num_workers"]))
-    eval_split = d["eval_split"]
-    if eval_split not in ("dev", "test"):
-        raise ValueError(f"data.eval_split must be dev or test, got {eval_split!r}")
-    eval_ds = splits.get(eval_split)
+    eval_ds = splits.get(d["eval_split"])
     eval_fn = None
+    trainer: Trainer
     if eval_ds is not None and tcfg.eval_every:
-        ev_loader = eval_loader(eval_ds, model.preprocess, d)
+        ev_loader = _eval_loader(eval_ds, model.preprocess, d)
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
-            return evaluate_loader(m, ev_loader, tcfg.bf16, tcfg.device)
+            skipped: list[str] = []
+            res = evaluate_loader(m, ev_loader, tcfg.bf16, tcfg.device, skipped=skipped)
+            if skipped:  # named in the log, as the training split's are
+                trainer.log({"step": trainer.step, "split": d["eval_split"], "eval_skipped_images": skipped})
+                for msg in skipped:
+                    tqdm.write(f"skipped unreadable {d['eval_split']} image: {msg}")
+            return res
 
-    trainer = Trainer(trained, tcfg, loader, None, out, eval_fn=eval_fn, progress=progress)
+    trainer = Trainer(trained, tcfg, loader, out, eval_fn=eval_fn, progress=progress, save_checkpoints=save)
     if resume:
-        trainer.load_state()
+        trainer.load_state(force=force)
     if trainer.is_main:
         atomic_write_text(out / "run_config.json", json.dumps(cfg, indent=2) + "\n")
     t0 = time.perf_counter()
@@ -172,14 +296,18 @@ def run_experiment(
             if splits.get(name) is None or (name == "test" and not final_test):
                 continue
             trained.eval()
-            res = evaluate_loader(trained, eval_loader(splits[name], model.preprocess, d), tcfg.bf16, tcfg.device)
+            skipped: list[str] = []
+            res = evaluate_loader(trained, _eval_loader(splits[name], model.preprocess, d), tcfg.bf16, tcfg.device,
+                                  skipped=skipped)
             result[name] = res
-            trainer.log({"step": trainer.step, "split": name, **{f"eval_{k}": v for k, v in res.items()}})
-        from vitkit.formats import save_pretrained
+            trainer.log({"step": trainer.step, "split": name, **{f"eval_{k}": v for k, v in res.items()},
+                         **({"eval_skipped_images": skipped} if skipped else {})})
+        if save:
+            from vitkit.formats import save_pretrained
 
-        model_cpu = model.to("cpu")
-        save_pretrained(model_cpu, out / "model")
-        result["model_dir"] = str(out / "model")
+            model_cpu = model.to("cpu")
+            save_pretrained(model_cpu, out / "model")
+            result["model_dir"] = str(out / "model")
         plot_curves(trainer.metrics_path, out / "curves.png", title=f"{cfg.get('description', '')}".strip())
         result["curves"] = str(out / "curves.png")
         atomic_write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
@@ -187,7 +315,8 @@ def run_experiment(
     return result
 
 
-def run_sweep(cfg: dict[str, Any], out: str | Path, lrs: list[float] | None = None, progress: bool = True) -> dict[str, Any]:
+def run_sweep(cfg: dict[str, Any], out: str | Path, lrs: list[float] | None = None, progress: bool = True,
+              overwrite: bool = False) -> dict[str, Any]:
     """One run per learning rate; the pick is the best dev top-1 (the paper's hold-out dev split)."""
     lrs = [float(x) for x in (lrs or cfg["sweep"]["lrs"])]
     if not lrs:
@@ -197,7 +326,8 @@ def run_sweep(cfg: dict[str, Any], out: str | Path, lrs: list[float] | None = No
     out = Path(out)
     runs = []
     for lr in lrs:
-        res = run_experiment(merge(cfg, {"optim": {"lr": lr}}), out / f"lr_{lr:g}", progress=progress, final_test=False)
+        res = run_experiment(merge(cfg, {"optim": {"lr": lr}}), out / f"lr_{lr:g}", progress=progress, final_test=False,
+                             overwrite=overwrite)
         runs.append({"lr": lr, "dev_top1": res["dev"]["top1"], "dev_loss": res["dev"]["loss"], "out": res["out"]})
     best = max(runs, key=lambda r: (r["dev_top1"], -r["dev_loss"]))
     summary = {"runs": runs, "best_lr": best["lr"], "best_dev_top1": best["dev_top1"], "best_out": best["out"]}

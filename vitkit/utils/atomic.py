@@ -1,12 +1,36 @@
-"""Atomic file writes: write to a temporary name in the same folder, fsync, then rename."""
+"""Atomic file writes: write to a temporary name in the same folder, fsync, then rename.
+
+The file gets the mode a plain `open(path, "w")` would give under the user's umask (not mkstemp's
+0600). A failed write (disk full, read-only folder) raises an OSError that names the target file.
+Temporary files left by a killed process are named `.NAME.XXXX.tmp`; `clean_stale_temps` removes them.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+TEMP_SUFFIX = ".tmp"
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_failure(target: Path, e: BaseException) -> OSError:
+    """An OSError naming `target` for a failed write (torch reports a full disk as a RuntimeError)."""
+    code = e.errno if isinstance(e, OSError) and e.errno else errno.EIO
+    reason = (e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())[:200]) or type(e).__name__
+    hint = "" if code in (errno.EACCES, errno.EPERM) else "; is the disk full or the folder read-only?"
+    err = OSError(code, f"could not write the file ({reason}){hint}")
+    err.filename = str(target)
+    return err
 
 
 @contextlib.contextmanager
@@ -17,14 +41,24 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as f:
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            yield tmp_path
+            os.chmod(tmp_path, 0o666 & ~_umask())
+            with open(tmp_path, "rb+") as f:
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise _write_failure(target, e) from e
+        except Exception as e:  # noqa: BLE001 - libraries report a failed write in their own types
+            text = str(e)
+            markers = ("inline_container", "PytorchStreamWriter", "write failed", "No space left", "Disk quota")
+            if type(e).__name__ == "SafetensorError" or any(m in text for m in markers):
+                raise _write_failure(target, e) from e
+            raise
         os.replace(tmp_path, target)
         dir_fd = os.open(target.parent, os.O_RDONLY)
         try:
@@ -34,6 +68,21 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def clean_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files `atomic_path` leaves in `folder` when a process is killed mid-write.
+
+    Call it only where no other process is writing to `folder` (at the start of a run)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for p in folder.glob(f".*{TEMP_SUFFIX}"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

@@ -1,0 +1,98 @@
+"""The data set types behind one small interface: in-memory arrays, image files, and index subsets.
+
+A data set has `classes`, `labels` (np.int64), `channels`, `len()`, `get(i, min_size=None) -> ((C, H, W)
+floats in [0, 1] at the image's own size, label)` and `describe(i)` (a name for the log). `get` raises
+ValueError for an unreadable image; the loader skips, counts and names it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from vitkit.data.preprocess import read_image
+from vitkit.data.splits import stratified_holdout
+
+
+class Dataset(Protocol):
+    classes: list[str]
+    labels: np.ndarray
+    channels: int
+
+    def __len__(self) -> int: ...
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]: ...
+
+    def describe(self, i: int) -> str: ...
+
+
+class ArrayDataset:
+    """Images held in memory, (N, C, H, W) uint8 (0..255) or floats in [0, 1]."""
+
+    def __init__(self, images: torch.Tensor, labels: Any, classes: list[str], name: str = "array") -> None:
+        if len(images) != len(labels):
+            raise ValueError(f"{name}: {len(images)} images but {len(labels)} labels")
+        self.images, self.labels = images, np.asarray(labels, dtype=np.int64)
+        self.classes, self.name, self.channels = list(classes), name, int(images.shape[1])
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+        x = self.images[i]
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        return x, int(self.labels[i])
+
+    def describe(self, i: int) -> str:
+        return f"{self.name}[{i}]"
+
+
+class FileDataset:
+    """Image files with integer labels, decoded on access (1- or 3-channel)."""
+
+    def __init__(self, paths: list[str], labels: Any, classes: list[str], channels: int = 3,
+                 max_pixels: int | None = None) -> None:
+        self.paths, self.labels = list(paths), np.asarray(labels, dtype=np.int64)
+        self.classes, self.channels, self.max_pixels = list(classes), channels, max_pixels
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+        """Image i, decoded at no less than `min_size` (smaller when the file is much larger)."""
+        return read_image(self.paths[i], self.channels, min_size, self.max_pixels), int(self.labels[i])
+
+    def describe(self, i: int) -> str:
+        return self.paths[i]
+
+
+class Subset:
+    """A view of some indices of a data set (hold-out splits)."""
+
+    def __init__(self, base: Dataset, indices: np.ndarray) -> None:
+        self.base, self.indices = base, np.asarray(indices, dtype=np.int64)
+        self.classes, self.channels = base.classes, base.channels
+        self.labels = base.labels[self.indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+        return self.base.get(int(self.indices[i]), min_size)
+
+    def describe(self, i: int) -> str:
+        return self.base.describe(int(self.indices[i]))
+
+
+def holdout(ds: Dataset, fraction: float, seed: int = 0) -> tuple[Subset, Subset]:
+    kept, held = stratified_holdout(ds.labels, fraction, seed)
+    return Subset(ds, kept), Subset(ds, held)
+
+
+def synthetic(num_classes: int, img_size: tuple[int, int], channels: int = 3, n: int = 64, seed: int = 0) -> ArrayDataset:
+    """Random uint8 images with labels i % K, for dry runs of recipes whose data is not at hand."""
+    g = torch.Generator().manual_seed(seed)
+    imgs = torch.randint(0, 256, (n, channels, *img_size), generator=g, dtype=torch.uint8)
+    return ArrayDataset(imgs, np.arange(n) % num_classes, [str(i) for i in range(num_classes)], "synthetic")
