@@ -25,7 +25,7 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 	touch $@
 
 demo: $(VENV)/.base
-	$(BIN)/vitkit demo
+	$(BIN)/vitkit demo --overwrite
 
 test: $(VENV)/.test
 	$(BIN)/ruff check vitkit tests benchmarks

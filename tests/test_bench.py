@@ -22,6 +22,7 @@ from vitkit.bench import (
     vit_flops,
 )
 from vitkit.bench.peers import PEERS
+from vitkit.bench.suite import Result
 from vitkit.cli import main
 from vitkit.models.registry import vit_config
 
@@ -57,10 +58,31 @@ def test_flops_of_b16_are_the_papers() -> None:
 
 
 def test_time_interleaved_collects_every_repeat() -> None:
+    import time
+
     calls: list[str] = []
-    t = time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, warmup=1, repeats=3)
+    t = time_interleaved({"a": lambda: calls.append("a") or time.sleep(0.02), "b": lambda: calls.append("b")},
+                         warmup=1, repeats=3)
     assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up each, then round-robin
-    assert len(t["a"].samples) == 3 and t["a"].median >= 0
+    assert len(t["a"].samples) == 3 and 0.019 <= t["a"].median < 0.5 and t["b"].median < 0.01
+    assert t["a"].spread == (max(t["a"].samples) - min(t["a"].samples)) / t["a"].median
+
+
+def test_impossible_or_noisy_rows_are_flagged_in_the_table() -> None:
+    """A row above 100% of the measured roofline or with repeats spread over 25% says UNRELIABLE and why;
+    the table says how many repeats each median came from."""
+    case = Case("vit_ti16", 224, 8, "infer")
+    ok = Result(case, "vitkit", "fp32", median_s=0.1, spread=0.10, img_per_s=80, gflops=90, roofline_frac=0.84, repeats=5)
+    fast = Result(case, "hf-sdpa", "fp32", median_s=0.1, spread=0.05, img_per_s=80, gflops=140, roofline_frac=1.35,
+                  repeats=5)
+    noisy = Result(case, "hf-eager", "fp32", median_s=0.1, spread=6.16, img_per_s=80, gflops=50, roofline_frac=0.5,
+                   repeats=3)
+    assert ok.unreliable == "" and "135% of roofline is impossible" in fast.unreliable
+    assert "spread 616% > 25%" in noisy.unreliable
+    lines = format_table([ok, fast, noisy]).splitlines()
+    assert "repeats" in lines[0]
+    assert "UNRELIABLE" not in lines[2] and "UNRELIABLE: 135% of roofline" in lines[3] and "UNRELIABLE" in lines[4]
+    assert lines[2].split()[-1] == "5" and lines[4].split()[-1] != "3"  # repeats column; notes after it
 
 
 def test_peak_memory_counts_live_tensors() -> None:
@@ -106,7 +128,10 @@ def test_suite_runs_and_reports_ratios() -> None:
     ok = [r for r in results if not r.note.startswith("skipped")]
     assert {(r.impl, r.precision) for r in ok} >= {("vitkit", "fp32"), ("vitkit", "bf16"), ("hf-sdpa", "bf16-autocast")}
     for r in ok:
-        assert r.img_per_s > 0 and r.gflops > 0 and r.peak_mb > 0 and r.vs_vitkit > 0
+        assert r.img_per_s > 0 and r.gflops > 0 and r.peak_mb > 0 and r.vs_vitkit > 0 and r.repeats == 1
+        # the roofline fraction is against the best of the peaks measured before and after the cases
+        dtype = "fp32" if r.precision == "fp32" else "bf16"
+        assert r.roofline_frac == pytest.approx(r.gflops * 1e9 / peaks[dtype])
     assert all(r.vs_vitkit == 1.0 for r in ok if r.impl == "vitkit" and r.precision in ("fp32", "bf16"))
     table = format_table(results)
     assert "vitkit/impl" in table and "hf-sdpa" in table
@@ -120,7 +145,8 @@ def test_bf16_agrees_with_fp32() -> None:
     for a in compare_precisions(model, x, labels):
         assert a.n == 64 and 0.8 <= a.top1_agreement <= 1.0
         assert a.mean_abs_logit_diff < 0.05 and a.max_abs_logit_diff < 0.5  # bf16 keeps 8 bits of mantissa
-        assert a.accuracy is not None and a.reference_accuracy is not None
+        ref_acc = (model(x).argmax(-1) == labels).float().mean().item()
+        assert a.reference_accuracy == pytest.approx(ref_acc) and abs(a.accuracy - ref_acc) <= 1 - a.top1_agreement
     assert next(model.parameters()).dtype == torch.float32  # the input model is untouched
 
 

@@ -36,12 +36,15 @@ def test_onnx_has_a_dynamic_batch_and_matches_pytorch(tmp_path) -> None:  # noqa
 def test_export_at_another_resolution(tmp_path) -> None:  # noqa: ANN001
     model = _tiny()
     path = export_onnx(model, tmp_path / "m48.onnx", img_size=48)
+    import onnx
+
     x = torch.randn(2, 3, 48, 48)
-    ref = model.__class__(model.config.replace(img_size=48))
     moved = _copy_at(model, 48)
     got = onnx_logits(ort_session(path), x)
-    assert got.shape == (2, 10) and ref is not None
+    dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
+    assert got.shape == (2, 10) and [d.dim_value for d in dims[1:]] == [3, 48, 48]
     assert (got - moved(x).detach()).abs().max() < 1e-4
+    assert (got - model(torch.nn.functional.interpolate(x, size=32)).detach()).abs().max() > 1e-3  # not the 32-px model
     assert model.config.img_size == (32, 32)  # the caller's model is not moved
 
 
@@ -59,6 +62,22 @@ def test_int8_quantisation_runs_and_mostly_agrees(tmp_path) -> None:  # noqa: AN
     q = quantize_int8(path, tmp_path / "m.int8.onnx")
     r = check_parity(model, q, batch_sizes=(16,))
     assert r.max_abs_diff < 0.5 * r.max_abs_logit and r.top1_agreement >= 0.5
+
+
+def test_benchmark_sessions_do_not_spin() -> None:
+    """Timed interleaved with PyTorch, onnxruntime must not busy-wait into PyTorch's turn (that made ONNX
+    look 5-179x faster); a serving session keeps onnxruntime's default."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = export_onnx(_tiny(), Path(d) / "m.onnx")
+        quiet = ort_session(path, spin=False).get_session_options()
+        assert quiet.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert quiet.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+        default = ort_session(path).get_session_options()
+        with pytest.raises(Exception, match="does not have configuration"):  # onnxruntime's default (spinning)
+            default.get_session_config_entry("session.intra_op.allow_spinning")
 
 
 def test_export_command(tmp_path, capsys) -> None:  # noqa: ANN001

@@ -214,7 +214,7 @@ def test_cli_on_a_one_channel_checkpoint_uses_demo_test_digits(tmp_path: Path) -
         assert (out / f"{name}.png").stat().st_size > 1000
         json.loads((out / f"{name}.json").read_text())
     summary = json.loads((out / "inspect.json").read_text())
-    assert [im["name"] for im in summary["images"]] == [f"test digit {i}" for i in range(5)]
+    assert [im["name"] for im in summary["images"]] == [f"test image #{i}" for i in range(5)]
     assert summary["images"][0]["prediction"]["label"] in model.preprocess.labels
     dist = json.loads((out / "attention_distance.json").read_text())
     assert dist["num_images"] == 5 and len(dist["mean"]) == 2 and len(dist["mean"][0]) == 2

@@ -68,12 +68,19 @@ def export_onnx(
     return path
 
 
-def ort_session(path: str | Path, threads: int | None = None):  # noqa: ANN201 - onnxruntime is optional
-    """An onnxruntime CPU session for `path` (threads: intra-op threads, default all cores)."""
+def ort_session(path: str | Path, threads: int | None = None, spin: bool = True):  # noqa: ANN201 - optional dep
+    """An onnxruntime CPU session for `path` (threads: intra-op threads, default all cores).
+
+    `spin=False` stops onnxruntime's worker threads from busy-waiting after a call. Timing it
+    interleaved with PyTorch needs that: spinning threads keep the cores busy through PyTorch's turn,
+    which slowed PyTorch and made onnxruntime look 5-179x faster than it is."""
     ort = _ort()
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = threads
+    if not spin:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
@@ -136,6 +143,6 @@ def bench_onnx(
 
     fns = {"pytorch": torch_step}
     for name, p in paths.items():
-        sess = ort_session(p, threads=torch.get_num_threads())
+        sess = ort_session(p, threads=torch.get_num_threads(), spin=False)  # no busy-waiting into PyTorch's turn
         fns[name] = lambda sess=sess: sess.run(None, {INPUT_NAME: xn})
     return time_interleaved(fns, warmup=warmup, repeats=repeats)

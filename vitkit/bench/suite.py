@@ -25,6 +25,7 @@ from vitkit.models.vit import ViTConfig
 
 VITKIT = "vitkit"
 COMPILED = "vitkit+compile"
+MAX_SPREAD = 0.25  # rows whose repeats disagree by more than this are flagged unreliable
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,19 @@ class Result:
     roofline_frac: float = float("nan")  # achieved / measured matmul peak in the same dtype
     peak_mb: float = float("nan")
     vs_vitkit: float = float("nan")  # vitkit throughput / this throughput (for peers: vitkit / peer)
+    repeats: int = 0  # timed repeats behind the median
     note: str = ""
+
+    @property
+    def unreliable(self) -> str:
+        """Why this row's figures cannot be trusted ('' when they can): above the measured roofline, which
+        cannot happen (the peak was measured low), or repeats that disagree by more than 25%."""
+        why = []
+        if self.roofline_frac == self.roofline_frac and self.roofline_frac > 1.0:
+            why.append(f"{100 * self.roofline_frac:.0f}% of roofline is impossible")
+        if self.spread == self.spread and self.spread > MAX_SPREAD:
+            why.append(f"repeats spread {100 * self.spread:.0f}% > {100 * MAX_SPREAD:.0f}%")
+        return "; ".join(why)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -75,6 +88,7 @@ class SuiteConfig:
     compile: bool = False
     measure_memory: bool = True
     peak_sizes: tuple[int, ...] = (1024, 2048)  # square matmul sizes for the roofline
+    peak_repeats: int = 10  # the peak is the fastest of these (per size), measured before and after the cases
     overrides: dict[str, Any] = field(default_factory=dict)  # ViTConfig overrides for every case (tests)
 
 
@@ -215,7 +229,7 @@ def run_case(case: Case, sc: SuiteConfig, peaks: dict[str, float], log: Callable
     timings = time_interleaved(steps, warmup=max(sc.warmup - 1, 0), repeats=repeats, device=device, progress=log)
     for key, t in timings.items():
         res = keys[key]
-        res.median_s, res.spread = t.median, t.spread
+        res.median_s, res.spread, res.repeats = t.median, t.spread, len(t.samples)
         res.img_per_s = case.batch / t.median
         res.gflops = flops_per_img * case.batch / t.median / 1e9
         dtype = "fp32" if res.precision == "fp32" else "bf16"
@@ -229,15 +243,23 @@ def run_case(case: Case, sc: SuiteConfig, peaks: dict[str, float], log: Callable
 
 
 def run_suite(sc: SuiteConfig, log: Callable[[str], None] | None = None) -> tuple[dict[str, float], list[Result]]:
-    """Measure the matmul peaks (for the dtypes the cases use), then every case. Returns (peaks in
-    FLOP/s by dtype name, results)."""
+    """Measure the matmul peaks (for the dtypes the cases use), then every case, then the peaks again.
+    Returns (peaks in FLOP/s by dtype name, results).
+
+    The roofline is the best of both peak measurements (each the fastest of several repeats, the second
+    one after the models have warmed the machine up), so a peak measured low while the thread pool or
+    the clock was still ramping up cannot put a model above 100%. Rows that still exceed it, or whose
+    repeats spread by more than 25%, are flagged unreliable in the table."""
     device = resolve_device(sc.device)
     dtypes = sorted({"fp32" if c.precision == "fp32" else "bf16" for c in sc.cases})
-    peaks = {}
-    for d in dtypes:
-        peaks[d] = matmul_peak(torch.float32 if d == "fp32" else torch.bfloat16, device, sc.peak_sizes)
-        if log:
-            log(f"matmul peak {d}: {peaks[d] / 1e9:.1f} GFLOP/s")
+
+    def measure() -> dict[str, float]:
+        return {d: matmul_peak(torch.float32 if d == "fp32" else torch.bfloat16, device, sc.peak_sizes,
+                               repeats=sc.peak_repeats) for d in dtypes}
+
+    peaks = measure()
+    if log:
+        log("matmul peak (before): " + ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in peaks.items()))
     results: list[Result] = []
     bar = tqdm(sc.cases, desc="bench", unit="case", disable=log is None)
     for case in bar:
@@ -247,6 +269,16 @@ def run_suite(sc: SuiteConfig, log: Callable[[str], None] | None = None) -> tupl
             bar.set_postfix_str(f"{label}: {msg}")
 
         results += run_case(case, sc, peaks, progress)
+    after = measure()
+    if log:
+        log("matmul peak (after): " + ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in after.items()))
+    for d in dtypes:
+        if after[d] > peaks[d]:
+            peaks[d] = after[d]
+    for r in results:  # the roofline fraction against the final (best) peak
+        dtype = "fp32" if r.precision == "fp32" else "bf16"
+        if r.gflops == r.gflops and dtype in peaks:
+            r.roofline_frac = r.gflops * 1e9 / peaks[dtype]
     return peaks, results
 
 
@@ -256,7 +288,8 @@ def _fmt(v: float, spec: str) -> str:
 
 def format_table(results: list[Result], markdown: bool = False) -> str:
     """One row per (case, implementation): img/s, median latency, spread of the repeats
-    ((max - min) / median), GFLOP/s, % of roofline, peak MB, ratio."""
+    ((max - min) / median), GFLOP/s, % of roofline, peak MB, ratio, the number of timed repeats, and
+    "UNRELIABLE: why" in the note of a row above 100% of the roofline or with a spread over 25%."""
     head = [
         "case",
         "impl",
@@ -269,6 +302,7 @@ def format_table(results: list[Result], markdown: bool = False) -> str:
         "% roofline",
         "peak MB",
         "vitkit/impl",
+        "repeats",
         "note",
     ]
     rows = [
@@ -284,7 +318,8 @@ def format_table(results: list[Result], markdown: bool = False) -> str:
             _fmt(r.roofline_frac * 100, ".0f"),
             _fmt(r.peak_mb, ".0f"),
             _fmt(r.vs_vitkit, ".2f"),
-            r.note,
+            str(r.repeats) if r.repeats else "-",
+            "; ".join(x for x in (("UNRELIABLE: " + r.unreliable) if r.unreliable else "", r.note) if x),
         ]
         for r in results
     ]

@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help="also time torch.compile(vitkit) (compiles once per case)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls per implementation before timing (default: 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per implementation (medians reported)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     p.add_argument("--json", type=Path, default=None, help="write machine info, peaks and rows as JSON")

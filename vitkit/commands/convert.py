@@ -18,12 +18,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=FORMATS, dest="to", help="format to write")
     parser.add_argument("--num-classes", type=int, default=None, help="replace the head by a zero K-way head")
     parser.add_argument("--img-size", type=int, nargs="+", default=None, help="resample E_pos to H [W] (paper §3.2)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an existing folder or file (also onto the source itself)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from vitkit.formats import detect_format, load_pretrained, save_pretrained
 
     src_fmt = detect_format(args.src)
+    src, dst = Path(args.src).resolve(), Path(args.dst).resolve()
+    if not args.overwrite:
+        if dst == src or src.is_relative_to(dst) or dst.is_relative_to(src):
+            raise FileExistsError(f"{args.dst}: that is (inside) the source {args.src}; converting onto it would "
+                                  "replace its files: choose another destination, or --overwrite")
+        if dst.is_file() or (dst.is_dir() and any(dst.iterdir())):
+            raise FileExistsError(f"{args.dst} already exists; choose another destination, or --overwrite")
     img = None if args.img_size is None else tuple(args.img_size) if len(args.img_size) == 2 else args.img_size[0]
     model = load_pretrained(args.src, num_classes=args.num_classes, img_size=img)
     out = save_pretrained(model, args.dst, format=args.to)

@@ -11,14 +11,14 @@ HELP = "export a model to ONNX (dynamic batch), verified with onnxruntime; optio
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="checkpoint path (any format vitkit reads) or a registry name (random weights)")
-    p.add_argument("--format", choices=["onnx"], default="onnx")
+    p.add_argument("--format", choices=["onnx"], default="onnx", help="export format (default: onnx)")
     p.add_argument("--out", type=Path, default=None, help="output .onnx (default: model.onnx next to the checkpoint)")
     p.add_argument("--img-size", type=int, default=None, help="export at this resolution (E_pos resampled)")
-    p.add_argument("--opset", type=int, default=17)
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17; SDPA needs >= 14)")
     p.add_argument("--int8", action="store_true", help="also write <out>.int8.onnx (onnxruntime dynamic quantisation)")
     p.add_argument("--no-check", action="store_true", help="skip the onnxruntime vs PyTorch parity check")
     p.add_argument("--bench", action="store_true", help="time PyTorch and onnxruntime side by side")
-    p.add_argument("--batch", type=int, default=8, help="batch for --bench")
+    p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
     p.add_argument("--eval-digits", action="store_true", help="accuracy of every export on the digits test split")
 
 

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--show", type=int, default=6, help="images drawn in attention_maps.png (default: 6)")
     parser.add_argument("--components", type=int, default=28, help="principal components of E to draw (default: 28)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default: 16)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 

@@ -69,7 +69,7 @@ def load_pretrained(
     try:
         model = loader(p)
     except (ValueError, TypeError, KeyError) as e:  # every message names the file it is about
-        msg = str(e).strip("'\"")
+        msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         raise ValueError(msg if str(p) in msg else f"{p}: {msg}") from e
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")

@@ -84,7 +84,10 @@ def load_native(path: str | Path) -> VisionTransformer:
         raise ValueError(f"{cfg_path}: cannot read the model config: {e}") from e
     if "model" not in doc:
         raise ValueError(f"{cfg_path}: no 'model' entry; is this a vitkit checkpoint?")
-    cfg = ViTConfig.from_dict(doc["model"])
+    try:
+        cfg = ViTConfig.from_dict(doc["model"])
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{cfg_path}: {e}") from e
     model = VisionTransformer(cfg)
     load_state_checked(model, read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME)
     model.preprocess = PreprocessConfig.from_dict(doc["preprocess"]) if "preprocess" in doc else default_preprocess(cfg)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,11 @@ def _preprocess(meta: dict[str, Any], cfg: ViTConfig) -> PreprocessConfig:
 # ----------------------------------------------------------------------------- writing
 def _timm_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
     cfg = model.config
+    if cfg.gelu != "exact" or cfg.ln_eps != 1e-6:
+        warnings.warn(
+            f"this model uses {cfg.gelu} GELU and LayerNorm eps {cfg.ln_eps:g}; timm's VisionTransformer runs exact "
+            "GELU and eps 1e-6, so timm's outputs will differ slightly (vitkit itself reloads the file exactly: "
+            "its config is stored alongside)", UserWarning, stacklevel=3)
     if cfg.posemb != "learn1d":
         raise ValueError(f"timm's ViT has learned 1D position embeddings; this model has posemb={cfg.posemb!r}")
     out = {}

@@ -104,7 +104,7 @@ def demo_digit_images(pre: PreprocessConfig, n: int) -> list[InspectImage]:
     n = min(n, len(test))
     x = pre.resize(test.images[:n])
     return [
-        InspectImage(f"test digit {i}", _to_channels(x[i], pre.channels), LABELS[int(test.labels[i])]) for i in range(n)
+        InspectImage(f"test image #{i}", _to_channels(x[i], pre.channels), LABELS[int(test.labels[i])]) for i in range(n)
     ]
 
 
@@ -295,9 +295,9 @@ def inspect_model(
     n_show = max(1, min(show, len(images)))
     titles = []
     for r in records[:n_show]:
-        t = r["name"] + (f" (true {r['label']})" if r["label"] is not None else "")
+        t = r["name"] + (f"\nlabel: {r['label']}" if r["label"] is not None else "")
         if r["prediction"] is not None:
-            t += f"\npred {r['prediction']['label']} ({100 * r['prediction']['prob']:.0f}%)"
+            t += f", predicted: {r['prediction']['label']} ({100 * r['prediction']['prob']:.0f}%)"
         titles.append(t)
     query = "class token" if cfg.pooling == "token" else "mean over all tokens (GAP)"
     figures.plot_attention_maps(

@@ -405,6 +405,24 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def curve_series(recs: list[dict[str, Any]]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+    """The lines of curves.png, by panel ("loss", "accuracy") and label: training, the periodic evaluation,
+    and each final evaluation split on its own (a final test point is never joined to dev points)."""
+    tr = [r for r in recs if "loss" in r]
+    out: dict[str, dict[str, tuple[list[int], list[float]]]] = {
+        "loss": {"train loss": ([r["step"] for r in tr], [r["loss"] for r in tr])},
+        "accuracy": {"train (augmented batches)": ([r["step"] for r in tr], [100 * r["train_acc"] for r in tr])},
+    }
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        if "eval_top1" in r:
+            groups.setdefault(f"{r['split']} (final)" if "split" in r else "eval (during training)", []).append(r)
+    for label, rs in groups.items():
+        out["loss"][label] = ([r["step"] for r in rs], [r["eval_loss"] for r in rs])
+        out["accuracy"][label] = ([r["step"] for r in rs], [100 * r["eval_top1"] for r in rs])
+    return out
+
+
 def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:
     """Loss and accuracy curves of a run as a PNG (matplotlib, Agg)."""
     import matplotlib
@@ -412,25 +430,21 @@ def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = read_metrics(metrics_path)
-    tr = [r for r in recs if "loss" in r]
-    ev = [r for r in recs if "eval_top1" in r]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    a1.plot([r["step"] for r in tr], [r["loss"] for r in tr], label="train loss")
-    if ev:
-        a1.plot([r["step"] for r in ev], [r["eval_loss"] for r in ev], marker="o", label="eval loss")
-    a1.set_xlabel("step")
-    a1.set_ylabel("cross-entropy")
-    a1.set_title("loss")
-    a1.legend()
-    a2.plot([r["step"] for r in tr], [100 * r["train_acc"] for r in tr], label="train (augmented batches)")
-    if ev:
-        a2.plot([r["step"] for r in ev], [100 * r["eval_top1"] for r in ev], marker="o", label="eval top-1")
-    a2.set_xlabel("step")
-    a2.set_ylabel("accuracy (%)")
-    a2.set_title("accuracy")
-    a2.legend()
-    a2.grid(alpha=0.3)
+    series = curve_series(read_metrics(metrics_path))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (panel, lines) in zip(axes, series.items()):
+        for label, (x, y) in lines.items():
+            if label.startswith("train"):
+                ax.plot(x, y, label=label)
+            elif label.endswith("(final)"):
+                ax.plot(x, y, linestyle="none", marker="*", markersize=11, label=label)
+            else:
+                ax.plot(x, y, marker="o", label=label)
+        ax.set_xlabel("step")
+        ax.set_ylabel("cross-entropy" if panel == "loss" else "accuracy (%)")
+        ax.set_title(panel)
+        ax.legend()
+        ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
