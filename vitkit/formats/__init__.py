@@ -83,12 +83,9 @@ def adapt(
     dropped, stored labels cleared) and position embeddings resampled in 2D for `img_size`."""
     if num_classes is not None:
         model.reset_head(num_classes, drop_pre_logits=True)
-        if getattr(model, "preprocess", None) is not None:
-            model.preprocess.labels = []
+        model.preprocess.labels = []
     if img_size is not None:
-        model.set_img_size(img_size)
-        if getattr(model, "preprocess", None) is not None:
-            model.preprocess.img_size = model.config.img_size
+        model.set_img_size(img_size)  # the preprocessing follows: its size is the model's own
     return model
 
 

@@ -206,7 +206,7 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
     if problems:
         raise ValueError("cannot save as a Hugging Face ViT: " + "; ".join(problems))
     h, w = cfg.img_size
-    labels = list(getattr(getattr(model, "preprocess", None), "labels", None) or [])
+    labels = list(model.preprocess.labels)
     if len(labels) != cfg.num_classes:
         labels = [f"LABEL_{i}" for i in range(cfg.num_classes)]
     doc: dict[str, Any] = {
@@ -246,10 +246,9 @@ def save_hf(model: VisionTransformer, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_with(out / SAFETENSORS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")
-    pre = getattr(model, "preprocess", None)
-    mean = list(pre.mean) if pre else [0.5] * cfg.in_chans
-    std = list(pre.std) if pre else [0.5] * cfg.in_chans
-    resample = {v: k for k, v in RESAMPLE.items()}.get(pre.interpolation if pre else "bilinear", 2)
+    pre = model.preprocess
+    mean, std = list(pre.mean), list(pre.std)
+    resample = {v: k for k, v in RESAMPLE.items()}.get(pre.interpolation, 2)
     proc = {
         "image_processor_type": "ViTImageProcessor",
         "do_resize": True,

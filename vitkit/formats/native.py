@@ -38,17 +38,11 @@ def save_native(model: VisionTransformer, out_dir: str | Path, extra: dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     atomic_write_with(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
-    preprocess = getattr(model, "preprocess", None) or default_preprocess(model.config)
-    doc = {"format": FORMAT_TAG, "model": model.config.to_dict(), "preprocess": preprocess.to_dict()}
+    doc = {"format": FORMAT_TAG, "model": model.config.to_dict(), "preprocess": model.preprocess.to_dict()}
     if extra:
         doc.update(extra)
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return out
-
-
-def default_preprocess(cfg: ViTConfig) -> PreprocessConfig:
-    """The original code's preprocessing: mean = std = 0.5, resize without crop."""
-    return PreprocessConfig(img_size=cfg.img_size, mean=(0.5,) * cfg.in_chans, std=(0.5,) * cfg.in_chans)
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -90,5 +84,6 @@ def load_native(path: str | Path) -> VisionTransformer:
         raise ValueError(f"{cfg_path}: {e}") from e
     model = VisionTransformer(cfg)
     load_state_checked(model, read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME)
-    model.preprocess = PreprocessConfig.from_dict(doc["preprocess"]) if "preprocess" in doc else default_preprocess(cfg)
+    if "preprocess" in doc:  # else the model's default: the original code's [-1, 1] scaling
+        model.preprocess = PreprocessConfig.from_dict(doc["preprocess"])
     return model

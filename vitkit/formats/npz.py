@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from vitkit.formats.common import KeyTable, expect_shape, gather_state, require, split_chunks, square_grid
-from vitkit.formats.native import default_preprocess, load_state_checked
+from vitkit.formats.native import load_state_checked
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_with
@@ -238,7 +238,6 @@ def load_npz(path: str | Path) -> VisionTransformer:
     own = model.state_dict()
     state = npz_to_state(arrays, key_table(cfg, names, posemb_key), own, file, cfg.num_heads)
     load_state_checked(model, state, file)
-    model.preprocess = default_preprocess(cfg)
     return model.eval()
 
 

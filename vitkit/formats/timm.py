@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 
 from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import KeyTable, gather_state, guess_num_heads, require, torch_load_weights
-from vitkit.formats.native import default_preprocess, load_state_checked, read_safetensors
+from vitkit.formats.native import load_state_checked, read_safetensors
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
@@ -173,12 +173,12 @@ def load_timm(path: str | Path) -> VisionTransformer:
     own = model.state_dict()
     state = gather_state(state, key_table(list(state)), own, wpath, lambda _k, t: t, lambda _k, s: s)
     load_state_checked(model, state, wpath)
-    model.preprocess = _preprocess(meta, cfg)
+    model.preprocess = _preprocess(meta, model.preprocess, cfg)
     return model.eval()
 
 
-def _preprocess(meta: dict[str, Any], cfg: ViTConfig) -> PreprocessConfig:
-    pre = default_preprocess(cfg)
+def _preprocess(meta: dict[str, Any], pre: PreprocessConfig, cfg: ViTConfig) -> PreprocessConfig:
+    """The model's default preprocessing `pre`, updated from timm's pretrained_cfg where the file has one."""
     pc = meta.get("pretrained_cfg") or {}
     if "mean" in pc and "std" in pc:
         pre.mean, pre.std = tuple(pc["mean"]), tuple(pc["std"])
@@ -219,7 +219,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
     meta = {"format": "pt", META_KEY: cfg.to_json()}
     atomic_write_with(file, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     if file != out:
-        pre = getattr(model, "preprocess", None) or default_preprocess(cfg)
+        pre = model.preprocess
         doc = {
             "architecture": "vit_base_patch16_224",  # timm builder; model_args below set every size
             "num_classes": cfg.num_classes,

@@ -17,7 +17,6 @@ import torch
 from tqdm.auto import tqdm
 
 from vitkit.data.preprocess import PreprocessConfig
-from vitkit.formats.native import default_preprocess
 from vitkit.inspect import figures
 from vitkit.inspect.attention import (
     attention_rollout,
@@ -43,9 +42,8 @@ class InspectImage:
 
 
 def model_preprocess(model: VisionTransformer) -> PreprocessConfig:
-    """The preprocessing saved with the model, or the original code's default (mean = std = 0.5)."""
-    pre = getattr(model, "preprocess", None)
-    return pre if pre is not None else default_preprocess(model.config)
+    """The preprocessing declared on the model (saved with it; the original's [-1, 1] by default)."""
+    return model.preprocess
 
 
 def _to_channels(x: torch.Tensor, c: int) -> torch.Tensor:

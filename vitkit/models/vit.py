@@ -25,6 +25,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from vitkit.data.preprocess import PreprocessConfig
 from vitkit.models.posemb import resample_posemb
 from vitkit.utils import check_fields, check_int, check_range
 
@@ -291,7 +292,24 @@ class VisionTransformer(nn.Module):
             head_in = cfg.representation_size
         self.head = nn.Linear(head_in, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
         self.grad_checkpointing = False
+        # the original code's input pipeline until a checkpoint or a run says otherwise: [-1, 1], no crop
+        self._preprocess = PreprocessConfig(img_size=cfg.img_size, mean=(0.5,) * cfg.in_chans, std=(0.5,) * cfg.in_chans)
         self.reset_parameters()
+
+    @property
+    def preprocess(self) -> PreprocessConfig:
+        """How an image becomes this model's input (resize, normalisation, class names), saved with it.
+
+        Its `img_size` is always the model's own (`config.img_size`, also after `set_img_size`)."""
+        self._preprocess.img_size = self.config.img_size
+        return self._preprocess
+
+    @preprocess.setter
+    def preprocess(self, pp: PreprocessConfig) -> None:
+        if pp.channels != self.config.in_chans:
+            raise ValueError(f"a preprocessing for {pp.channels}-channel images does not fit a model that takes "
+                             f"{self.config.in_chans} channels")
+        self._preprocess = dataclasses.replace(pp, img_size=self.config.img_size)
 
     # ----------------------------------------------------------------------------- init
     @torch.no_grad()

@@ -49,31 +49,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "eval_batch_size": 256,
         "max_pixels": 0,  # images with more pixels are skipped as unreadable; 0 = Pillow's limit (179M)
     },
-    "optim": {
-        "name": "adamw",
-        "lr": 1e-3,
-        "betas": [0.9, 0.999],
-        "momentum": 0.9,
-        "weight_decay": 0.0,
-        "clip_norm": 1.0,
-        "label_smoothing": 0.0,
-    },
-    "schedule": {"steps": 1000, "warmup_steps": 100, "decay": "cosine", "min_lr": 0.0},
-    "train": {
-        "batch_size": 512,
-        "grad_accum": 1,
-        "ema_decay": 0.0,  # Polyak averaging factor; 0 = off
-        "bf16": False,
-        "compile": False,  # true or a torch.compile backend name
-        "parallel": "ddp",  # under torchrun: ddp (replicated weights) | fsdp (sharded; for ViT-L/H)
-        "seed": 0,
-        "log_every": 10,
-        "eval_every": 0,
-        "ckpt_every": 0,
-        "device": "cpu",
-        "tensorboard": True,
-        "objective": "classify",  # classify (labels) | mpp (masked patch prediction, §4.6; labels unused)
-    },
+    **TrainConfig.recipe_defaults(),  # [optim], [schedule], [train]: the engine's own fields and defaults
     "mpp": {  # §4.6 / appendix B.1.2, used when train.objective = "mpp"
         "corrupt": 0.5,  # fraction of patch embeddings corrupted
         "replace_mask": 0.8,  # of those: replaced by the learned [mask] embedding
@@ -82,6 +58,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "sweep": {"lrs": [0.001, 0.003, 0.01, 0.03]},
 }
+# [train] keys of the runner rather than of the engine
+DEFAULTS["train"]["objective"] = "classify"  # classify (labels) | mpp (masked patch prediction, §4.6)
 TOP_LEVEL = {"description", "extends"}
 RECIPE_DIR = "recipes"
 
@@ -161,35 +139,15 @@ def _check(cfg: dict[str, Any], where: str) -> None:
             raise ValueError(f"{where}: unknown key(s) {bad} in [{section}]; known: {sorted(allowed)}")
 
 
-# TrainConfig field -> the recipe key it comes from (for messages that name what the user wrote)
-_RECIPE_KEY = {
-    "steps": "schedule.steps", "warmup_steps": "schedule.warmup_steps", "schedule": "schedule.decay",
-    "min_lr": "schedule.min_lr", "optimizer": "optim.name", "lr": "optim.lr", "betas": "optim.betas",
-    "momentum": "optim.momentum", "weight_decay": "optim.weight_decay", "clip_norm": "optim.clip_norm",
-    "label_smoothing": "optim.label_smoothing",
-}
-
-
 def train_config(cfg: dict[str, Any]) -> TrainConfig:
     """The engine's TrainConfig for a run config; a bad value is a ValueError naming its recipe key."""
-    o, s, t = cfg["optim"], cfg["schedule"], cfg["train"]
-    comp = t["compile"]
+    fields = TrainConfig.recipe_fields()
     try:
-        return TrainConfig(
-            steps=s["steps"], batch_size=t["batch_size"], grad_accum=t["grad_accum"],
-            optimizer=o["name"], lr=o["lr"], betas=o["betas"], momentum=o["momentum"],
-            weight_decay=o["weight_decay"], warmup_steps=s["warmup_steps"], schedule=s["decay"],
-            min_lr=s["min_lr"], clip_norm=o["clip_norm"] or None, label_smoothing=o["label_smoothing"],
-            ema_decay=t["ema_decay"] or None, bf16=bool(t["bf16"]), seed=t["seed"],
-            log_every=t["log_every"], eval_every=t["eval_every"], ckpt_every=t["ckpt_every"],
-            device=t["device"], tensorboard=bool(t["tensorboard"]),
-            compile=("inductor" if comp is True else (comp or "")), parallel=t["parallel"],
-        )
+        return TrainConfig(**{name: cfg[section][key] for name, (section, key) in fields.items()})
     except ValueError as e:
         msg = str(e)
-        field = msg.split(" ", 1)[0].split("[", 1)[0]
-        key = _RECIPE_KEY.get(field, f"train.{field}" if field in TrainConfig.__dataclass_fields__ else "")
-        raise ValueError(key + msg[len(field):] if key else msg) from e
+        name = msg.split(" ", 1)[0].split("[", 1)[0]
+        raise ValueError(".".join(fields[name]) + msg[len(name):] if name in fields else msg) from e
 
 
 def check_sections(cfg: dict[str, Any]) -> None:

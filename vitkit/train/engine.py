@@ -38,37 +38,65 @@ from vitkit.utils import check_choice, check_fields, check_int, check_range
 from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
 
 
+def _key(key: str, default: Any, doc: str = "") -> Any:
+    """A TrainConfig field that is the recipe key `key` (section.name) with its one default."""
+    return field(default=default, metadata={"key": key, "doc": doc})
+
+
 @dataclass
 class TrainConfig:
-    """Plain data describing one training run (serialised into the run folder as train_config.json)."""
+    """Plain data describing one training run (serialised into the run folder as train_config.json).
 
-    steps: int = 1000
-    batch_size: int = 128
-    grad_accum: int = 1  # micro-batches per step; the global batch stays batch_size
-    optimizer: str = "adamw"
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.999)
-    momentum: float = 0.9
-    weight_decay: float = 0.05
-    warmup_steps: int = 100
-    schedule: str = "cosine"
-    min_lr: float = 0.0
-    clip_norm: float | None = 1.0
-    label_smoothing: float = 0.0
-    ema_decay: float | None = None
-    bf16: bool = False
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 0
-    ckpt_every: int = 0
-    device: str = "cpu"
-    tensorboard: bool = False  # also write TensorBoard event files (when tensorboard is installed)
-    compile: str = ""  # torch.compile backend ("inductor", ...); "" = eager
-    parallel: str = "ddp"  # with several processes: "ddp" (replicated weights) or "fsdp" (sharded)
+    Each field declares the recipe key it is (`[optim] name` is `optimizer`, `[schedule] decay` is
+    `schedule`, the others keep their names); the recipe defaults (vitkit.train.config.DEFAULTS) are
+    derived from these, so a key has one name and one default."""
+
+    steps: int = _key("schedule.steps", 1000)
+    batch_size: int = _key("train.batch_size", 512, "the global batch (all processes, all micro-batches)")
+    grad_accum: int = _key("train.grad_accum", 1, "micro-batches per step; the global batch stays batch_size")
+    optimizer: str = _key("optim.name", "adamw", "adamw | adam | sgd")
+    lr: float = _key("optim.lr", 1e-3)
+    betas: tuple[float, float] = _key("optim.betas", (0.9, 0.999))
+    momentum: float = _key("optim.momentum", 0.9, "SGD momentum")
+    weight_decay: float = _key("optim.weight_decay", 0.0)
+    warmup_steps: int = _key("schedule.warmup_steps", 100)
+    schedule: str = _key("schedule.decay", "cosine", "cosine | linear | constant")
+    min_lr: float = _key("schedule.min_lr", 0.0)
+    clip_norm: float | None = _key("optim.clip_norm", 1.0, "global gradient-norm clipping; 0 or None = off")
+    label_smoothing: float = _key("optim.label_smoothing", 0.0)
+    ema_decay: float | None = _key("train.ema_decay", 0.0, "Polyak averaging factor; 0 or None = off")
+    bf16: bool = _key("train.bf16", False, "bf16 autocast")
+    seed: int = _key("train.seed", 0)
+    log_every: int = _key("train.log_every", 10)
+    eval_every: int = _key("train.eval_every", 0)
+    ckpt_every: int = _key("train.ckpt_every", 0)
+    device: str = _key("train.device", "cpu")
+    tensorboard: bool = _key("train.tensorboard", True, "also write TensorBoard event files (when installed)")
+    compile: str | bool = _key("train.compile", "", "torch.compile backend (true = inductor); '' = eager")
+    parallel: str = _key("train.parallel", "ddp", "under torchrun: ddp (replicated weights) | fsdp (sharded)")
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def recipe_fields(cls) -> dict[str, tuple[str, str]]:
+        """{field: (section, key)} of the fields that are recipe keys."""
+        return {f.name: tuple(f.metadata["key"].split(".")) for f in dataclasses.fields(cls) if "key" in f.metadata}
+
+    @classmethod
+    def recipe_defaults(cls) -> dict[str, dict[str, Any]]:
+        """{section: {key: default}}: the recipe defaults of the [optim], [schedule] and [train] keys."""
+        out: dict[str, dict[str, Any]] = {}
+        for f in dataclasses.fields(cls):
+            if "key" in f.metadata:
+                section, key = f.metadata["key"].split(".")
+                out.setdefault(section, {})[key] = list(f.default) if isinstance(f.default, tuple) else f.default
+        return out
 
     def __post_init__(self) -> None:
         """Checked on construction: a bad value fails before any data is read, naming the field."""
+        if self.compile is True or self.compile is False:
+            self.compile = "inductor" if self.compile else ""
+        self.clip_norm = self.clip_norm or None
+        self.ema_decay = self.ema_decay or None
         check_int("steps", self.steps)
         check_int("batch_size", self.batch_size)
         check_int("grad_accum", self.grad_accum)

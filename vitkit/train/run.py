@@ -88,8 +88,7 @@ def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: d
                 (gh, gw), (nh, nw) = grid, model.config.grid_size
                 notes.append(f"resampled: E_pos {gh}x{gw} -> {nh}x{nw} (paper §3.2)")
             notes.append(f"replaced: the {classes_before}-way head by a new zero-initialised {k}-way head")
-        pp = getattr(model, "preprocess", None)
-        mean, std = (pp.mean, pp.std) if pp is not None else (None, None)
+        mean, std = model.preprocess.mean, model.preprocess.std  # the checkpoint's own normalisation
     else:
         model = _new_model(mcfg, k, channels)
         mean, std = None, None
