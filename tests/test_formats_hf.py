@@ -1,4 +1,4 @@
-"""Hugging Face ViT folders (SPEC §3): random `transformers` models built offline, logits compared both ways."""
+"""Hugging Face ViT folders: random `transformers` models built offline, logits compared both ways."""
 
 from __future__ import annotations
 

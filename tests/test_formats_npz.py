@@ -1,4 +1,4 @@
-"""Original vit_jax / big_vision `.npz` checkpoints (SPEC §2-3).
+"""Original vit_jax / big_vision `.npz` checkpoints.
 
 Files are built here with NumPy in the exact key layouts of the released files and of newer Flax,
 then checked against an independent NumPy forward pass (tanh GELU, LayerNorm eps 1e-6, StdConv,

@@ -1,4 +1,4 @@
-"""timm state dicts (SPEC §3) and the `vitkit convert` command."""
+"""timm state dicts and the `vitkit convert` command."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`vitkit inspect` (issue 5): known-answer tests of the §4.5 maths, then the figures end to end."""
+"""`vitkit inspect` (paper §4.5): known-answer tests of the §4.5 maths, then the figures end to end."""
 
 from __future__ import annotations
 

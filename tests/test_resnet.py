@@ -1,4 +1,4 @@
-"""The ResNet parts (SPEC §2): TF-SAME padding, StdConv, the hybrid stem and the BiT ResNet-v2 baseline."""
+"""The ResNet parts (BiT): TF-SAME padding, StdConv, the hybrid stem and the BiT ResNet-v2 baseline."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Training options of issue 4: gradient checkpointing recomputes the same activations (same loss and
+"""Training options: gradient checkpointing recomputes the same activations (same loss and
 gradients, dropout included) and the run config's switch reaches the model the engine trains;
 `train.compile` runs the training step through torch.compile with the eager step's losses and weights."""
 

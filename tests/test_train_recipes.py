@@ -1,4 +1,4 @@
-"""Run configs and the shipped recipes: the paper's numbers (SPEC §5) load and dry-run; overrides;
+"""Run configs and the shipped recipes: the paper's numbers (appendix B) load and dry-run; overrides;
 gradient accumulation equals one big batch; Polyak averaging; the lr sweep picks on dev."""
 
 from __future__ import annotations

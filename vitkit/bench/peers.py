@@ -13,7 +13,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from vitkit.models.vit import VisionTransformer, ViTConfig
+from vitkit.formats.hf import ACT_NAMES as HF_ACT_NAMES
+from vitkit.models.vit import GELU_APPROXIMATE, VisionTransformer, ViTConfig
 
 
 class PeerUnavailable(RuntimeError):
@@ -59,7 +60,7 @@ def build_hf(cfg: ViTConfig, attn_implementation: str = "sdpa") -> nn.Module:
         patch_size=cfg.patch_size,
         num_channels=cfg.in_chans,
         num_labels=cfg.num_classes,
-        hidden_act="gelu" if cfg.gelu == "exact" else "gelu_pytorch_tanh",
+        hidden_act=HF_ACT_NAMES[cfg.gelu],
         layer_norm_eps=cfg.ln_eps,
         qkv_bias=cfg.qkv_bias,
         hidden_dropout_prob=0.0,
@@ -87,7 +88,7 @@ def build_timm(cfg: ViTConfig) -> nn.Module:
         mlp_ratio=cfg.mlp_dim / cfg.width,
         qkv_bias=cfg.qkv_bias,
         norm_layer=functools.partial(nn.LayerNorm, eps=cfg.ln_eps),
-        act_layer=functools.partial(nn.GELU, approximate="tanh" if cfg.gelu == "tanh" else "none"),
+        act_layer=functools.partial(nn.GELU, approximate=GELU_APPROXIMATE[cfg.gelu]),
     )
 
 

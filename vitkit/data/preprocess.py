@@ -1,7 +1,7 @@
 """Preprocessing that travels with a checkpoint, so `predict` needs no flags to match training.
 
 The original code scales pixels to [-1, 1] ((x - 127.5) / 127.5, i.e. mean = std = 0.5) and, at
-evaluation, resizes to the final size without a crop (SPEC §2); that is the default here.
+evaluation, resizes to the final size without a crop (the original code's input pipeline); that is the default here.
 """
 
 from __future__ import annotations

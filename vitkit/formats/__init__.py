@@ -1,7 +1,7 @@
 """Checkpoint formats: detect, load and save. `load_pretrained` / `save_pretrained` are the public API.
 
 Each format lives in its own file: native.py (vitkit's folder format), hf.py (Hugging Face
-folders), timm.py (timm state dicts), npz.py (the original vit_jax / big_vision files, SPEC §3).
+folders), timm.py (timm state dicts), npz.py (the original vit_jax / big_vision files). README "Checkpoints" says what each reads and assumes.
 Loaders register in `LOADERS` as (name, detector, loader), tried in order; savers in `SAVERS`.
 """
 

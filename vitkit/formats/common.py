@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import pickle
 import re
 import zipfile
@@ -11,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
+from vitkit.models.posemb import square_side
 from vitkit.models.registry import VARIANTS
 
 
@@ -33,13 +35,26 @@ def require(state: dict[str, Any], key: str, source: Path, ndim: int | None = No
 
 def square_grid(num_patches: int, source: Path, key: str) -> tuple[int, int]:
     """The (g, g) grid of a position embedding with g*g patch rows (files store no image size)."""
-    side = math.isqrt(num_patches)
-    if side * side != num_patches:
+    side = square_side(num_patches)
+    if side is None:
         raise ValueError(
             f"{source}: {key!r} holds {num_patches} patch positions, not a square grid; "
             "the image size cannot be recovered from the file"
         )
     return (side, side)
+
+
+def units_per_stage(keys: Iterable[str], stage_prefix: Callable[[int], str], unit_suffix: str) -> tuple[int, ...]:
+    """ResNet units per stage, read from key names: stage s holds the keys that start with `stage_prefix(s)`
+    (s = 0, 1, ... until a stage has none) and each of its units one key ending in `unit_suffix`."""
+    keys = list(keys)
+    counts: list[int] = []
+    while True:
+        prefix = stage_prefix(len(counts))
+        n = sum(1 for k in keys if k.startswith(prefix) and k.endswith(unit_suffix))
+        if n == 0:
+            return tuple(counts)
+        counts.append(n)
 
 
 def guess_num_heads(width: int, source: Path) -> int:
@@ -147,3 +162,27 @@ def split_chunks(state: dict[str, torch.Tensor], table: KeyTable) -> dict[str, t
         base, _, chunk = tkey.partition("#")
         out[fkey] = state[base] if not chunk else state[base].chunk(3, dim=0)[int(chunk)]
     return out
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Load a safetensors file, turning a truncated or corrupt file into an error that names it."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupt?): {e}") from e
+
+
+def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
+    """`load_state_dict` that names the file and the first missing, unexpected or mis-shaped tensor."""
+    own = model.state_dict()
+    for key, ref in own.items():
+        if key not in state:
+            raise ValueError(f"{source}: missing tensor {key!r} (expected shape {tuple(ref.shape)})")
+        if tuple(state[key].shape) != tuple(ref.shape):
+            raise ValueError(
+                f"{source}: tensor {key!r} has shape {tuple(state[key].shape)}, expected {tuple(ref.shape)}"
+            )
+    extra = sorted(set(state) - set(own))
+    if extra:
+        raise ValueError(f"{source}: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")
+    model.load_state_dict(state, strict=True)

@@ -1,4 +1,4 @@
-"""Hugging Face `ViTModel` / `ViTForImageClassification` folders (SPEC §3), read and written.
+"""Hugging Face `ViTModel` / `ViTForImageClassification` folders, read and written.
 
 A folder holds `config.json` (model_type "vit") and `model.safetensors` or `pytorch_model.bin`
 (read with `weights_only=True`), optionally `preprocessor_config.json`. Two key layouts exist:
@@ -19,9 +19,16 @@ import torch
 from safetensors.torch import save_file
 
 from vitkit.data.preprocess import PreprocessConfig
-from vitkit.formats.common import KeyTable, gather_state, split_chunks, torch_load_weights
-from vitkit.formats.native import load_state_checked, read_safetensors
+from vitkit.formats.common import (
+    KeyTable,
+    gather_state,
+    load_state_checked,
+    read_safetensors,
+    split_chunks,
+    torch_load_weights,
+)
 from vitkit.models.vit import VisionTransformer, ViTConfig
+from vitkit.utils import to_pair
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 
 CONFIG_NAME = "config.json"
@@ -112,20 +119,12 @@ def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
 
 
-def _pair(v: Any, what: str, path: Path) -> tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    if isinstance(v, (list, tuple)) and len(v) == 2:
-        return (int(v[0]), int(v[1]))
-    raise ValueError(f"{path}: {what} should be an int or a (height, width) pair, got {v!r}")
-
-
 def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: str, path: Path) -> ViTConfig:
     """Our config from HF's config.json; the head (and pooler) sizes come from the tensors present."""
     act = doc.get("hidden_act", "gelu")
     if act not in ACTS:
         raise ValueError(f"{path}: hidden_act {act!r} is not a GELU vitkit supports ({sorted(ACTS)})")
-    ph, pw = _pair(doc.get("patch_size", 16), "patch_size", path)
+    ph, pw = to_pair(doc.get("patch_size", 16), f"{path}: patch_size")
     if ph != pw:
         raise ValueError(f"{path}: non-square patches {ph}x{pw} are not supported")
     has_head = "classifier.weight" in state
@@ -135,7 +134,7 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
             raise ValueError(f"{path}: pooler_act {doc.get('pooler_act')!r}; the representation layer is tanh")
         rep = int(state[f"{base}pooler.dense.weight"].shape[0])
     return ViTConfig(
-        img_size=_pair(doc.get("image_size", 224), "image_size", path),
+        img_size=to_pair(doc.get("image_size", 224), f"{path}: image_size"),
         patch_size=ph,
         in_chans=int(doc.get("num_channels", 3)),
         num_classes=int(state["classifier.weight"].shape[0]) if has_head else 0,

@@ -10,11 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from vitkit.data.preprocess import PreprocessConfig
+from vitkit.formats.common import load_state_checked, read_safetensors
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 
@@ -43,30 +42,6 @@ def save_native(model: VisionTransformer, out_dir: str | Path, extra: dict[str, 
         doc.update(extra)
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return out
-
-
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Load a safetensors file, turning a truncated or corrupt file into an error that names it."""
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupt?): {e}") from e
-
-
-def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
-    """`load_state_dict` that names the file and the first missing, unexpected or mis-shaped tensor."""
-    own = model.state_dict()
-    for key, ref in own.items():
-        if key not in state:
-            raise ValueError(f"{source}: missing tensor {key!r} (expected shape {tuple(ref.shape)})")
-        if tuple(state[key].shape) != tuple(ref.shape):
-            raise ValueError(
-                f"{source}: tensor {key!r} has shape {tuple(state[key].shape)}, expected {tuple(ref.shape)}"
-            )
-    extra = sorted(set(state) - set(own))
-    if extra:
-        raise ValueError(f"{source}: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")
-    model.load_state_dict(state, strict=True)
 
 
 def load_native(path: str | Path) -> VisionTransformer:

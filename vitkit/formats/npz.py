@@ -1,4 +1,4 @@
-"""The original `.npz` checkpoints of vit_jax / big_vision (SPEC §3), read and written.
+"""The original `.npz` checkpoints of vit_jax / big_vision, read and written.
 
 Keys are flat, '/'-separated Flax paths. One table (`key_table`) maps each vitkit tensor to its
 npz key and a layout conversion; loading and saving both walk it. Both module-naming generations
@@ -7,7 +7,7 @@ MlpBlock_3` and newer Flax's per-type numbering `LayerNorm_0 / MultiHeadDotProdu
 LayerNorm_1 / MlpBlock_0`; optional `opt/target/`, `params/` (or big_vision `params/img/`) prefixes;
 big_vision's stacked `Transformer/encoderblock/` (scan) layout; hybrid R50 keys. Files are written
 with the released key names. The architecture is recovered from the array shapes alone, and the
-numerics are the original's (tanh GELU, LayerNorm eps 1e-6; SPEC §2). `numpy.load` never unpickles.
+numerics are the original's (tanh GELU, LayerNorm eps 1e-6, as the original code). `numpy.load` never unpickles.
 """
 
 from __future__ import annotations
@@ -18,8 +18,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitkit.formats.common import KeyTable, expect_shape, gather_state, require, split_chunks, square_grid
-from vitkit.formats.native import load_state_checked
+from vitkit.formats.common import (
+    KeyTable,
+    expect_shape,
+    gather_state,
+    load_state_checked,
+    require,
+    split_chunks,
+    square_grid,
+    units_per_stage,
+)
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_with
@@ -188,11 +196,7 @@ def infer_config(a: dict[str, np.ndarray], path: Path) -> tuple[ViTConfig, dict[
         root = require(a, "conv_root/kernel", path, 4, "array")
         in_chans, width_factor = root.shape[2], root.shape[3] // 64
         expect_shape(path, "conv_root/kernel", root.shape, (7, 7, in_chans, 64 * max(width_factor, 1)))
-        counts = []
-        while _has_prefix(a, f"block{len(counts) + 1}/"):
-            s = len(counts) + 1
-            counts.append(sum(1 for k in a if k.startswith(f"block{s}/unit") and k.endswith("/conv1/kernel")))
-        layers = tuple(counts)
+        layers = units_per_stage(a, lambda s: f"block{s + 1}/unit", "/conv1/kernel")
         stride = P * hybrid_stride(layers)
     grid = square_grid(pos.shape[1] - int(token), path, posemb_key)
     rep = a["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in a else None

@@ -1,4 +1,4 @@
-"""timm `VisionTransformer` state dicts (SPEC §3), read and written.
+"""timm `VisionTransformer` state dicts, read and written.
 
 vitkit's module names are timm's (`patch_embed.proj`, `blocks.i.attn.qkv`, `norm`, `head`, and
 for hybrids `patch_embed.backbone.stem.conv`, `...stages.s.blocks.u.conv1`), so the key map is
@@ -14,7 +14,6 @@ paper's Table 1 sizes (64-wide heads otherwise). timm files use exact GELU and L
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,18 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from vitkit.data.preprocess import PreprocessConfig
-from vitkit.formats.common import KeyTable, gather_state, guess_num_heads, require, torch_load_weights
-from vitkit.formats.native import load_state_checked, read_safetensors
+from vitkit.formats.common import (
+    KeyTable,
+    gather_state,
+    guess_num_heads,
+    load_state_checked,
+    read_safetensors,
+    require,
+    square_grid,
+    torch_load_weights,
+    units_per_stage,
+)
+from vitkit.models.posemb import square_side
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
@@ -115,26 +124,13 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     if "patch_embed.backbone.stem.conv.weight" in state:
         root = state["patch_embed.backbone.stem.conv.weight"]
         in_chans, width_factor = root.shape[1], max(root.shape[0] // 64, 1)
-        counts = []
-        while f"patch_embed.backbone.stages.{len(counts)}.blocks.0.conv1.weight" in state:
-            s = len(counts)
-            counts.append(
-                sum(
-                    1
-                    for k in state
-                    if k.startswith(f"patch_embed.backbone.stages.{s}.blocks.") and k.endswith(".conv1.weight")
-                )
-            )
-        layers = tuple(counts)
+        layers = units_per_stage(state, lambda s: f"patch_embed.backbone.stages.{s}.blocks.", ".conv1.weight")
         stride = P * hybrid_stride(layers)
     pos = require(state, "pos_embed", path, 3)
     n = pos.shape[1] - int(token and not _no_embed_class(pos.shape[1], token))
     img = args.get("img_size")
     if img is None:
-        side = math.isqrt(n)
-        if side * side != n:
-            raise ValueError(f"{path}: 'pos_embed' holds {n} patch positions, not a square grid; image size unknown")
-        img = side * stride
+        img = square_grid(n, path, "pos_embed")[0] * stride
     rep = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else None
     return ViTConfig(
         img_size=img,
@@ -157,7 +153,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
 
 def _no_embed_class(tokens: int, token: bool) -> bool:
     """timm's `no_embed_class` (DeiT-3 style): a class token but position embeddings for patches only."""
-    return token and math.isqrt(tokens) ** 2 == tokens
+    return token and square_side(tokens) is not None
 
 
 def load_timm(path: str | Path) -> VisionTransformer:

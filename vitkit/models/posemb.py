@@ -13,6 +13,12 @@ import torch
 import torch.nn.functional as F
 
 
+def square_side(n: int) -> int | None:
+    """g when n = g * g patch positions (a square grid), else None: files store no image size."""
+    g = math.isqrt(n)
+    return g if g * g == n else None
+
+
 def resample_posemb(
     posemb: torch.Tensor,
     new_grid: tuple[int, int],
@@ -30,8 +36,8 @@ def resample_posemb(
     prefix, grid = posemb[:, :num_prefix_tokens], posemb[:, num_prefix_tokens:]
     n = grid.shape[1]
     if old_grid is None:
-        side = math.isqrt(n)
-        if side * side != n:
+        side = square_side(n)
+        if side is None:
             raise ValueError(
                 f"cannot infer the grid of a position embedding with {n} patch tokens; pass old_grid=(gh, gw)"
             )
@@ -48,3 +54,9 @@ def resample_posemb(
     img = F.interpolate(img, size=new_grid, mode=mode, **kwargs)
     grid = img.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D).to(posemb.dtype)
     return torch.cat([prefix, grid], dim=1)
+
+
+def resample_axis(table: torch.Tensor, n: int, mode: str = "bicubic") -> torch.Tensor:
+    """Resample one axis table (1, n_old, C) of the learned 2D position embedding (appendix D.4) to n
+    entries: the same interpolation as `resample_posemb`, on an (n_old x 1) grid."""
+    return resample_posemb(table, (n, 1), (table.shape[1], 1), num_prefix_tokens=0, mode=mode)

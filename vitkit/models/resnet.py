@@ -1,4 +1,4 @@
-"""ResNets with GroupNorm and weight-standardised convolutions (SPEC §2).
+"""ResNets with GroupNorm and weight-standardised convolutions (BiT, Kolesnikov et al. 2020; the paper's §4.1 baseline).
 
 Two users share the parts here (one StdConv, one TF-"SAME" padding, one GroupNorm setting):
 

@@ -5,7 +5,7 @@
     z_l  = MLP(LN(z'_l)) + z'_l                                (eq. 3)  -> Block.forward
     y    = LN(z_L^0)                                           (eq. 4)  -> VisionTransformer.encode / pool
 
-Numerics follow the original JAX code (SPEC §2): LayerNorm eps 1e-6, GELU with the tanh
+Numerics follow the original JAX code (google-research/vision_transformer): LayerNorm eps 1e-6, GELU with the tanh
 approximation by default, xavier-uniform kernels with N(0, 1e-6) biases, N(0, 0.02) position
 embeddings, a zero class token and a zero-initialised head. Appendix D variants carried by the
 config: GAP pooling, no / learned 1D / learned 2D position embeddings, a hybrid ResNet stem.
@@ -26,20 +26,14 @@ import torch.utils.checkpoint
 from torch import nn
 
 from vitkit.data.preprocess import PreprocessConfig
-from vitkit.models.posemb import resample_posemb
-from vitkit.utils import check_fields, check_int, check_range
+from vitkit.models.posemb import resample_axis, resample_posemb
+from vitkit.utils import check_fields, check_int, check_range, to_pair
 
 Pooling = Literal["token", "gap"]
 PosEmb = Literal["learn1d", "learn2d", "none"]
 Gelu = Literal["tanh", "exact"]
-
-
-def _pair(v: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    if len(v) != 2:
-        raise ValueError(f"expected an int or a (height, width) pair, got {v!r}")
-    return (int(v[0]), int(v[1]))
+# GELU flavour -> torch's `approximate` argument: the original JAX code's tanh formula, or the exact erf
+GELU_APPROXIMATE: dict[str, str] = {"tanh": "tanh", "exact": "none"}
 
 
 @dataclass
@@ -73,12 +67,8 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         """Every value is checked here, so a bad config fails before any work, naming the field."""
-        if isinstance(self.img_size, (list, tuple)) and len(self.img_size) == 2:
-            check_int("img_size[0]", self.img_size[0])
-            check_int("img_size[1]", self.img_size[1])
-        elif not isinstance(self.img_size, (list, tuple)):
-            check_int("img_size", self.img_size)
-        self.img_size = _pair(self.img_size)
+        self.img_size = to_pair(self.img_size, "img_size")
+        check_int("img_size", min(self.img_size))
         for key in ("patch_size", "in_chans", "width", "depth", "num_heads", "mlp_dim"):
             check_int(key, getattr(self, key))
         check_int("num_classes", self.num_classes, low=0)
@@ -98,7 +88,7 @@ class ViTConfig:
             raise ValueError(f"pooling must be 'token' or 'gap', got {self.pooling!r}")
         if self.posemb not in ("learn1d", "learn2d", "none"):
             raise ValueError(f"posemb must be 'learn1d', 'learn2d' or 'none', got {self.posemb!r}")
-        if self.gelu not in ("tanh", "exact"):
+        if self.gelu not in GELU_APPROXIMATE:
             raise ValueError(f"gelu must be 'tanh' or 'exact', got {self.gelu!r}")
         if self.posemb == "learn2d" and self.width % 2:
             raise ValueError("learned 2D position embeddings need an even width")
@@ -213,7 +203,7 @@ class Mlp(nn.Module):
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
         self.fc1 = nn.Linear(cfg.width, cfg.mlp_dim)
-        self.act = nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
+        self.act = nn.GELU(approximate=GELU_APPROXIMATE[cfg.gelu])
         self.fc2 = nn.Linear(cfg.mlp_dim, cfg.width)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -363,7 +353,7 @@ class VisionTransformer(nn.Module):
     # ----------------------------------------------------------------------------- resolution
     def set_img_size(self, img_size: int | tuple[int, int], mode: str = "bicubic") -> None:
         """Permanently move the model to another resolution, resampling E_pos in 2D (§3.2)."""
-        new = _pair(img_size)
+        new = to_pair(img_size, "img_size")
         old_grid = self.config.grid_size
         new_cfg = self.config.replace(img_size=new)  # validates divisibility
         if self.config.posemb == "learn1d":
@@ -372,8 +362,8 @@ class VisionTransformer(nn.Module):
             )
         elif self.config.posemb == "learn2d":
             gh, gw = new_cfg.grid_size
-            self.pos_embed_row = nn.Parameter(_resample_1d(self.pos_embed_row.data, gh, mode))
-            self.pos_embed_col = nn.Parameter(_resample_1d(self.pos_embed_col.data, gw, mode))
+            self.pos_embed_row = nn.Parameter(resample_axis(self.pos_embed_row.data, gh, mode))
+            self.pos_embed_col = nn.Parameter(resample_axis(self.pos_embed_col.data, gw, mode))
         self.config = new_cfg
 
     def _check_input(self, x: torch.Tensor) -> tuple[int, int]:
@@ -412,7 +402,7 @@ class VisionTransformer(nn.Module):
         gh, gw = grid
         row, col = self.pos_embed_row, self.pos_embed_col
         if grid != cfg.grid_size:
-            row, col = _resample_1d(row, gh), _resample_1d(col, gw)
+            row, col = resample_axis(row, gh), resample_axis(col, gw)
         D2 = row.shape[-1]
         grid_pe = torch.cat(
             [row[:, :, None, :].expand(1, gh, gw, D2), col[:, None, :, :].expand(1, gh, gw, D2)], dim=-1
@@ -477,15 +467,3 @@ class VisionTransformer(nn.Module):
         """Parameter names that AdamW should not decay: position embeddings and the class token."""
         names = {n for n, _ in self.named_parameters() if n.startswith("pos_embed")}
         return names | ({"cls_token"} if self.cls_token is not None else set())
-
-
-def _resample_1d(table: torch.Tensor, n: int, mode: str = "bicubic") -> torch.Tensor:
-    """Resample a (1, n_old, C) axis table of the learned 2D position embedding to n entries."""
-    if table.shape[1] == n:
-        return table
-    lin_mode = "linear" if mode in ("bilinear", "linear") else mode
-    if lin_mode == "bicubic":  # 1-D cubic via a (n_old x 1) image
-        out = F.interpolate(table.permute(0, 2, 1)[..., None].float(), size=(n, 1), mode="bicubic", align_corners=False)
-        return out[..., 0].permute(0, 2, 1).to(table.dtype)
-    out = F.interpolate(table.permute(0, 2, 1).float(), size=n, mode=lin_mode, align_corners=False)
-    return out.permute(0, 2, 1).to(table.dtype)

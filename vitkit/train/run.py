@@ -27,7 +27,7 @@ from vitkit.evaluate import eval_loader, evaluate_loader
 from vitkit.models.registry import create_model
 from vitkit.train.config import DEFAULTS, check_sections, merge, train_config
 from vitkit.train.engine import Trainer, plot_curves
-from vitkit.utils import check_int
+from vitkit.utils import check_int, to_pair
 from vitkit.utils.atomic import atomic_write_text
 
 _MODEL_CONTROL = set(DEFAULTS["model"])
@@ -44,8 +44,7 @@ def _per_channel(v: Any, channels: int, what: str) -> tuple[float, ...]:
 
 def _new_model(mcfg: dict[str, Any], k: int, channels: int) -> nn.Module:
     """A model from the registry (training from scratch), with the [model] keys as overrides."""
-    size = mcfg["img_size"]
-    size = (size, size) if not isinstance(size, list) else tuple(size)
+    size = to_pair(mcfg["img_size"], "model.img_size")
     arch = {key: v for key, v in mcfg.items() if key not in _MODEL_CONTROL}
     return create_model(mcfg["name"], **{"num_classes": k, "img_size": size, "in_chans": channels, **arch})
 
@@ -77,8 +76,7 @@ def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: d
     from vitkit.formats import adapt, load_pretrained
 
     k = int(mcfg["num_classes"]) or len(classes)
-    size = mcfg["img_size"]
-    size = (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
+    size = to_pair(mcfg["img_size"], "model.img_size")
     if mcfg["pretrained"]:
         model = load_pretrained(mcfg["pretrained"])
         grid, classes_before = model.config.grid_size, model.config.num_classes
@@ -121,8 +119,7 @@ def _splits(cfg: dict[str, Any], dry_run: int) -> dict[str, Dataset]:
         return open_splits(cfg["data"])
     m = cfg["model"]
     k = int(m["num_classes"]) or 10
-    size = m["img_size"]
-    size = (size, size) if isinstance(size, int) else tuple(size)
+    size = to_pair(m["img_size"], "model.img_size")
     ch = int(m.get("in_chans", cfg["data"]["channels"]))
     return {"train": synthetic(k, size, ch, n=16), "test": synthetic(k, size, ch, n=8, seed=1)}
 
@@ -283,10 +280,13 @@ def run_experiment(
     trainer.fit()
     if trainer.sharded:  # evaluate and save an unsharded copy of the final weights on rank 0
         weights = trainer.model_state()
-        if trainer.is_main:
-            model = build_model(cfg["model"], train.classes, train.channels, cfg["data"]).to(tcfg.device)
-            trained = objective_model(model, cfg).to(tcfg.device)
-            trained.load_state_dict(weights)
+        if trainer.is_main:  # the same architecture, built without weights (no second checkpoint read)
+            with torch.device("meta"):
+                fresh = type(model)(model.config)
+            fresh.preprocess = model.preprocess
+            trained = objective_model(fresh, cfg)
+            trained.load_state_dict(weights, assign=True)
+            model, trained = fresh, trained.to(tcfg.device)
     result: dict[str, Any] = {"steps": trainer.step, "train_s": time.perf_counter() - t0, "out": str(out),
                               "skipped_images": trainer.skipped_images}
     if trainer.is_main:

@@ -44,3 +44,12 @@ def check_choice(key: str, v: Any, choices: tuple[str, ...] | list[str]) -> str:
     if v not in choices:
         raise ValueError(f"{key} must be one of {', '.join(map(str, choices))}; got {v!r}")
     return str(v)
+
+
+def to_pair(v: Any, what: str = "size") -> tuple[int, int]:
+    """An int or a (height, width) pair as a (height, width) tuple of ints, or a ValueError naming `what`."""
+    if _is_int(v):
+        return (int(v), int(v))
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v):
+        return (int(v[0]), int(v[1]))
+    raise ValueError(f"{what} should be an int or a (height, width) pair of ints, got {v!r}")
