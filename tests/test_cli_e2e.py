@@ -43,6 +43,22 @@ def test_demo_writes_model_metrics_curve(demo_run) -> None:
     assert cfg["preprocess"]["labels"] == [str(i) for i in range(10)]
 
 
+def test_demo_is_the_train_command_on_the_shipped_recipe(demo_run, tmp_path) -> None:
+    """`vitkit demo` runs recipe digits_demo through the same runner as `vitkit train`: same seed, same
+    weights (bitwise) and the same test accuracy."""
+    from safetensors.torch import load_file
+
+    out, res = demo_run
+    recipe = Path(vitkit.__file__).parent / "recipes" / "digits_demo.toml"
+    r = vitkit_cli("train", "--config", str(recipe), "--out", str(tmp_path / "train"), "--no-progress",
+                   "--set", "schedule.steps=120", "--set", "schedule.warmup_steps=12", "--set", "train.seed=0")
+    assert r.returncode == 0, r.stderr
+    a, b = load_file(out / "model" / "model.safetensors"), load_file(tmp_path / "train" / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    demo_acc = re.search(r"test accuracy: (\d+\.\d\d)%", res.stdout).group(1)
+    assert re.search(rf"test \(450 images\): top-1 {demo_acc}%", r.stdout), r.stdout
+
+
 def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path) -> None:
     out, _ = demo_run
     _, test = load_digits_split()

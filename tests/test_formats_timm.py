@@ -46,10 +46,13 @@ def test_pth_with_training_wrapper(tmp_path: Path) -> None:
     f = tmp_path / "ckpt.pth"
     torch.save({"model": {f"module.{k}": v for k, v in timm_state(m).items()}, "epoch": 3}, f)
     assert detect_format(f) == "timm"
-    ours = vitkit.load_pretrained(f)
+    with pytest.raises(ValueError, match=r"ckpt\.pth: num_heads cannot be read .*width 128 is none of Table 1's"):
+        vitkit.load_pretrained(f)  # a bare state dict does not record its head count: never guessed
+    ours = vitkit.load_pretrained(f, num_heads=2)
     c = ours.config
     assert (c.width, c.num_heads, c.depth, c.mlp_dim, c.representation_size, c.num_classes) == (128, 2, 2, 64, 16, 5)
     assert (c.gelu, c.ln_eps, c.img_size) == ("exact", 1e-6, (32, 32))
+    assert set(c.extra["assumed"]) == {"gelu", "ln_eps"}  # timm's defaults, logged and kept in the config
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(ours(x), m(x))
@@ -58,7 +61,7 @@ def test_pth_with_training_wrapper(tmp_path: Path) -> None:
 def test_safetensors_gap_no_qkv_bias_and_no_embed_class(tmp_path: Path) -> None:
     gap = random_vit(pooling="gap", qkv_bias=False)
     save_file({k: v.contiguous() for k, v in timm_state(gap).items()}, str(tmp_path / "gap.safetensors"))
-    ours = vitkit.load_pretrained(tmp_path / "gap.safetensors")
+    ours = vitkit.load_pretrained(tmp_path / "gap.safetensors", num_heads=2)
     assert ours.config.pooling == "gap" and not ours.config.qkv_bias
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
@@ -68,7 +71,7 @@ def test_safetensors_gap_no_qkv_bias_and_no_embed_class(tmp_path: Path) -> None:
     state = timm_state(tok)
     state["pos_embed"] = state["pos_embed"][:, 1:].clone()
     torch.save(state, tmp_path / "deit3.pth")
-    ours = vitkit.load_pretrained(tmp_path / "deit3.pth")
+    ours = vitkit.load_pretrained(tmp_path / "deit3.pth", num_heads=2)
     with torch.no_grad():
         tok.pos_embed[:, 0] = 0
         assert torch.equal(ours(x), tok(x))
@@ -99,7 +102,7 @@ def test_hybrid_uses_timm_names(tmp_path: Path) -> None:
         "patch_embed.backbone.stages.1.blocks.0.downsample.conv.weight",
     } <= keys
     torch.save(m.state_dict(), tmp_path / "hybrid.pth")
-    ours = vitkit.load_pretrained(tmp_path / "hybrid.pth")
+    ours = vitkit.load_pretrained(tmp_path / "hybrid.pth", num_heads=1)
     assert ours.config.resnet_layers == (1, 1) and ours.config.img_size == (16, 16)
 
 
@@ -118,11 +121,11 @@ def test_errors_and_no_pickled_code(tmp_path: Path) -> None:
         vitkit.load_pretrained(tmp_path / "fcnorm.pth")
     torch.save(dict(state, **{"blocks.1.mlp.fc2.weight": torch.zeros(128, 65)}), tmp_path / "shape.pth")
     with pytest.raises(ValueError, match=r"'blocks\.1\.mlp\.fc2\.weight' has shape \(128, 65\), expected \(128, 64\)"):
-        vitkit.load_pretrained(tmp_path / "shape.pth")
+        vitkit.load_pretrained(tmp_path / "shape.pth", num_heads=2)
     (tmp_path / "junk.bin").write_bytes(b"\x00not a checkpoint")
     with pytest.raises(ValueError, match=r"junk\.bin"):
         vitkit.load_pretrained(tmp_path / "junk.bin")
-    with pytest.raises(ValueError, match="width-100"):
+    with pytest.raises(ValueError, match=r"w100\.pth: num_heads cannot be read .*width 100"):
         m = random_vit(width=100, num_heads=4)
         torch.save(timm_state(m), tmp_path / "w100.pth")
         vitkit.load_pretrained(tmp_path / "w100.pth")
@@ -132,15 +135,15 @@ def test_convert_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     m = random_vit(gelu="tanh")
     torch.save(timm_state(m), tmp_path / "m.pth")
     # the .pth (exact GELU assumed) cannot become an .npz without changing outputs: refused, no traceback
-    assert main(["convert", str(tmp_path / "m.pth"), str(tmp_path / "m.npz"), "--to", "npz"]) == 2
+    assert main(["convert", str(tmp_path / "m.pth"), str(tmp_path / "m.npz"), "--to", "npz", "--num-heads", "2"]) == 2
     assert "tanh GELU" in capsys.readouterr().err
-    assert main(["convert", str(tmp_path / "m.pth"), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    assert main(["convert", str(tmp_path / "m.pth"), str(tmp_path / "hf"), "--to", "hf", "--num-heads", "2"]) == 0
     assert (
         main(["convert", str(tmp_path / "hf"), str(tmp_path / "vk"), "--to", "vitkit", "--img-size", "48", "40"]) == 0
     )
     vk = vitkit.load_pretrained(tmp_path / "vk")
     assert detect_format(tmp_path / "vk") == "vitkit" and vk.config.img_size == (48, 40)
-    ref = vitkit.load_pretrained(tmp_path / "m.pth")
+    ref = vitkit.load_pretrained(tmp_path / "m.pth", num_heads=2)
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         assert torch.allclose(vitkit.load_pretrained(tmp_path / "hf")(x), ref(x), atol=1e-6)

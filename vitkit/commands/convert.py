@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit.commands._load_args import add_load_arguments, load_hints
+
 HELP = "convert a checkpoint between the vitkit, hf, timm and npz formats"
 FORMATS = ("vitkit", "hf", "timm", "npz")
 
@@ -20,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--img-size", type=int, nargs="+", default=None, help="resample E_pos to H [W] (paper §3.2)")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into an existing folder or file (also onto the source itself)")
+    add_load_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         if dst.is_file() or (dst.is_dir() and any(dst.iterdir())):
             raise FileExistsError(f"{args.dst} already exists; choose another destination, or --overwrite")
     img = None if args.img_size is None else tuple(args.img_size) if len(args.img_size) == 2 else args.img_size[0]
-    model = load_pretrained(args.src, num_classes=args.num_classes, img_size=img)
+    model = load_pretrained(args.src, num_classes=args.num_classes, img_size=img, **load_hints(args))
     out = save_pretrained(model, args.dst, format=args.to)
     print(f"{args.src} ({src_fmt}) -> {out} ({args.to})")
     return 0

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vitkit.commands._load_args import add_load_arguments, load_hints
+
 HELP = "top-1 / top-5 accuracy of a model on a data split (default: the digits test split)"
 
 
@@ -22,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
+    add_load_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
-    model = load_pretrained(args.model)
+    model = load_pretrained(args.model, **load_hints(args))
     pp = model.preprocess
     dcfg = data_config(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
     splits = open_splits(dcfg)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vitkit.commands._load_args import add_load_arguments, load_hints
+
 HELP = "export a model to ONNX (dynamic batch), verified with onnxruntime; optional int8"
 
 
@@ -20,15 +22,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bench", action="store_true", help="time PyTorch and onnxruntime side by side")
     p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
     p.add_argument("--eval-digits", action="store_true", help="accuracy of every export on the digits test split")
+    add_load_arguments(p)
 
 
-def _load(source: str):  # noqa: ANN202
+def _load(source: str, hints: dict):  # noqa: ANN202
     import torch
 
     import vitkit
 
     if Path(source).exists():
-        return vitkit.load_pretrained(source), Path(source)
+        return vitkit.load_pretrained(source, **hints), Path(source)
     if source.lower() in vitkit.list_models() or vitkit.models.registry.canonical_name(source) in vitkit.list_models():
         print(f"note: {source} is a registry name: exporting random weights (random head, not the zero init)")
         model = vitkit.create_model(source)
@@ -40,7 +43,7 @@ def _load(source: str):  # noqa: ANN202
 def run(args: argparse.Namespace) -> int:
     from vitkit.export import bench_onnx, check_parity, export_onnx, quantize_int8
 
-    model, src = _load(args.source)
+    model, src = _load(args.source, load_hints(args))
     model = model.float().eval()
     out = args.out or ((src if src.is_dir() else src.parent) / "model.onnx")
     if args.img_size:

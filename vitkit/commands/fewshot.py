@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit.commands._load_args import add_load_arguments, load_hints
+
 HELP = "few-shot linear evaluation (closed-form least squares) of a frozen model"
 
 
@@ -24,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data loading processes")
     p.add_argument("--json", default=None, help="also write the table as JSON here")
+    add_load_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         shots = [int(s) for s in args.shots.split(",") if s]
     except ValueError as e:
         raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
-    model = load_pretrained(args.model)
+    model = load_pretrained(args.model, **load_hints(args))
     pp = model.preprocess
     dcfg = data_config(args.data, model.config.in_chans, args.workers, args.batch_size)
     splits = open_splits(dcfg)

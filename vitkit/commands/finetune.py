@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._run_args import add_run_arguments, prepare, report
 
 HELP = "fine-tune a pretrained model (new head, resampled position embeddings) with the paper's recipe"
@@ -26,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
     p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
     add_run_arguments(p, "finetune_base", "finetune")
+    add_load_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.formats import load_pretrained
     from vitkit.train.run import run_experiment
 
-    source = load_pretrained(args.model)  # its channels decide the data's (its mean/std are kept by the runner)
+    source = load_pretrained(args.model, **load_hints(args))  # its channels decide the data's
     extra = [f"model.pretrained={_q(args.model)}", f"data.channels={source.config.in_chans}"]
+    extra += [f"model.{k}={_q(v) if isinstance(v, str) else v}" for k, v in load_hints(args).items() if v is not None]
     del source
     if args.data:
         if args.data in ("digits", "lfw"):

@@ -17,6 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from vitkit.commands._load_args import add_load_arguments, load_hints
+
 HELP = "figures of paper §4.5: embedding filters, position-embedding similarity, attention distance, attention maps"
 
 
@@ -32,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--components", type=int, default=28, help="principal components of E to draw (default: 28)")
     parser.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default: 16)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_load_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("num_images", "show", "components", "batch_size"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be at least 1")
-    model = vitkit.load_pretrained(args.model)
+    model = vitkit.load_pretrained(args.model, **load_hints(args))
 
     def warn(msg: str) -> None:
         print(f"vitkit inspect: warning: {msg}", file=sys.stderr)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vitkit.commands._load_args import add_load_arguments, load_hints
+
 HELP = "top-k predictions for image files"
 
 
@@ -19,6 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk", type=int, default=5, help="how many classes to print per image (default: 5)")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
+    add_load_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.utils import check_int
 
     check_int("--topk", args.topk)
-    model = load_pretrained(args.model)
+    model = load_pretrained(args.model, **load_hints(args))
     if model.config.num_classes == 0:
         raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes; "
                          "use `vitkit fewshot` to evaluate its features, or fine-tune it with `vitkit finetune`")

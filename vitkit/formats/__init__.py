@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -20,7 +21,7 @@ from vitkit.formats.timm import is_timm, load_timm, save_timm
 from vitkit.models.vit import VisionTransformer
 
 Detector = Callable[[Path], bool]
-Loader = Callable[[Path], VisionTransformer]
+Loader = Callable[[Path, dict[str, Any]], VisionTransformer]
 Saver = Callable[[VisionTransformer, Path], Path]
 
 LOADERS: list[tuple[str, Detector, Loader]] = [
@@ -56,18 +57,25 @@ def load_pretrained(
     num_classes: int | None = None,
     img_size: int | tuple[int, int] | None = None,
     pooling: str | None = None,
+    num_heads: int | None = None,
+    gelu: str | None = None,
+    ln_eps: float | None = None,
 ) -> VisionTransformer:
     """Load any supported checkpoint, in eval mode.
 
     `num_classes` swaps in a zero-initialised K-way head and drops pre_logits (paper §3.2);
-    `img_size` resamples the position embeddings in 2D for a new resolution (§3.2);
-    `pooling` checks the classifier kind ("token" or "gap") against the file.
+    `img_size` resamples the position embeddings in 2D for a new resolution (§3.2).
+    `num_heads`, `gelu`, `ln_eps` and `pooling` give what a file's shapes do not determine (a bare timm
+    state dict does not record its head count); a value the file does record must agree with it. What
+    neither the file nor these give takes the format's documented default, logged and kept in
+    `model.config.extra["assumed"]`, or is refused with a message naming it (README "Checkpoints").
     """
     p = Path(path)
     fmt = detect_format(p)
     loader = next(load for name, _, load in LOADERS if name == fmt)
+    hints = {"num_heads": num_heads, "gelu": gelu, "ln_eps": ln_eps, "pooling": pooling}
     try:
-        model = loader(p)
+        model = loader(p, hints)
     except (ValueError, TypeError, KeyError) as e:  # every message names the file it is about
         msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         raise ValueError(msg if str(p) in msg else f"{p}: {msg}") from e

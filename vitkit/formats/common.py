@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import re
 import zipfile
@@ -15,6 +16,7 @@ from safetensors.torch import load_file
 
 from vitkit.models.posemb import square_side
 from vitkit.models.registry import VARIANTS
+from vitkit.models.vit import ViTConfig
 
 
 def expect_shape(source: Path, key: str, found: tuple[int, ...], expected: tuple[int, ...]) -> None:
@@ -57,19 +59,52 @@ def units_per_stage(keys: Iterable[str], stage_prefix: Callable[[int], str], uni
         counts.append(n)
 
 
-def guess_num_heads(width: int, source: Path) -> int:
-    """Heads for a fused-qkv file that does not say: the paper's Table 1 sizes, else 64-wide heads."""
-    for sizes in VARIANTS.values():
-        if sizes["width"] == width:
-            return sizes["num_heads"]
-    if width in (1408, 1664, 1792):  # ViT-g/14, ViT-G/14, ViT-e (Zhai et al. 2022): 16 heads
-        return 16
-    if width % 64 == 0:
-        return width // 64
-    raise ValueError(
-        f"{source}: the number of attention heads of a width-{width} model cannot be read from fused qkv "
-        "weights; save it with vitkit (which records it) or convert from a format that has it"
-    )
+HINTS = ("num_heads", "gelu", "ln_eps", "pooling")  # values a file's tensor shapes do not determine
+
+log = logging.getLogger("vitkit")
+
+
+class Choices:
+    """The values a loader needs that tensor shapes do not determine (`HINTS`), and where each came from.
+
+    `pick` takes the file's own value (metadata) when it has one, else the caller's hint (`load_pretrained(...,
+    num_heads=...)`, `--num-heads`), else the documented default of the format, which is logged and kept in
+    `model.config.extra["assumed"]`; with no default it refuses with a message naming the file and the key."""
+
+    def __init__(self, source: Path, hints: dict[str, Any] | None = None) -> None:
+        self.source = source
+        self.hints = {k: v for k, v in (hints or {}).items() if v is not None}
+        unknown = sorted(set(self.hints) - set(HINTS))
+        if unknown:
+            raise ValueError(f"unknown loading hint(s) {unknown}; known: {list(HINTS)}")
+        self.assumed: dict[str, str] = {}
+
+    def pick(self, key: str, from_file: Any = None, default: Any = None, rule: str = "") -> Any:
+        hint = self.hints.get(key)
+        if from_file is not None:
+            if hint is not None and hint != from_file:
+                raise ValueError(f"{self.source}: the file says {key}={from_file!r}, but {key}={hint!r} was given")
+            return from_file
+        if hint is not None:
+            return hint
+        if default is None:
+            raise ValueError(f"{self.source}: {key} cannot be read from this file ({rule}); give it: "
+                             f"load_pretrained(..., {key}=...) or --{key.replace('_', '-')}")
+        self.assumed[key] = f"{default!r}: {rule}"
+        return default
+
+    def record(self, cfg: ViTConfig) -> ViTConfig:
+        """Keep the assumed values in the config (saved with the model) and log each one."""
+        for key, why in self.assumed.items():
+            log.warning("%s: %s is not in the file; assumed %s", self.source, key, why)
+        if self.assumed:
+            cfg.extra = {**cfg.extra, "assumed": dict(self.assumed)}
+        return cfg
+
+
+def table1_heads(width: int) -> int | None:
+    """The heads of the paper's Table 1 model of this width (Ti 3, S 6, B 12, L 16, H 16), else None."""
+    return next((v["num_heads"] for v in VARIANTS.values() if v["width"] == width), None)
 
 
 def torch_load_weights(path: Path) -> dict[str, torch.Tensor]:

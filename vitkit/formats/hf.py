@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import (
+    Choices,
     KeyTable,
     gather_state,
     load_state_checked,
@@ -119,11 +120,21 @@ def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
 
 
-def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: str, path: Path) -> ViTConfig:
-    """Our config from HF's config.json; the head (and pooler) sizes come from the tensors present."""
-    act = doc.get("hidden_act", "gelu")
-    if act not in ACTS:
+def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: str, path: Path,
+                     choices: Choices | None = None) -> ViTConfig:
+    """Our config from HF's config.json; the head (and pooler) sizes come from the tensors present. A key the
+    config.json leaves out takes transformers' `ViTConfig` default, as transformers itself would (logged)."""
+    choices = choices or Choices(path)
+
+    def value(key: str, default: Any, ours: str | None = None) -> Any:
+        return choices.pick(ours, doc.get(key), default, f"transformers' ViTConfig default {key}") if ours else \
+            doc.get(key, default)
+
+    act = doc.get("hidden_act")
+    if act is not None and act not in ACTS:
         raise ValueError(f"{path}: hidden_act {act!r} is not a GELU vitkit supports ({sorted(ACTS)})")
+    gelu = choices.pick("gelu", ACTS[act] if act is not None else None, "exact",
+                        "transformers' ViTConfig default hidden_act 'gelu' (the exact erf form)")
     ph, pw = to_pair(doc.get("patch_size", 16), f"{path}: patch_size")
     if ph != pw:
         raise ValueError(f"{path}: non-square patches {ph}x{pw} are not supported")
@@ -133,6 +144,7 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
         if doc.get("pooler_act", "tanh") != "tanh":
             raise ValueError(f"{path}: pooler_act {doc.get('pooler_act')!r}; the representation layer is tanh")
         rep = int(state[f"{base}pooler.dense.weight"].shape[0])
+    choices.pick("pooling", "token")  # HF's ViT always pools its class token
     return ViTConfig(
         img_size=to_pair(doc.get("image_size", 224), f"{path}: image_size"),
         patch_size=ph,
@@ -140,13 +152,13 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
         num_classes=int(state["classifier.weight"].shape[0]) if has_head else 0,
         width=int(doc.get("hidden_size", 768)),
         depth=int(doc.get("num_hidden_layers", 12)),
-        num_heads=int(doc.get("num_attention_heads", 12)),
+        num_heads=int(value("num_attention_heads", 12, "num_heads")),
         mlp_dim=int(doc.get("intermediate_size", 3072)),
         pooling="token",
         representation_size=rep,
         qkv_bias=bool(doc.get("qkv_bias", True)),
-        ln_eps=float(doc.get("layer_norm_eps", 1e-12)),
-        gelu=ACTS[act],  # type: ignore[arg-type]
+        ln_eps=float(value("layer_norm_eps", 1e-12, "ln_eps")),
+        gelu=gelu,
     )
 
 
@@ -169,7 +181,7 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
     return pre
 
 
-def load_hf(path: str | Path) -> VisionTransformer:
+def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
     """Load a transformers ViT folder (ViTModel or ViTForImageClassification), eval mode."""
     folder = Path(path)
     doc = _read_config(folder)
@@ -178,7 +190,8 @@ def load_hf(path: str | Path) -> VisionTransformer:
     state, wpath = _weights(folder)
     base = "vit." if any(k.startswith("vit.") for k in state) else ""
     layout = "classic" if any(k.startswith(f"{base}encoder.layer.") for k in state) else "current"
-    cfg = hf_to_vit_config(doc, state, base, wpath)
+    choices = Choices(wpath, hints)
+    cfg = choices.record(hf_to_vit_config(doc, state, base, wpath, choices))
     model = VisionTransformer(cfg)
     table = key_table(cfg, layout, base)
     # Unused by image classification: the MIM mask token, and a pooler transformers itself ignores there.

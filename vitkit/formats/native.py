@@ -13,7 +13,7 @@ from typing import Any
 from safetensors.torch import save_file
 
 from vitkit.data.preprocess import PreprocessConfig
-from vitkit.formats.common import load_state_checked, read_safetensors
+from vitkit.formats.common import Choices, load_state_checked, read_safetensors
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 
@@ -44,7 +44,8 @@ def save_native(model: VisionTransformer, out_dir: str | Path, extra: dict[str, 
     return out
 
 
-def load_native(path: str | Path) -> VisionTransformer:
+def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
+    """Load a vitkit folder: everything is in config.json (a hint that contradicts it is an error)."""
     folder = Path(path)
     cfg_path = folder / CONFIG_NAME
     try:
@@ -57,6 +58,9 @@ def load_native(path: str | Path) -> VisionTransformer:
         cfg = ViTConfig.from_dict(doc["model"])
     except (ValueError, TypeError) as e:
         raise ValueError(f"{cfg_path}: {e}") from e
+    choices = Choices(cfg_path, hints)
+    for key in ("num_heads", "gelu", "ln_eps", "pooling"):
+        choices.pick(key, getattr(cfg, key))
     model = VisionTransformer(cfg)
     load_state_checked(model, read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME)
     if "preprocess" in doc:  # else the model's default: the original code's [-1, 1] scaling

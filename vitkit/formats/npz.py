@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from vitkit.formats.common import (
+    Choices,
     KeyTable,
     expect_shape,
     gather_state,
@@ -171,8 +173,12 @@ def _has_prefix(a: dict[str, np.ndarray], prefix: str) -> bool:
     return any(k.startswith(prefix) for k in a)
 
 
-def infer_config(a: dict[str, np.ndarray], path: Path) -> tuple[ViTConfig, dict[str, str], str]:
-    """Recover the whole architecture from array shapes; also the naming generation and posemb key."""
+def infer_config(
+    a: dict[str, np.ndarray], path: Path, choices: Choices
+) -> tuple[ViTConfig, dict[str, str], str]:
+    """Recover the whole architecture from array shapes (the heads too: q/k/v are stored (D, heads, d));
+    also the naming generation and posemb key. The numerics are not in the file: the original code's tanh
+    GELU and LayerNorm eps 1e-6, unless `choices` has other values."""
     emb = require(a, "embedding/kernel", path, 4, "array")
     P, P2, C, D = emb.shape
     if P != P2:
@@ -207,12 +213,12 @@ def infer_config(a: dict[str, np.ndarray], path: Path) -> tuple[ViTConfig, dict[
         num_classes=a["head/kernel"].shape[-1] if "head/kernel" in a else 0,
         width=D,
         depth=depth,
-        num_heads=q.shape[1],
+        num_heads=choices.pick("num_heads", int(q.shape[1])),
         mlp_dim=mlp.shape[1],
-        pooling="token" if token else "gap",
+        pooling=choices.pick("pooling", "token" if token else "gap"),
         representation_size=rep,
-        ln_eps=1e-6,
-        gelu="tanh",
+        ln_eps=choices.pick("ln_eps", None, 1e-6, "the original code's LayerNorm eps"),
+        gelu=choices.pick("gelu", None, "tanh", "the original code's GELU is the tanh approximation"),
         resnet_layers=layers,
         resnet_width=width_factor,
     )
@@ -233,11 +239,13 @@ def npz_to_state(
     )
 
 
-def load_npz(path: str | Path) -> VisionTransformer:
+def load_npz(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
     """Load an original vit_jax / big_vision `.npz` (or a folder holding `model.npz`), eval mode."""
     file = _npz_file(Path(path)) or Path(path)
     arrays = _unstack_scan(_strip_prefix(read_npz(file), file))
-    cfg, names, posemb_key = infer_config(arrays, file)
+    choices = Choices(file, hints)
+    cfg, names, posemb_key = infer_config(arrays, file, choices)
+    choices.record(cfg)
     model = VisionTransformer(cfg)
     own = model.state_dict()
     state = npz_to_state(arrays, key_table(cfg, names, posemb_key), own, file, cfg.num_heads)

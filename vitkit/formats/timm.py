@@ -24,13 +24,14 @@ from safetensors.torch import save_file
 
 from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import (
+    Choices,
     KeyTable,
     gather_state,
-    guess_num_heads,
     load_state_checked,
     read_safetensors,
     require,
     square_grid,
+    table1_heads,
     torch_load_weights,
     units_per_stage,
 )
@@ -101,14 +102,20 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
     return torch_load_weights(path), meta, path
 
 
-def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> ViTConfig:
-    """Recover a ViTConfig from timm tensor shapes (+ optional metadata for heads / numerics)."""
+def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path, choices: Choices) -> ViTConfig:
+    """Recover a ViTConfig from timm tensor shapes, metadata (vitkit's own, or a hub folder's model_args)
+    and `choices` for what neither determines: the head count of fused qkv weights (given, or Table 1's for
+    its widths, else refused), GELU (timm's exact), LayerNorm eps (timm's 1e-6), pooling without a class
+    token (timm's average)."""
     found = [(key, what) for key, what in UNSUPPORTED.items() if key in state]
     if found:
         names = ", ".join(f"{k!r} ({w})" for k, w in found)
         raise ValueError(f"{path}: unrecognised tensor(s) {names}: vitkit's ViT has no such parts")
     if "vitkit" in meta:  # written by vitkit: the exact config (heads, GELU flavour, eps, grid)
-        return ViTConfig.from_dict(meta["vitkit"])
+        cfg = ViTConfig.from_dict(meta["vitkit"])
+        for key in ("num_heads", "gelu", "ln_eps", "pooling"):
+            choices.pick(key, getattr(cfg, key))  # a hint that contradicts the file is an error
+        return cfg
     proj = require(state, "patch_embed.proj.weight", path, 4)
     D, C, P, _ = proj.shape
     depth = 0
@@ -117,7 +124,10 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     if depth == 0:
         raise ValueError(f"{path}: missing tensor 'blocks.0.attn.qkv.weight'; not a timm VisionTransformer")
     args = meta.get("model_args") or {}
-    heads = int(args.get("num_heads") or guess_num_heads(D, path))
+    table = table1_heads(D)
+    heads = choices.pick("num_heads", args.get("num_heads"), table,
+                         f"fused qkv weights do not record it; Table 1's width-{D} model has {table} heads" if table
+                         else f"fused qkv weights do not record it, and width {D} is none of Table 1's")
     token = "cls_token" in state
     layers: tuple[int, ...] | None = None
     width_factor, in_chans, stride = 1, C, P
@@ -141,11 +151,12 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         depth=depth,
         num_heads=heads,
         mlp_dim=require(state, "blocks.0.mlp.fc1.weight", path, 2).shape[0],
-        pooling="token" if token else "gap",
+        pooling=choices.pick("pooling", "token" if token else None, "gap",
+                             "no class token: timm's default global average pooling"),
         representation_size=rep,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
-        ln_eps=1e-6,
-        gelu="exact",
+        ln_eps=choices.pick("ln_eps", None, 1e-6, "timm's ViT LayerNorm eps"),
+        gelu=choices.pick("gelu", None, "exact", "timm's ViT uses nn.GELU, the exact erf form"),
         resnet_layers=layers,
         resnet_width=width_factor,
     )
@@ -156,11 +167,12 @@ def _no_embed_class(tokens: int, token: bool) -> bool:
     return token and square_side(tokens) is not None
 
 
-def load_timm(path: str | Path) -> VisionTransformer:
-    """Load a timm ViT state dict / hub folder, eval mode."""
+def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
+    """Load a timm ViT state dict / hub folder, eval mode (`hints`: see `Choices`)."""
     src = Path(path)
     state, meta, wpath = _read(src)
-    cfg = infer_config(state, meta, wpath)
+    choices = Choices(wpath, hints)
+    cfg = choices.record(infer_config(state, meta, wpath, choices))
     if cfg.pooling == "token" and "pos_embed" in state and state["pos_embed"].shape[1] == cfg.num_patches:
         # no_embed_class: patches get E_pos, the class token none == a zero class-token row in our table.
         pe = state["pos_embed"]

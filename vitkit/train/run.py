@@ -78,7 +78,8 @@ def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: d
     k = int(mcfg["num_classes"]) or len(classes)
     size = to_pair(mcfg["img_size"], "model.img_size")
     if mcfg["pretrained"]:
-        model = load_pretrained(mcfg["pretrained"])
+        hints = {k: mcfg[k] for k in ("num_heads", "gelu", "ln_eps") if k in mcfg}  # what the file may not record
+        model = load_pretrained(mcfg["pretrained"], **hints)
         grid, classes_before = model.config.grid_size, model.config.num_classes
         model = adapt(model, num_classes=k, img_size=size).train()
         if notes is not None:

@@ -1,0 +1,204 @@
+"""Crash safety and hostile files, measured: SIGKILLs at random moments (checkpoints written every step, so
+many land mid-write), a full disk, then `--resume`, each compared bitwise with an uninterrupted run; and
+malicious pickles planted in every place vitkit reads a file, none of which may run.
+
+    .venv/bin/python benchmarks/crash_safety.py [--kills 14] [--seed 0]
+
+Writes benchmarks/results/crash_safety.json and prints a summary for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import random
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+import vitkit
+from vitkit.data.datasets import open_splits
+from vitkit.train.config import load_config
+from vitkit.train.run import run_experiment
+
+RECIPE = ["model.width=16", "model.depth=1", "model.num_heads=2", "model.mlp_dim=32", "schedule.steps=200",
+          "schedule.warmup_steps=4", "train.batch_size=32", "train.ckpt_every=1", "train.log_every=5",
+          "train.tensorboard=false", "data.num_workers=0", "model.dropout=0.1"]
+
+
+def _cmd(out: Path, *extra: str) -> list[str]:
+    sets = [x for s in RECIPE for x in ("--set", s)]
+    return [sys.executable, "-m", "vitkit", "train", "--config", "digits_pretrain", "--out", str(out), "--no-progress",
+            "--threads", "1", *sets, *extra]
+
+
+def _same(a: Path, b: Path) -> bool:
+    x, y = load_file(a / "model" / "model.safetensors"), load_file(b / "model" / "model.safetensors")
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def _losses(run: Path) -> list:
+    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r]
+
+
+def kills(root: Path, n: int, rng: random.Random) -> list[dict]:
+    ref = root / "ref"
+    subprocess.run(_cmd(ref), check=True, capture_output=True)
+    t0 = time.perf_counter()
+    subprocess.run(_cmd(root / "timing"), check=True, capture_output=True)
+    duration = time.perf_counter() - t0
+    rows = []
+    for i in range(n):
+        out = root / f"kill{i}"
+        p = subprocess.Popen(_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.25, 0.95) * duration)
+        p.send_signal(signal.SIGKILL)
+        killed = p.wait() == -signal.SIGKILL
+        temps = [x.name for x in out.glob(".*.tmp")] if out.exists() else []
+        state = out / "train_state.pt"
+        step = torch.load(state, weights_only=True)["step"] if state.exists() else None
+        r = subprocess.run(_cmd(out, "--resume") if step is not None else _cmd(out, "--overwrite"),
+                           capture_output=True, text=True)
+        rows.append({"kill": i, "killed_mid_run": killed, "resumed_from_step": step, "temp_files_left": temps,
+                     "resume_rc": r.returncode, "bitwise": r.returncode == 0 and _same(out, ref),
+                     "log_equal": r.returncode == 0 and _losses(out) == _losses(ref)})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def full_disk(root: Path) -> dict:
+    ref = root / "ref"
+    out = root / "full"
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))  # the checkpoint no longer fits
+
+    r = subprocess.run(_cmd(out), capture_output=True, text=True, preexec_fn=limit)
+    one_line = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    state = out / "train_state.pt"
+    resumed = subprocess.run(_cmd(out, "--resume") if state.exists() else _cmd(out, "--overwrite"),
+                             capture_output=True, text=True)
+    return {"rc": r.returncode, "message": one_line[0] if one_line else r.stderr[-300:],
+            "traceback": "Traceback" in r.stderr, "state_after_failure": state.exists(),
+            "resume_rc": resumed.returncode, "bitwise": resumed.returncode == 0 and _same(out, ref)}
+
+
+class Payload:
+    def __init__(self, fn, arg) -> None:  # noqa: ANN001
+        self.fn, self.arg = fn, arg
+
+    def __reduce__(self):
+        return (self.fn, (self.arg,))
+
+
+def pickles(root: Path) -> dict:
+    """Payload callables x every place a file is read; the marker must never be written."""
+    import builtins
+    import subprocess as sp
+
+    marker = root / "pwned"
+    cmd = f"touch {marker}"
+    code = f"open({str(marker)!r}, 'w').write('x')"
+    payloads = [Payload(os.system, cmd), Payload(sp.getoutput, cmd), Payload(builtins.exec, code),
+                Payload(builtins.eval, code), Payload(os.popen, cmd), Payload(sp.call, cmd.split()),
+                Payload(builtins.__import__, "antigravity")]
+    refused, ran, total = 0, 0, 0
+    places = []
+
+    def place(name: str, build, read) -> None:  # noqa: ANN001
+        nonlocal refused, total
+        for k, pl in enumerate(payloads):
+            d = root / f"{name}{k}"
+            d.mkdir()
+            path = build(d, pl)
+            total += 1
+            try:
+                read(path)
+            except (ValueError, FileNotFoundError):
+                refused += 1
+        places.append(name)
+
+    def cifar(d: Path, pl) -> Path:  # noqa: ANN001
+        for f in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+            (d / f).write_bytes(pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": pl}))
+        return d
+
+    def meta(d: Path, pl) -> Path:  # noqa: ANN001
+        for f in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+            (d / f).write_bytes(pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 1]}))
+        (d / "batches.meta").write_bytes(pickle.dumps({b"label_names": pl}))
+        return d
+
+    def pth(d: Path, pl) -> Path:  # noqa: ANN001
+        (d / "m.pth").write_bytes(pickle.dumps({"patch_embed.proj.weight": pl}))
+        return d / "m.pth"
+
+    def torch_pth(d: Path, pl) -> Path:  # noqa: ANN001
+        torch.save({"w": pl}, d / "m.pt")
+        return d / "m.pt"
+
+    def hf(d: Path, pl) -> Path:  # noqa: ANN001
+        (d / "config.json").write_text(json.dumps({"model_type": "vit"}))
+        torch.save({"w": pl}, d / "pytorch_model.bin")
+        return d
+
+    def npz(d: Path, pl) -> Path:  # noqa: ANN001
+        np.savez(d / "m.npz", **{"embedding/kernel": np.array([pl], dtype=object)})
+        return d / "m.npz"
+
+    def state(d: Path, pl) -> Path:  # noqa: ANN001
+        torch.save({"step": 1, "model": {}, "optimizer": pl}, d / "train_state.pt")
+        return d
+
+    cfg = load_config("digits_pretrain", RECIPE)
+    place("cifar_batch", cifar, lambda p: open_splits({"name": "auto", "path": str(p)}))
+    place("cifar_meta", meta, lambda p: open_splits({"name": "cifar10", "path": str(p)}))
+    place("timm_pickle", pth, vitkit.load_pretrained)
+    place("timm_torch_save", torch_pth, vitkit.load_pretrained)
+    place("hf_bin", hf, vitkit.load_pretrained)
+    place("npz_object_array", npz, vitkit.load_pretrained)
+    place("train_state", state, lambda p: run_experiment(cfg, p, resume=True, force=True, progress=False))
+    ran = int(marker.exists())
+    return {"files": total, "refused_with_a_message": refused, "payload_ran": ran, "places": places,
+            "payloads": [f"{p.fn.__module__}.{p.fn.__name__}" for p in payloads]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kills", type=int, default=14)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        (root / "p").mkdir()
+        doc = {"date": time.strftime("%Y-%m-%d"), "pickles": pickles(root / "p")}
+        print(doc["pickles"], flush=True)
+        (root / "k").mkdir()
+        doc["kills"] = kills(root / "k", args.kills, rng)
+        doc["full_disk"] = full_disk(root / "k")
+        print(doc["full_disk"], flush=True)
+    out = Path(__file__).parent / "results" / "crash_safety.json"
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    k = doc["kills"]
+    print(f"SIGKILLs: {sum(r['killed_mid_run'] for r in k)}/{len(k)} killed mid-run, "
+          f"{sum(r['bitwise'] for r in k)}/{len(k)} resumed bitwise, {sum(r['log_equal'] for r in k)} logs equal; "
+          f"pickles: {doc['pickles']['refused_with_a_message']}/{doc['pickles']['files']} refused, "
+          f"{doc['pickles']['payload_ran']} ran; full disk: {doc['full_disk']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
