@@ -235,3 +235,32 @@ def test_logged_loss_is_weighted_by_examples(tmp_path: Path) -> None:
     logged = [r["loss"] for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r]
     assert logged == pytest.approx([np.mean(losses[:2]), np.mean(losses[2:])], rel=1e-9)
     assert torch.isfinite(torch.tensor(logged)).all()
+
+
+def test_a_resume_between_log_lines_logs_what_an_uninterrupted_run_logs(tmp_path: Path) -> None:
+    """The sums since the last log line are part of the training state: resuming at step 7 with a log line
+    every 5 steps logs at step 10 the mean of steps 6-10, as the uninterrupted run does, bit for bit."""
+    from helpers import digits_trainer
+
+    from vitkit.train.engine import TrainConfig, read_metrics
+
+    cfg = TrainConfig(steps=12, batch_size=16, lr=1e-3, warmup_steps=0, log_every=5, tensorboard=False)
+
+    def model():
+        torch.manual_seed(0)
+        return digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
+
+    full = digits_trainer(model(), cfg, tmp_path / "full")
+    full.fit()
+    part = digits_trainer(model(), cfg, tmp_path / "part")
+    part.fit(stop_at=7)  # a pause between log lines: the sums of steps 6-7 go into the state
+    part.save_state()
+    again = digits_trainer(model(), cfg, tmp_path / "part")
+    again.load_state()
+    again.fit()
+
+    def losses(d: str) -> list:
+        return [(r["step"], r["loss"], r["train_acc"]) for r in read_metrics(tmp_path / d / "metrics.jsonl")
+                if "loss" in r]
+
+    assert losses("full") == losses("part") and [s for s, *_ in losses("full")] == [5, 10, 12]

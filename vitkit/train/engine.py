@@ -185,6 +185,9 @@ class Trainer:
         self.ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
         self.step = 0
         self.skipped_images = 0  # unreadable images met so far (counted over the whole run)
+        # sums over the steps since the last log line (loss x n, correct, n): saved with the state, so the
+        # first line logged after a resume averages the same steps as an uninterrupted run's
+        self.log_window = [0.0, 0.0, 0.0]
         self.metrics_path = self.out / "metrics.jsonl"
         self._tb: Any = None
 
@@ -209,8 +212,10 @@ class Trainer:
 
         Only rank 0 writes; the state holds the unwrapped weights, so any world size can resume it."""
         path = self.out / self.STATE_NAME
+        window = dist.sum_across(self.log_window, self.cfg.device)  # collective: the global batch's sums
         state = self.state_dict() if self.is_main or self.sharded else None  # gathering shards is collective
         if self.is_main:
+            state["log_window"] = window
             with atomic_path(path) as tmp:
                 torch.save(state, tmp)
         dist.barrier()
@@ -257,6 +262,9 @@ class Trainer:
             self.ema.shadow = dist.shard_like(shadow, self.model.state_dict()) if self.sharded else shadow
         self.step = int(st["step"])
         self.skipped_images = int(st.get("skipped_images", 0))
+        # the global sums since the last log line, held by rank 0 (the others add nothing until the next line)
+        window = [float(v) for v in st.get("log_window", [0.0, 0.0, 0.0])]
+        self.log_window = window if self.is_main else [0.0, 0.0, 0.0]
         if self.is_main:
             self._truncate_metrics(self.step)
 
@@ -372,8 +380,7 @@ class Trainer:
         show = self.progress and self.is_main
         bar = tqdm(total=end, initial=self.step, disable=not show, desc="train", unit="step", dynamic_ncols=True)
         last: dict[str, Any] = {}
-        # sums over the steps since the last log line, of this rank's examples: loss x n, correct, n
-        t0, loss_sum, correct_sum, seen = time.perf_counter(), 0.0, 0.0, 0
+        t0 = time.perf_counter()
         for batch in self.data.iterate(self.step, end):
             if batch.step != self.step:  # the loader and the loop must agree, or resume is not exact
                 raise RuntimeError(f"data loader returned step {batch.step}, expected {self.step}")
@@ -388,11 +395,12 @@ class Trainer:
             if loss != loss:  # NaN
                 raise FloatingPointError(f"loss became NaN at step {self.step}; lower optim.lr or set optim.clip_norm")
             self.step += 1
-            loss_sum, correct_sum, seen = loss_sum + loss * n, correct_sum + acc * n, seen + n
+            w = self.log_window  # this rank's sums since the last log line: loss x n, correct, n
+            self.log_window = [w[0] + loss * n, w[1] + acc * n, w[2] + n]
             bar.update(1)
-            if self.step % cfg.log_every == 0 or self.step == end:
+            if self.step % cfg.log_every == 0 or self.step == cfg.steps:  # (a stop_at pause logs nothing extra)
                 # every rank reaches this line at the same step: the figures are the global batch's, not rank 0's
-                g_loss, g_correct, g_seen = dist.sum_across([loss_sum, correct_sum, float(seen)], cfg.device)
+                g_loss, g_correct, g_seen = dist.sum_across(self.log_window, cfg.device)
                 dt = time.perf_counter() - t0
                 lr = self.opt.param_groups[0]["lr"]
                 last = {
@@ -404,8 +412,8 @@ class Trainer:
                 }
                 self.log(last)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", lr=f"{lr:.2e}", img_s=f"{last['img_per_s']:.0f}")
-                t0, loss_sum, correct_sum, seen = time.perf_counter(), 0.0, 0.0, 0
-            if self.eval_fn and cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == end):
+                t0, self.log_window = time.perf_counter(), [0.0, 0.0, 0.0]
+            if self.eval_fn and cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
                 if self.is_main or self.sharded:
                     ev = self.evaluate_now()
                 if self.is_main:
