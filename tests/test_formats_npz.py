@@ -289,6 +289,23 @@ def test_hybrid_r50_numerics(tmp_path: Path, old_gn: bool) -> None:
     np.testing.assert_array_equal(b["block2/unit2/conv2/kernel"], a["block2/unit2/conv2/kernel"])
 
 
+@pytest.mark.parametrize("factor, layers", [(0.5, (1,)), (2, (1,)), (2, (2, 2)), (0.5, (3, 4, 9)), (0.5, (3, 4, 6, 3))])
+def test_hybrid_width_factor_and_stages_are_read_from_shapes(tmp_path: Path, factor: float, layers: tuple) -> None:
+    """Random hybrids in the released key layout: the root conv (7, 7, 3, 64·w) gives the width factor, the
+    unit keys the units per stage; the output agrees with the independent NumPy forward."""
+    rng = np.random.default_rng(11)
+    h, cout = hybrid_arrays(rng, layers, width=int(64 * factor), old_gn=False)
+    a = vit_arrays(rng, P=1, C=cout, grid=2, D=32, heads=2)
+    a.update(h)
+    m = vitkit.load_pretrained(write_npz(tmp_path / "hybrid.npz", a))
+    stride = 4 * 2 ** (len(layers) - 1)
+    assert (m.config.resnet_width, m.config.resnet_layers, m.config.total_stride) == (factor, layers, stride)
+    x = np.random.default_rng(12).normal(size=(1, 3, 2 * stride, 2 * stride)).astype(np.float32)
+    with torch.no_grad():
+        assert_close(m(torch.from_numpy(x)), np_vit({k: v.astype(np.float64) for k, v in a.items()}, x, layers=layers),
+                     rel=1e-4)
+
+
 def test_big_vision_scan_layout(tmp_path: Path) -> None:
     a = vit_arrays(np.random.default_rng(5), names=NEWER, token=False)
     scan = {k: v for k, v in a.items() if not k.startswith("Transformer/encoderblock_")}

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitkit.models.resnet import ResNetV2
+
 DEFAULT_L2 = 2.0**10
 BIAS_CONSTANT = 100.0
 REPRESENTATIONS = ("pre_logits", "token")
@@ -44,6 +46,8 @@ def extract_features(model: nn.Module, loader, representation: str = "pre_logits
 def describe_representation(model: nn.Module, representation: str) -> str:
     """What `extract_features` returns for this model, in words (a model without a pre-training
     representation layer has no separate pre_logits: the head's input is the pooled token)."""
+    if isinstance(model, ResNetV2):  # the BiT ResNet: its head sees the averaged final feature map
+        return "globally average-pooled final feature map features (the head's input)"
     pooled = "GAP of the patch tokens" if model.config.pooling == "gap" else "final class token LN(z_L^0)"
     if representation == "pre_logits" and model.config.representation_size:
         return f"pre_logits features (the {model.config.representation_size}-d tanh layer on the {pooled})"

@@ -1,7 +1,8 @@
 """Checkpoint formats: detect, load and save. `load_pretrained` / `save_pretrained` are the public API.
 
 Each format lives in its own file: native.py (vitkit's folder format), hf.py (Hugging Face
-folders), timm.py (timm state dicts), npz.py (the original vit_jax / big_vision files). README "Checkpoints" says what each reads and assumes.
+folders), timm.py (timm state dicts), npz.py (the original vit_jax / big_vision files), bit.py (the
+BiT baseline's released .npz). README "Checkpoints" says what each reads and what it assumes.
 Loaders register in `LOADERS` as (name, detector, loader), tried in order; savers in `SAVERS`.
 """
 
@@ -14,19 +15,23 @@ from typing import Any
 
 from torch import nn
 
+from vitkit.formats.bit import is_bit_npz, load_bit_npz
 from vitkit.formats.hf import is_hf_dir, load_hf, save_hf
 from vitkit.formats.native import is_native_dir, load_native, save_native
 from vitkit.formats.npz import is_npz, load_npz, save_npz
 from vitkit.formats.timm import is_timm, load_timm, save_timm
+from vitkit.models.resnet import ResNetV2
 from vitkit.models.vit import VisionTransformer
 
 Detector = Callable[[Path], bool]
-Loader = Callable[[Path, dict[str, Any]], VisionTransformer]
+Loader = Callable[[Path, dict[str, Any]], nn.Module]
 Saver = Callable[[VisionTransformer, Path], Path]
+Model = VisionTransformer | ResNetV2
 
 LOADERS: list[tuple[str, Detector, Loader]] = [
     ("vitkit", is_native_dir, load_native),
     ("hf", is_hf_dir, load_hf),
+    ("bit", is_bit_npz, load_bit_npz),  # before "npz": both are .npz files, told apart by their keys
     ("npz", is_npz, load_npz),
     ("timm", is_timm, load_timm),
 ]
@@ -60,7 +65,7 @@ def load_pretrained(
     num_heads: int | None = None,
     gelu: str | None = None,
     ln_eps: float | None = None,
-) -> VisionTransformer:
+) -> Model:
     """Load any supported checkpoint, in eval mode.
 
     `num_classes` swaps in a zero-initialised K-way head and drops pre_logits (paper §3.2);
@@ -84,9 +89,7 @@ def load_pretrained(
     return adapt(model, num_classes, img_size).eval()
 
 
-def adapt(
-    model: VisionTransformer, num_classes: int | None = None, img_size: int | tuple[int, int] | None = None
-) -> VisionTransformer:
+def adapt(model: Model, num_classes: int | None = None, img_size: int | tuple[int, int] | None = None) -> Model:
     """Prepare a loaded model for transfer (§3.2): a new zero-initialised `num_classes`-way head (pre_logits
     dropped, stored labels cleared) and position embeddings resampled in 2D for `img_size`."""
     if num_classes is not None:
@@ -105,6 +108,8 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit") -
     """
     if format not in SAVERS:
         raise ValueError(f"unknown checkpoint format {format!r}; choose one of {sorted(SAVERS)}")
-    if not isinstance(model, VisionTransformer):
-        raise ValueError(f"save_pretrained writes vitkit VisionTransformer models, got {type(model).__name__}")
+    if isinstance(model, ResNetV2) and format != "vitkit":
+        raise ValueError(f"a BiT ResNet is saved in vitkit's format (the {format} format holds ViTs only)")
+    if not isinstance(model, (VisionTransformer, ResNetV2)):
+        raise ValueError(f"save_pretrained writes vitkit's ViTs and BiT ResNets, got {type(model).__name__}")
     return SAVERS[format](model, Path(out))

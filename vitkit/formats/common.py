@@ -16,7 +16,6 @@ from safetensors.torch import load_file
 
 from vitkit.models.posemb import square_side
 from vitkit.models.registry import VARIANTS
-from vitkit.models.vit import ViTConfig
 
 
 def expect_shape(source: Path, key: str, found: tuple[int, ...], expected: tuple[int, ...]) -> None:
@@ -44,6 +43,12 @@ def square_grid(num_patches: int, source: Path, key: str) -> tuple[int, int]:
             "the image size cannot be recovered from the file"
         )
     return (side, side)
+
+
+def resnet_width_factor(root_channels: int) -> float:
+    """The ResNet width factor w of a root conv with 64 x w output channels (0.5, 1, 2, ...)."""
+    w = root_channels / 64
+    return int(w) if w == int(w) else w
 
 
 def units_per_stage(keys: Iterable[str], stage_prefix: Callable[[int], str], unit_suffix: str) -> tuple[int, ...]:
@@ -93,7 +98,7 @@ class Choices:
         self.assumed[key] = f"{default!r}: {rule}"
         return default
 
-    def record(self, cfg: ViTConfig) -> ViTConfig:
+    def record(self, cfg: Any) -> Any:
         """Keep the assumed values in the config (saved with the model) and log each one."""
         for key, why in self.assumed.items():
             log.warning("%s: %s is not in the file; assumed %s", self.source, key, why)

@@ -1,6 +1,7 @@
 """vitkit's own checkpoint format: a folder with `config.json` + `model.safetensors`.
 
-config.json holds {"format": "vitkit", "model": ViTConfig, "preprocess": PreprocessConfig}.
+config.json holds {"format": "vitkit", "arch": "vit" | "bit", "model": ViTConfig or BiTConfig, "preprocess":
+PreprocessConfig}; a file without "arch" is a ViT (the format's first version).
 Writes are atomic; loading never unpickles (safetensors only).
 """
 
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from safetensors.torch import save_file
+from torch import nn
 
 from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import Choices, load_state_checked, read_safetensors
+from vitkit.models.resnet import BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 
@@ -31,20 +34,33 @@ def is_native_dir(path: Path) -> bool:
         return False
 
 
-def save_native(model: VisionTransformer, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
+ARCHS: dict[str, tuple[type, type]] = {"vit": (VisionTransformer, ViTConfig), "bit": (ResNetV2, BiTConfig)}
+
+
+def arch_of(model: nn.Module) -> str:
+    """The native format's name of a model class ("vit" or "bit"), or a ValueError."""
+    for name, (cls, _) in ARCHS.items():
+        if isinstance(model, cls):
+            return name
+    raise ValueError(f"vitkit's format holds ViTs and BiT ResNets, got a {type(model).__name__}")
+
+
+def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
     """Write `model` (weights, config and its `preprocess`) to `out_dir`, each file atomically."""
     out = Path(out_dir)
+    arch_of(model)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     atomic_write_with(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
-    doc = {"format": FORMAT_TAG, "model": model.config.to_dict(), "preprocess": model.preprocess.to_dict()}
+    doc = {"format": FORMAT_TAG, "arch": arch_of(model), "model": model.config.to_dict(),
+           "preprocess": model.preprocess.to_dict()}
     if extra:
         doc.update(extra)
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return out
 
 
-def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
+def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Module:
     """Load a vitkit folder: everything is in config.json (a hint that contradicts it is an error)."""
     folder = Path(path)
     cfg_path = folder / CONFIG_NAME
@@ -54,14 +70,21 @@ def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> Vision
         raise ValueError(f"{cfg_path}: cannot read the model config: {e}") from e
     if "model" not in doc:
         raise ValueError(f"{cfg_path}: no 'model' entry; is this a vitkit checkpoint?")
+    arch = doc.get("arch", "vit")
+    if arch not in ARCHS:
+        raise ValueError(f"{cfg_path}: unknown arch {arch!r}; known: {sorted(ARCHS)}")
+    model_cls, cfg_cls = ARCHS[arch]
     try:
-        cfg = ViTConfig.from_dict(doc["model"])
+        cfg = cfg_cls.from_dict(doc["model"])
     except (ValueError, TypeError) as e:
         raise ValueError(f"{cfg_path}: {e}") from e
     choices = Choices(cfg_path, hints)
     for key in ("num_heads", "gelu", "ln_eps", "pooling"):
-        choices.pick(key, getattr(cfg, key))
-    model = VisionTransformer(cfg)
+        if hasattr(cfg, key):
+            choices.pick(key, getattr(cfg, key))
+        elif key in choices.hints:
+            raise ValueError(f"{cfg_path}: {key} was given, but a {arch} model has no {key}")
+    model = model_cls(cfg)
     load_state_checked(model, read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME)
     if "preprocess" in doc:  # else the model's default: the original code's [-1, 1] scaling
         model.preprocess = PreprocessConfig.from_dict(doc["preprocess"])

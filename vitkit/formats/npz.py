@@ -26,6 +26,7 @@ from vitkit.formats.common import (
     gather_state,
     load_state_checked,
     require,
+    resnet_width_factor,
     split_chunks,
     square_grid,
     units_per_stage,
@@ -41,7 +42,7 @@ RELEASED = {"ln1": "LayerNorm_0", "attn": "MultiHeadDotProductAttention_1", "ln2
 NEWER_FLAX = {"ln1": "LayerNorm_0", "attn": "MultiHeadDotProductAttention_0", "ln2": "LayerNorm_1", "mlp": "MlpBlock_0"}
 
 # Layout conversions, npz -> torch. `heads_*` are the attention's (D, h, d) / (h, d) / (h, d, D) arrays.
-_TO_TORCH = {
+NPZ_TO_TORCH = {
     "same": lambda a: a,
     "gn": lambda a: a.reshape(-1),  # old hybrid files store GroupNorm params as (1, 1, 1, C)
     "conv": lambda a: a.transpose(3, 2, 0, 1),  # (kh, kw, cin, cout) -> (cout, cin, kh, kw)
@@ -53,7 +54,7 @@ _TO_TORCH = {
 
 
 def _to_npz(kind: str, t: np.ndarray, heads: int) -> np.ndarray:
-    """Inverse of `_TO_TORCH[kind]` (needs the head count for the attention arrays)."""
+    """Inverse of `NPZ_TO_TORCH[kind]` (needs the head count for the attention arrays)."""
     if kind == "conv":
         return t.transpose(2, 3, 1, 0)
     if kind == "dense":
@@ -200,8 +201,8 @@ def infer_config(
     width_factor, in_chans, stride = 1, C, P
     if "conv_root/kernel" in a:  # hybrid: ResNet stage depths from the unit keys, width from the root conv
         root = require(a, "conv_root/kernel", path, 4, "array")
-        in_chans, width_factor = root.shape[2], root.shape[3] // 64
-        expect_shape(path, "conv_root/kernel", root.shape, (7, 7, in_chans, 64 * max(width_factor, 1)))
+        in_chans, width_factor = root.shape[2], resnet_width_factor(root.shape[3])  # (7, 7, C, 64 * w)
+        expect_shape(path, "conv_root/kernel", root.shape, (7, 7, in_chans, root.shape[3]))
         layers = units_per_stage(a, lambda s: f"block{s + 1}/unit", "/conv1/kernel")
         stride = P * hybrid_stride(layers)
     grid = square_grid(pos.shape[1] - int(token), path, posemb_key)
@@ -234,7 +235,7 @@ def npz_to_state(
         table,
         own,
         path,
-        lambda kind, arr: torch.from_numpy(np.ascontiguousarray(_TO_TORCH[kind](arr))),
+        lambda kind, arr: torch.from_numpy(np.ascontiguousarray(NPZ_TO_TORCH[kind](arr))),
         lambda kind, shape: _to_npz(kind, np.zeros(shape, dtype=np.float32), heads).shape,
     )
 

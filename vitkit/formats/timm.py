@@ -30,6 +30,7 @@ from vitkit.formats.common import (
     load_state_checked,
     read_safetensors,
     require,
+    resnet_width_factor,
     square_grid,
     table1_heads,
     torch_load_weights,
@@ -133,7 +134,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     width_factor, in_chans, stride = 1, C, P
     if "patch_embed.backbone.stem.conv.weight" in state:
         root = state["patch_embed.backbone.stem.conv.weight"]
-        in_chans, width_factor = root.shape[1], max(root.shape[0] // 64, 1)
+        in_chans, width_factor = root.shape[1], resnet_width_factor(root.shape[0])  # (64 * w, C, 7, 7)
         layers = units_per_stage(state, lambda s: f"patch_embed.backbone.stages.{s}.blocks.", ".conv1.weight")
         stride = P * hybrid_stride(layers)
     pos = require(state, "pos_embed", path, 3)

@@ -185,6 +185,9 @@ def inspect_model(
     """Write the four figures (PNG) and their numbers (JSON) to `out_dir`; returns the summary that is
     also written to `out_dir/inspect.json`. Figures that do not apply to the model (hybrid: filters act
     on ResNet channels; posemb "none") are skipped with a note in the summary."""
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"inspect draws a ViT's embeddings and attention (§4.5); this model is a "
+                         f"{type(model).__name__}, which has neither")
     if not images:
         raise ValueError("inspect needs at least one image")
     model.eval()

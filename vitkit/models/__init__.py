@@ -3,11 +3,12 @@ the BiT ResNets and hybrid stem (resnet.py)."""
 
 from vitkit.models.posemb import resample_posemb
 from vitkit.models.registry import create_model, list_models, register_model
-from vitkit.models.resnet import ResNetStem, ResNetV2
+from vitkit.models.resnet import BiTConfig, ResNetStem, ResNetV2
 from vitkit.models.vit import Attention, Block, VisionTransformer, ViTConfig
 
 __all__ = [
     "Attention",
+    "BiTConfig",
     "Block",
     "ResNetStem",
     "ResNetV2",

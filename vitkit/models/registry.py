@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from vitkit.models.resnet import BIT_DEPTHS, ResNetV2
+from vitkit.models.resnet import BIT_DEPTHS, BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # Table 1 of the paper: (width D, MLP size, heads, layers). Ti and S are the DeiT / AugReg sizes.
@@ -94,11 +94,16 @@ for _v in VARIANTS:
 
 
 def _bit_builder(depth: int, width_factor: int) -> Callable[..., nn.Module]:
-    def build(num_classes: int = 1000, in_chans: int = 3, **kw: Any) -> nn.Module:
-        unknown = sorted(set(kw))
-        if unknown:
-            raise ValueError(f"bit_r{depth}x{width_factor} takes num_classes and in_chans, got also {unknown}")
-        return ResNetV2(BIT_DEPTHS[depth], width_factor, num_classes, in_chans)
+    def build(**overrides: Any) -> nn.Module:
+        fixed = sorted(set(overrides) & {"layers", "width_factor"})
+        if fixed:
+            raise ValueError(f"bit_r{depth}x{width_factor} takes num_classes, in_chans, img_size and numerics; "
+                             f"its {fixed} are in its name (use create_model('bit', layers=..., width_factor=...))")
+        base = dict(layers=BIT_DEPTHS[depth], width_factor=width_factor, name=f"bit_r{depth}x{width_factor}")
+        try:
+            return ResNetV2(BiTConfig(**{**base, **overrides}))
+        except TypeError as e:
+            raise ValueError(f"bit_r{depth}x{width_factor} takes num_classes, in_chans, img_size and numerics: {e}") from e
 
     build.__doc__ = f"BiT ResNet-v2 R{depth}x{width_factor} (pre-activation, GroupNorm, StdConv)"
     return build
@@ -108,6 +113,14 @@ def _bit_builder(depth: int, width_factor: int) -> Callable[..., nn.Module]:
 for _d in BIT_DEPTHS:
     for _w in (1, 2, 3, 4):
         register_model(f"bit_r{_d}x{_w}", _bit_builder(_d, _w))
+
+
+def _plain_bit(**overrides: Any) -> nn.Module:
+    """`bit`: a BiT ResNet-v2 of any depth and width, every field from the overrides (BiTConfig's defaults: R50x1)."""
+    return ResNetV2(BiTConfig(**{"name": "bit", **overrides}))
+
+
+register_model("bit", _plain_bit)
 
 
 def canonical_name(name: str) -> str:

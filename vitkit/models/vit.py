@@ -25,8 +25,9 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from vitkit.data.preprocess import PreprocessConfig
+from vitkit.models.base import PreprocessDeclared
 from vitkit.models.posemb import resample_axis, resample_posemb
+from vitkit.models.resnet import ResNetStem, hybrid_stride, root_width
 from vitkit.utils import check_fields, check_int, check_range, to_pair
 
 Pooling = Literal["token", "gap"]
@@ -61,7 +62,7 @@ class ViTConfig:
     dynamic_img_size: bool = False  # accept other resolutions by resampling E_pos on the fly (§3.2)
     # Hybrid (§3.1 "Hybrid Architecture"): a BiT ResNet stem whose feature map is the patch grid.
     resnet_layers: tuple[int, ...] | None = None
-    resnet_width: int = 1
+    resnet_width: float = 1  # width factor of the hybrid's ResNet: the root conv has 64 x this channels
     name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -81,7 +82,8 @@ class ViTConfig:
             if not isinstance(self.resnet_layers, (list, tuple)) or not self.resnet_layers:
                 raise ValueError(f"resnet_layers must be a list of unit counts per stage, got {self.resnet_layers!r}")
             self.resnet_layers = tuple(check_int("resnet_layers[]", n) for n in self.resnet_layers)
-            check_int("resnet_width", self.resnet_width)
+            check_range("resnet_width", self.resnet_width, 0.0, math.inf, low_open=True)
+            root_width(self.resnet_width)  # a factor whose root width GroupNorm cannot split is refused here
         if self.width % self.num_heads:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         if self.pooling not in ("token", "gap"):
@@ -103,8 +105,6 @@ class ViTConfig:
         """Pixels per token side: the patch size, times 16 for a hybrid's ResNet stem."""
         if self.resnet_layers is None:
             return self.patch_size
-        from vitkit.models.resnet import hybrid_stride
-
         return self.patch_size * hybrid_stride(self.resnet_layers)
 
     @property
@@ -243,8 +243,6 @@ class PatchEmbed(nn.Module):
         self.backbone: nn.Module | None = None
         in_chans = cfg.in_chans
         if cfg.resnet_layers is not None:
-            from vitkit.models.resnet import ResNetStem
-
             self.backbone = ResNetStem(cfg.resnet_layers, cfg.resnet_width, cfg.in_chans)
             in_chans = self.backbone.out_channels
         self.proj = nn.Conv2d(in_chans, cfg.width, cfg.patch_size, stride=cfg.patch_size)
@@ -255,7 +253,7 @@ class PatchEmbed(nn.Module):
         return self.proj(x)  # (B, D, gh, gw)
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(PreprocessDeclared, nn.Module):
     """ViT (§3.1). `forward` = `forward_head(forward_features(x))`; see the module docstring."""
 
     def __init__(self, cfg: ViTConfig) -> None:
@@ -282,24 +280,8 @@ class VisionTransformer(nn.Module):
             head_in = cfg.representation_size
         self.head = nn.Linear(head_in, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
         self.grad_checkpointing = False
-        # the original code's input pipeline until a checkpoint or a run says otherwise: [-1, 1], no crop
-        self._preprocess = PreprocessConfig(img_size=cfg.img_size, mean=(0.5,) * cfg.in_chans, std=(0.5,) * cfg.in_chans)
+        self.init_preprocess(cfg.img_size, cfg.in_chans)  # the original's [-1, 1] until a file or run says otherwise
         self.reset_parameters()
-
-    @property
-    def preprocess(self) -> PreprocessConfig:
-        """How an image becomes this model's input (resize, normalisation, class names), saved with it.
-
-        Its `img_size` is always the model's own (`config.img_size`, also after `set_img_size`)."""
-        self._preprocess.img_size = self.config.img_size
-        return self._preprocess
-
-    @preprocess.setter
-    def preprocess(self, pp: PreprocessConfig) -> None:
-        if pp.channels != self.config.in_chans:
-            raise ValueError(f"a preprocessing for {pp.channels}-channel images does not fit a model that takes "
-                             f"{self.config.in_chans} channels")
-        self._preprocess = dataclasses.replace(pp, img_size=self.config.img_size)
 
     # ----------------------------------------------------------------------------- init
     @torch.no_grad()

@@ -3,7 +3,8 @@
 A recipe has the sections below; every key is optional (DEFAULTS fills the rest). `extends =
 "name"` at the top starts from another recipe. `--set section.key=value` overrides one key (the
 value is read as TOML, so `0.003`, `true`, `[0.9, 0.999]` and `"text"` all work; a bare word is a
-string). Keys of [model] that are not listed here are ViTConfig fields (width, depth, ...).
+string). Keys of [model] that are not listed here are fields of the model's config (ViTConfig: width,
+depth, ...; BiTConfig for `bit` models: layers, width_factor, numerics).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import tomllib
 
 from vitkit.data.datasets import DATA_NAMES
 from vitkit.data.transforms import AUGMENTS
+from vitkit.models.resnet import BiTConfig
+from vitkit.models.vit import ViTConfig
 from vitkit.train.engine import TrainConfig
 from vitkit.utils import check_choice, check_int, check_range
 
@@ -125,15 +128,13 @@ def parse_override(item: str) -> dict[str, Any]:
 
 
 def _check(cfg: dict[str, Any], where: str) -> None:
-    from vitkit.models.vit import ViTConfig
-
-    vit_fields = {f for f in ViTConfig.__dataclass_fields__}
+    arch_fields = set(ViTConfig.__dataclass_fields__) | set(BiTConfig.__dataclass_fields__)  # [model] overrides
     for section, body in cfg.items():
         if section in TOP_LEVEL:
             continue
         if section not in DEFAULTS or not isinstance(body, dict):
             raise ValueError(f"{where}: unknown section [{section}]; sections: {sorted(DEFAULTS)}")
-        allowed = set(DEFAULTS[section]) | (vit_fields if section == "model" else set())
+        allowed = set(DEFAULTS[section]) | (arch_fields if section == "model" else set())
         bad = sorted(set(body) - allowed)
         if bad:
             raise ValueError(f"{where}: unknown key(s) {bad} in [{section}]; known: {sorted(allowed)}")

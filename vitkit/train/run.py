@@ -25,6 +25,7 @@ from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.transforms import TrainTransform
 from vitkit.evaluate import eval_loader, evaluate_loader
 from vitkit.models.registry import create_model
+from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.train.config import DEFAULTS, check_sections, merge, train_config
 from vitkit.train.engine import Trainer, plot_curves
 from vitkit.utils import check_int, to_pair
@@ -80,10 +81,11 @@ def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: d
     if mcfg["pretrained"]:
         hints = {k: mcfg[k] for k in ("num_heads", "gelu", "ln_eps") if k in mcfg}  # what the file may not record
         model = load_pretrained(mcfg["pretrained"], **hints)
-        grid, classes_before = model.config.grid_size, model.config.num_classes
+        vit = isinstance(model, VisionTransformer)
+        grid, classes_before = model.config.grid_size if vit else None, model.config.num_classes
         model = adapt(model, num_classes=k, img_size=size).train()
         if notes is not None:
-            if grid != model.config.grid_size:
+            if vit and grid != model.config.grid_size:
                 (gh, gw), (nh, nw) = grid, model.config.grid_size
                 notes.append(f"resampled: E_pos {gh}x{gw} -> {nh}x{nw} (paper §3.2)")
             notes.append(f"replaced: the {classes_before}-way head by a new zero-initialised {k}-way head")
@@ -200,8 +202,11 @@ def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, An
     """The header printed before training: model, parameters, data sizes, what was resampled/replaced."""
     c = model.config
     n_params = sum(p.numel() for p in model.parameters())
-    arch = (f"{c.name or 'ViT'} (width {c.width}, depth {c.depth}, heads {c.num_heads}, patch {c.patch_size}, "
-            f"{c.img_size[0]}x{c.img_size[1]} px, {c.in_chans} ch)" if hasattr(c, "width") else type(model).__name__)
+    size = f"{c.img_size[0]}x{c.img_size[1]} px, {c.in_chans} ch"
+    if isinstance(c, ViTConfig):
+        arch = f"{c.name or 'ViT'} (width {c.width}, depth {c.depth}, heads {c.num_heads}, patch {c.patch_size}, {size})"
+    else:
+        arch = f"{c.name or 'BiT'} (ResNet-v2, units {list(c.layers)}, width x{c.width_factor:g}, {size})"
     sizes = ", ".join(f"{len(ds)} {name}" for name, ds in splits.items())
     t, s = cfg["train"], cfg["schedule"]
     src = cfg["model"]["pretrained"] or "random init"
