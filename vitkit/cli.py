@@ -50,7 +50,8 @@ def _user_message(e: BaseException) -> tuple[str, int]:
         return f"{where}: {what} ({e.strerror or msg})", 2
     if isinstance(e, OSError):
         where = f"{e.filename}: " if e.filename else ""
-        hint = "; is the disk full?" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) and "disk full" not in (e.strerror or msg)
+        hint = "; is the disk full?" if full else ""
         return f"{where}{e.strerror or msg}{hint}", 2
     if isinstance(e, KeyError):
         return f"missing key {msg}", 1

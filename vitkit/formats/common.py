@@ -45,6 +45,16 @@ def square_grid(num_patches: int, source: Path, key: str) -> tuple[int, int]:
     return (side, side)
 
 
+def appendix_parts(cfg: Any) -> list[str]:
+    """The appendix D variants of a ViT config that the foreign formats (npz, timm, HF) cannot hold."""
+    parts = []
+    if cfg.posemb_placement != "input":
+        parts.append(f"posemb_placement={cfg.posemb_placement!r} (position embeddings added at every layer)")
+    if cfg.block != "global":
+        parts.append(f"block={cfg.block!r} (Axial-ViT's row and column blocks)")
+    return parts
+
+
 def resnet_width_factor(root_channels: int) -> float:
     """The ResNet width factor w of a root conv with 64 x w output channels (0.5, 1, 2, ...)."""
     w = root_channels / 64

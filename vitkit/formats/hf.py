@@ -22,6 +22,7 @@ from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import (
     Choices,
     KeyTable,
+    appendix_parts,
     gather_state,
     load_state_checked,
     read_safetensors,
@@ -211,6 +212,7 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
         problems.append("GAP pooling (HF's ViT classifies from the class token)")
     if cfg.posemb != "learn1d":
         problems.append(f"posemb={cfg.posemb!r} (HF has learned 1D position embeddings)")
+    problems += appendix_parts(cfg)
     if cfg.resnet_layers is not None:
         problems.append("a hybrid ResNet stem")
     if cfg.representation_size and cfg.num_classes > 0:

@@ -22,6 +22,7 @@ import torch
 from vitkit.formats.common import (
     Choices,
     KeyTable,
+    appendix_parts,
     expect_shape,
     gather_state,
     load_state_checked,
@@ -258,8 +259,9 @@ def load_npz(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTra
 def model_to_npz(model: VisionTransformer) -> dict[str, np.ndarray]:
     """The model's weights as released-style npz arrays (float32)."""
     cfg = model.config
-    if cfg.posemb != "learn1d":
-        raise ValueError(f"the .npz format stores learned 1D position embeddings; this model has posemb={cfg.posemb!r}")
+    if cfg.posemb != "learn1d" or appendix_parts(cfg):
+        raise ValueError("the .npz format stores a plain ViT with learned 1D position embeddings at the input; this "
+                         f"model has {'; '.join([f'posemb={cfg.posemb!r}'] + appendix_parts(cfg))}: save it in vitkit's format")
     if cfg.gelu != "tanh" or cfg.ln_eps != 1e-6:
         raise ValueError(
             f"the .npz format implies the original numerics (tanh GELU, LayerNorm eps 1e-6); this model uses "

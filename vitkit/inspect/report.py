@@ -230,10 +230,12 @@ def inspect_model(
             "explained_variance_ratio_top": _rounded(ratio[: min(5, len(ratio))], 4),
         }
 
-    # Fig. 7 centre: cosine similarity of position embeddings.
+    # Fig. 7 centre: cosine similarity of position embeddings (the first layer's table when each layer has one).
     pe = model.position_embedding(cfg.grid_size)
     if pe is None:
-        figs["position_embedding_similarity"] = {"skipped": "model has no position embeddings (posemb 'none')"}
+        why = ("relative position embeddings act inside the attention, per offset, not per patch"
+               if cfg.posemb == "relative" else "the model has no position embeddings (posemb 'none')")
+        figs["position_embedding_similarity"] = {"skipped": why}
     else:
         sim = position_embedding_similarity(pe[0, cfg.num_prefix_tokens :], cfg.grid_size)
         figures.plot_position_similarity(sim, out / "position_embedding_similarity.png", name)

@@ -2,7 +2,8 @@
 
 "We perform 2D interpolation of the pre-trained position embeddings, according to their
 location in the original image." The prefix (class) token's embedding is left untouched.
-This is the one implementation used by the model, the checkpoint loaders and fine-tuning.
+This is the one implementation used by the model, the checkpoint loaders and fine-tuning. Also here:
+the appendix's relative position embeddings (D.4), which live in the attention instead of the input.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def square_side(n: int) -> int | None:
@@ -60,3 +62,39 @@ def resample_axis(table: torch.Tensor, n: int, mode: str = "bicubic") -> torch.T
     """Resample one axis table (1, n_old, C) of the learned 2D position embedding (appendix D.4) to n
     entries: the same interpolation as `resample_posemb`, on an (n_old x 1) grid."""
     return resample_posemb(table, (n, 1), (table.shape[1], 1), num_prefix_tokens=0, mode=mode)
+
+
+class RelativePositionBias(nn.Module):
+    """Appendix D.4's relative position embeddings: 1-D relative attention over the token sequence.
+
+    Every offset p_q - p_k between two of the T tokens (raster order, prefix tokens first) has a learned
+    embedding r of the head size. An extra attention takes the content query q with these embeddings as
+    keys; its logits q . r_{p_q - p_k} / sqrt(d) are added as a bias to the content logits before the
+    softmax. One table per attention layer, shared by its heads.
+    """
+
+    def __init__(self, num_tokens: int, head_dim: int) -> None:
+        super().__init__()
+        self.num_tokens = num_tokens
+        self.table = nn.Parameter(torch.zeros(2 * num_tokens - 1, head_dim))  # offsets -(T-1) .. T-1
+        nn.init.normal_(self.table, std=0.02)
+
+    def table_for(self, num_tokens: int) -> torch.Tensor:
+        """The table for a sequence of `num_tokens` (resampled along the offset axis when T differs)."""
+        if num_tokens == self.num_tokens:
+            return self.table
+        return resample_axis(self.table[None], 2 * num_tokens - 1, "bilinear")[0]
+
+    def resize(self, num_tokens: int) -> None:
+        """Move the table to another sequence length for good (a new resolution, §3.2)."""
+        self.table = nn.Parameter(self.table_for(num_tokens).detach().clone())
+        self.num_tokens = num_tokens
+
+    def forward(self, q: torch.Tensor, scale: float) -> torch.Tensor:
+        """The additive logits (B, heads, T, T) for queries q (B, heads, T, d)."""
+        T = q.shape[-2]
+        table = self.table_for(T).to(q.dtype)
+        pos = torch.arange(T, device=q.device)
+        offsets = pos[:, None] - pos[None, :] + T - 1  # (T, T) indices of p_q - p_k
+        logits = (q * scale) @ table.T  # (B, heads, T, 2T - 1): every query against every offset
+        return logits.gather(-1, offsets.expand(*q.shape[:-2], T, T))

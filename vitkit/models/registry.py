@@ -64,6 +64,19 @@ for _v in VARIANTS:
         register_model(f"vit_{_v}{_p}", _vit_builder(_v, _p))
 
 
+def _axial_builder(patch: int) -> Callable[..., nn.Module]:
+    def build(**overrides: Any) -> nn.Module:
+        kw: dict[str, Any] = dict(block="axial", pooling="gap", name=f"axial_vit_b{patch}")
+        return VisionTransformer(vit_config("b", overrides.pop("patch_size", patch), **{**kw, **overrides}))
+
+    build.__doc__ = f"Axial-ViT-B/{patch} (appendix D.7): row + column blocks in place of each of B's 12 blocks"
+    return build
+
+
+for _p in (16, 32):  # the two Axial-ViTs of the paper's Figure 13
+    register_model(f"axial_vit_b{_p}", _axial_builder(_p))
+
+
 def _plain_vit(**overrides: Any) -> nn.Module:
     """`vit`: a ViT of any size, every field from the overrides (ViTConfig's defaults are B/16's)."""
     return VisionTransformer(ViTConfig(**{"name": "vit", **overrides}))
@@ -131,6 +144,9 @@ def canonical_name(name: str) -> str:
     m = re.fullmatch(r"(?:vit[-_ ]?)?(ti|s|b|l|h)/(\d+)", key)
     if m:
         return f"vit_{m.group(1)}{m.group(2)}"
+    m = re.fullmatch(r"axial[-_ ]?vit[-_ ]?b/(\d+)", key)
+    if m:
+        return f"axial_vit_b{m.group(1)}"
     m = re.fullmatch(r"r50(?:x1)?\s*\+\s*vit[-_ ]?(ti|s|b|l|h)/(\d+)", key)
     if m:
         return f"vit_r50_{m.group(1)}{m.group(2)}"

@@ -25,13 +25,18 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from vitkit.models.axial import AxialBlock
 from vitkit.models.base import PreprocessDeclared
-from vitkit.models.posemb import resample_axis, resample_posemb
+from vitkit.models.posemb import RelativePositionBias, resample_axis, resample_posemb
 from vitkit.models.resnet import ResNetStem, hybrid_stride, root_width
-from vitkit.utils import check_fields, check_int, check_range, to_pair
+from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
 
 Pooling = Literal["token", "gap"]
-PosEmb = Literal["learn1d", "learn2d", "none"]
+PosEmb = Literal["learn1d", "learn2d", "relative", "none"]
+# appendix D.4's placements of 1-D / 2-D position embeddings: once at the input (the paper's default), a
+# table learned per layer and added before each block, or one table added before every block
+Placement = Literal["input", "every_layer", "every_layer_shared"]
+BlockKind = Literal["global", "axial"]  # global self-attention, or Axial-ViT's row + column blocks (D.7)
 Gelu = Literal["tanh", "exact"]
 # GELU flavour -> torch's `approximate` argument: the original JAX code's tanh formula, or the exact erf
 GELU_APPROXIMATE: dict[str, str] = {"tanh": "tanh", "exact": "none"}
@@ -50,7 +55,9 @@ class ViTConfig:
     num_heads: int = 12
     mlp_dim: int = 3072
     pooling: Pooling = "token"  # class token (paper default) or global average pooling (appendix D.3)
-    posemb: PosEmb = "learn1d"  # appendix D.4
+    posemb: PosEmb = "learn1d"  # appendix D.4: none, learned 1D / 2D (absolute), relative (in the attention)
+    posemb_placement: Placement = "input"  # appendix D.4, for learn1d / learn2d
+    block: BlockKind = "global"  # "axial": Axial-ViT (appendix D.7), GAP pooling, 2-D patch grid
     representation_size: int | None = None  # "pre_logits" Dense + tanh (pre-training head)
     dropout: float = 0.0
     attn_dropout: float = 0.0
@@ -88,8 +95,17 @@ class ViTConfig:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         if self.pooling not in ("token", "gap"):
             raise ValueError(f"pooling must be 'token' or 'gap', got {self.pooling!r}")
-        if self.posemb not in ("learn1d", "learn2d", "none"):
-            raise ValueError(f"posemb must be 'learn1d', 'learn2d' or 'none', got {self.posemb!r}")
+        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none"))
+        check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
+        check_choice("block", self.block, ("global", "axial"))
+        if self.posemb_placement != "input" and self.posemb not in ("learn1d", "learn2d"):
+            raise ValueError(f"posemb_placement {self.posemb_placement!r} applies to learned 1D / 2D position "
+                             f"embeddings, not posemb={self.posemb!r}")
+        if self.block == "axial" and self.pooling != "gap":
+            raise ValueError("Axial-ViT keeps the patch grid 2-D and has no class token: use pooling='gap'")
+        if self.block == "axial" and self.posemb == "relative":
+            raise ValueError("relative position embeddings are 1-D over the whole sequence; Axial-ViT's row and "
+                             "column attention does not take them (use learn1d or learn2d)")
         if self.gelu not in GELU_APPROXIMATE:
             raise ValueError(f"gelu must be 'tanh' or 'exact', got {self.gelu!r}")
         if self.posemb == "learn2d" and self.width % 2:
@@ -180,6 +196,9 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.width, 3 * cfg.width, bias=cfg.qkv_bias)
         self.attn_drop = cfg.attn_dropout
         self.proj = nn.Linear(cfg.width, cfg.width)
+        # appendix D.4: relative position logits added to the content logits before the softmax
+        tokens = cfg.num_prefix_tokens + cfg.num_patches
+        self.rel = RelativePositionBias(tokens, self.head_dim) if cfg.posemb == "relative" else None
 
     def forward(
         self, x: torch.Tensor, return_attn: bool = False
@@ -187,12 +206,14 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         drop = self.attn_drop if self.training else 0.0
+        bias = self.rel(q, self.scale) if self.rel is not None else None
         attn: torch.Tensor | None = None
         if return_attn:
-            attn = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)
+            logits = (q * self.scale) @ k.transpose(-2, -1)
+            attn = torch.softmax(logits if bias is None else logits + bias, dim=-1)
             out = F.dropout(attn, drop, self.training) @ v
         else:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
         out = out.transpose(1, 2).reshape(B, T, C)
         return self.proj(out), attn
 
@@ -263,15 +284,19 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         self.patch_embed = PatchEmbed(cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.pooling == "token" else None
         gh, gw = cfg.grid_size
+        n = cfg.depth if cfg.posemb_placement == "every_layer" else 1  # tables: one per layer, or one
         if cfg.posemb == "learn1d":  # one table over the flattened sequence, class token included
-            self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_prefix_tokens + gh * gw, D))
+            self.pos_embed = nn.Parameter(torch.zeros(n, cfg.num_prefix_tokens + gh * gw, D))
         elif cfg.posemb == "learn2d":  # appendix D.4: X- and Y-embeddings of size D/2, concatenated
-            self.pos_embed_row = nn.Parameter(torch.zeros(1, gh, D // 2))
-            self.pos_embed_col = nn.Parameter(torch.zeros(1, gw, D // 2))
-            self.pos_embed_cls = nn.Parameter(torch.zeros(1, cfg.num_prefix_tokens, D))
+            self.pos_embed_row = nn.Parameter(torch.zeros(n, gh, D // 2))
+            self.pos_embed_col = nn.Parameter(torch.zeros(n, gw, D // 2))
+            self.pos_embed_cls = nn.Parameter(torch.zeros(n, cfg.num_prefix_tokens, D))
         self.pos_drop = nn.Dropout(cfg.dropout)
         rates = [cfg.drop_path * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
-        self.blocks = nn.ModuleList(Block(cfg, r) for r in rates)
+        if cfg.block == "axial":  # appendix D.7: a row block then a column block in place of each block
+            self.blocks = nn.ModuleList(AxialBlock(lambda r=r: Block(cfg, r)) for r in rates)
+        else:
+            self.blocks = nn.ModuleList(Block(cfg, r) for r in rates)
         self.norm = nn.LayerNorm(D, eps=cfg.ln_eps)
         self.pre_logits: nn.Module | None = None
         head_in = D
@@ -338,14 +363,17 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         new = to_pair(img_size, "img_size")
         old_grid = self.config.grid_size
         new_cfg = self.config.replace(img_size=new)  # validates divisibility
+        prefix = self.config.num_prefix_tokens
         if self.config.posemb == "learn1d":
-            self.pos_embed = nn.Parameter(
-                resample_posemb(self.pos_embed.data, new_cfg.grid_size, old_grid, self.config.num_prefix_tokens, mode)
-            )
+            self.pos_embed = nn.Parameter(torch.cat(
+                [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode) for t in self.pos_embed.data]))
         elif self.config.posemb == "learn2d":
             gh, gw = new_cfg.grid_size
-            self.pos_embed_row = nn.Parameter(resample_axis(self.pos_embed_row.data, gh, mode))
-            self.pos_embed_col = nn.Parameter(resample_axis(self.pos_embed_col.data, gw, mode))
+            self.pos_embed_row = nn.Parameter(torch.cat([resample_axis(t[None], gh, mode) for t in self.pos_embed_row.data]))
+            self.pos_embed_col = nn.Parameter(torch.cat([resample_axis(t[None], gw, mode) for t in self.pos_embed_col.data]))
+        elif self.config.posemb == "relative":  # the offset tables follow the new sequence length
+            for blk in self.blocks:
+                blk.attn.rel.resize(prefix + new_cfg.num_patches)
         self.config = new_cfg
 
     def _check_input(self, x: torch.Tensor) -> tuple[int, int]:
@@ -371,25 +399,28 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
             )
         return H // s, W // s
 
-    def position_embedding(self, grid: tuple[int, int]) -> torch.Tensor | None:
-        """E_pos for a (gh, gw) patch grid, prefix tokens first; resampled in 2D if the grid differs."""
+    def position_embedding(self, grid: tuple[int, int], layer: int = 0) -> torch.Tensor | None:
+        """E_pos (1, T, D) for a (gh, gw) patch grid, prefix tokens first, resampled in 2D if the grid differs;
+        `layer` picks the table of that layer when each layer has its own (appendix D.4). None for `none` and
+        `relative` (which acts inside the attention)."""
         cfg = self.config
-        if cfg.posemb == "none":
+        if cfg.posemb in ("none", "relative"):
             return None
+        i = layer if cfg.posemb_placement == "every_layer" else 0
         if cfg.posemb == "learn1d":
-            pe = self.pos_embed
+            pe = self.pos_embed[i : i + 1]
             if grid != cfg.grid_size:
                 pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_prefix_tokens)
             return pe
         gh, gw = grid
-        row, col = self.pos_embed_row, self.pos_embed_col
+        row, col = self.pos_embed_row[i : i + 1], self.pos_embed_col[i : i + 1]
         if grid != cfg.grid_size:
             row, col = resample_axis(row, gh), resample_axis(col, gw)
         D2 = row.shape[-1]
         grid_pe = torch.cat(
             [row[:, :, None, :].expand(1, gh, gw, D2), col[:, None, :, :].expand(1, gh, gw, D2)], dim=-1
         ).reshape(1, gh * gw, 2 * D2)
-        return torch.cat([self.pos_embed_cls, grid_pe], dim=1)
+        return torch.cat([self.pos_embed_cls[i : i + 1], grid_pe], dim=1)
 
     # ----------------------------------------------------------------------------- forward
     def embed(
@@ -406,26 +437,46 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
             x = patch_fn(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
-        pe = self.position_embedding(grid)
+        pe = self.position_embedding(grid) if self.config.posemb_placement == "input" else None
         if pe is not None:
             x = x + pe.to(x.dtype)
         return self.pos_drop(x)
 
-    def encode(self, z: torch.Tensor, return_attn: bool = False) -> Any:
-        """eq. 2-3 applied L times to z_0, then the LN of eq. 4 on every token."""
+    def _grid_of(self, z: torch.Tensor) -> tuple[int, int]:
+        """The patch grid of a token sequence at the model's own size (a dynamic size must be passed)."""
+        if z.shape[1] - self.config.num_prefix_tokens == self.config.num_patches:
+            return self.config.grid_size
+        raise ValueError(f"{z.shape[1]} tokens do not fit the model's {self.config.grid_size} grid; pass grid=")
+
+    def encode(self, z: torch.Tensor, return_attn: bool = False, grid: tuple[int, int] | None = None) -> Any:
+        """eq. 2-3 applied L times to z_0, then the LN of eq. 4 on every token. With appendix D.4's
+        per-layer placements E_pos is added before each block; Axial-ViT's blocks see the 2-D grid."""
+        cfg = self.config
+        per_layer = cfg.posemb_placement != "input" and cfg.posemb in ("learn1d", "learn2d")
+        if grid is None and (per_layer or cfg.block == "axial"):
+            grid = self._grid_of(z)
         attns: list[torch.Tensor] = []
-        for blk in self.blocks:
+        for i, blk in enumerate(self.blocks):
+            if per_layer:
+                z = z + self.position_embedding(grid, i).to(z.dtype)
+            args = (z, grid) if cfg.block == "axial" else (z,)
             if self.grad_checkpointing and self.training and not return_attn:
-                z, _ = torch.utils.checkpoint.checkpoint(blk, z, use_reentrant=False)
+                z, _ = torch.utils.checkpoint.checkpoint(blk, *args, use_reentrant=False)
             else:
-                z, a = blk(z, return_attn)
-                if a is not None:
+                z, a = blk(*args, return_attn=return_attn)
+                if cfg.block == "axial":
+                    attns.extend(a)
+                elif a is not None:
                     attns.append(a)
         z = self.norm(z)
         return (z, attns) if return_attn else z
 
     def forward_features(self, x: torch.Tensor, return_attn: bool = False) -> Any:
-        """Encoder output LN(z_L) for all tokens, (B, T, D); with `return_attn`, also each layer's attention."""
+        """Encoder output LN(z_L) for all tokens, (B, T, D); with `return_attn`, also each layer's attention
+        (Axial-ViT: the row step's and the column step's, each as a (B, heads, N, N) map)."""
+        if self.config.block == "axial" or self.config.posemb_placement != "input":
+            grid = self._check_input(x)
+            return self.encode(self.embed(x), return_attn, grid)
         return self.encode(self.embed(x), return_attn)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
@@ -446,6 +497,7 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         self.grad_checkpointing = enable
 
     def no_weight_decay(self) -> set[str]:
-        """Parameter names that AdamW should not decay: position embeddings and the class token."""
-        names = {n for n, _ in self.named_parameters() if n.startswith("pos_embed")}
+        """Parameter names that AdamW should not decay: position embeddings (absolute and relative) and the
+        class token."""
+        names = {n for n, _ in self.named_parameters() if n.startswith("pos_embed") or n.endswith("rel.table")}
         return names | ({"cls_token"} if self.cls_token is not None else set())
