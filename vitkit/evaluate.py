@@ -2,8 +2,9 @@
 
 Used by `vitkit eval`, `fewshot`, `predict`, `sweep` and by the training engine's periodic evaluation;
 nothing here imports the training package. Also: the one bf16-autocast helper, the evaluation loader
-(resize without crop, paper §4.1 / the original code), and `align_classes`, which maps a data set's
-class names onto a model's stored labels so a folder of some of the classes is scored correctly.
+(resize without crop, paper §4.1 / the original code), `align_classes`, which maps a data set's class
+names onto a model's stored labels so a folder of some of the classes is scored correctly, and the
+inference precision (`auto` picks bf16 only where the hardware has native bf16).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from vitkit.data.datasets import Dataset
 from vitkit.data.loader import StepLoader
 from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.transforms import EvalTransform
+from vitkit.utils.hardware import cpu_has_native_bf16
 
 
 def bf16_autocast(device: str | torch.device, enabled: bool) -> torch.autocast:
@@ -39,6 +41,7 @@ def evaluate_batches(
     bf16: bool = False,
     device: str = "cpu",
     classes_present: int | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> dict[str, float]:
     """Top-1, top-5 accuracy and mean cross-entropy over (model input, label) batches.
 
@@ -52,7 +55,7 @@ def evaluate_batches(
     n, m, top1, top5, loss = 0, 0, 0, 0, 0.0
     k5, own_targets = 0, False
     for x, y in batches:
-        x, y = x.to(device), y.to(device)
+        x, y = x.to(device, dtype), y.to(device)
         n += len(y)
         with bf16_autocast(device, bf16):
             out = model(x)
@@ -82,6 +85,7 @@ def evaluate_loader(
     device: str = "cpu",
     skipped: list[str] | None = None,
     label_map: np.ndarray | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> dict[str, float]:
     """`evaluate_batches` over a sequential `StepLoader`. Unreadable images are left out and their names
     appended to `skipped`; `label_map[data label]` is the model's class index (see `align_classes`)."""
@@ -95,7 +99,7 @@ def evaluate_loader(
             if len(b.y):
                 yield b.x, (lut[b.y] if lut is not None else b.y)
 
-    return evaluate_batches(model, batches(), bf16, device, classes_present=present)
+    return evaluate_batches(model, batches(), bf16, device, classes_present=present, dtype=dtype)
 
 
 def align_classes(model_labels: Sequence[str], num_classes: int, data_classes: Sequence[str], source: str,
@@ -122,3 +126,37 @@ def align_classes(model_labels: Sequence[str], num_classes: int, data_classes: S
                          f"{len(data_classes)} classes, so they cannot be matched")
     return np.arange(num_classes, dtype=np.int64), (
         f"{model_name} stores no class names: data classes matched by index (0..{num_classes - 1}, sorted names)")
+
+
+# ----------------------------------------------------------------------------- inference precision
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: set[str] | None = None) -> tuple[str, str]:
+    """(precision to run, why) for `auto | fp32 | bf16`. `auto` is bf16 where the hardware multiplies bf16
+    natively (a CUDA GPU that supports it; a CPU with AVX512_BF16 or AMX, read from its flags), else fp32:
+    on other CPUs oneDNN emulates bf16 and it runs ~2x slower than fp32 (BENCHMARKS.md)."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}; got {precision!r}")
+    if precision != "auto":
+        return precision, "asked for"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return ("bf16", "the GPU supports bf16") if ok else ("fp32", "the GPU has no bf16")
+    if cpu_has_native_bf16(flags):
+        return "bf16", "the CPU multiplies bf16 natively (AVX512_BF16 / AMX)"
+    return "fp32", "the CPU has no native bf16 (no AVX512_BF16 / AMX): bf16 would be emulated and slower"
+
+
+def inference_model(model: nn.Module, precision: str = "fp32", compile: bool = False) -> nn.Module:
+    """`model` ready to predict: eval mode, bf16 weights for "bf16", optionally `torch.compile`d.
+    Feed it inputs of `input_dtype(precision)`."""
+    model = model.eval()
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    return torch.compile(model) if compile else model
+
+
+def input_dtype(precision: str) -> torch.dtype:
+    return torch.bfloat16 if precision == "bf16" else torch.float32

@@ -10,6 +10,9 @@ from pathlib import Path
 import torch
 
 from vitkit.bench.timing import time_interleaved
+from vitkit.utils.hardware import cpu_flags, cpu_has_native_bf16
+
+__all__ = ["cpu_flags", "cpu_has_native_bf16", "machine_info", "matmul_peak", "resolve_device"]
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -22,25 +25,6 @@ def resolve_device(device: str = "auto") -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda requested but torch.cuda.is_available() is False")
     return dev
-
-
-def cpu_flags() -> set[str]:
-    """The CPU feature flags from /proc/cpuinfo (empty where that file does not exist)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def cpu_has_native_bf16() -> bool:
-    """True when the CPU has bf16 matrix instructions (AVX512_BF16 or AMX-BF16).
-
-    Without them oneDNN emulates bf16 GEMMs by converting to fp32, which is slower than fp32.
-    """
-    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def cpu_model() -> str:

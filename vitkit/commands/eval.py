@@ -21,7 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which split (default: test); `all` for every image, e.g. a folder with no train/val split")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0, in-process)")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights, bf16 matmuls)")
+    p.add_argument("--precision", default="fp32", choices=["auto", "fp32", "bf16"],
+                   help="weights and inputs: fp32 (default), bf16, or auto (bf16 where the CPU has AVX512_BF16 / "
+                   "AMX or the GPU supports it)")
+    p.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
     add_load_arguments(p)
@@ -29,7 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.data.datasets import data_config, open_splits
-    from vitkit.evaluate import align_classes, eval_loader, evaluate_loader
+    from vitkit.evaluate import (
+        align_classes,
+        eval_loader,
+        evaluate_loader,
+        inference_model,
+        input_dtype,
+        resolve_precision,
+    )
     from vitkit.formats import load_pretrained
     from vitkit.utils import check_int
 
@@ -47,11 +58,15 @@ def run(args: argparse.Namespace) -> int:
                              f"{model.config.in_chans}")
     if not pp.labels:
         print(f"note: {how}", file=sys.stderr)
+    precision, why = resolve_precision(args.precision)
+    if args.precision != "fp32":
+        print(f"precision: {precision} ({why})", file=sys.stderr)
+    net = inference_model(model, precision, args.compile)
     skipped: list[str] = []
     totals: dict[str, float] = {}
     for name in names:  # `all`: the splits' figures are combined, weighted by their sizes
-        res = evaluate_loader(model, eval_loader(splits[name], pp, args.batch_size, args.workers), args.bf16,
-                              skipped=skipped, label_map=label_map)
+        res = evaluate_loader(net, eval_loader(splits[name], pp, args.batch_size, args.workers), args.bf16,
+                              skipped=skipped, label_map=label_map, dtype=input_dtype(precision))
         for key, v in res.items():
             totals[key] = totals.get(key, 0.0) + (v * res["n"] if key != "n" else v)
         if "top5" not in res:

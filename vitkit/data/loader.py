@@ -40,6 +40,7 @@ class Batch:
     y: torch.Tensor
     step: int
     skipped: list[str] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)  # the data set index of each row of x
 
 
 def _decode_size_of(transform: SampleTransform) -> tuple[int, int] | None:
@@ -91,7 +92,7 @@ class StepLoader:
         return list(enumerate(idx))[self.rank :: self.world]
 
     def load(self, step: int) -> Batch:
-        xs, ys, skipped = [], [], []
+        xs, ys, skipped, kept = [], [], [], []
         for p, j in self.positions(step):
             try:
                 img, label = self.dataset.get(j, self.decode_size)
@@ -100,9 +101,10 @@ class StepLoader:
                 continue
             xs.append(self.transform(img, step_generator(self.seed, step, 2 + p)))
             ys.append(label)
+            kept.append(j)
         if not xs:
             return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), step, skipped)
-        return Batch(torch.stack(xs), torch.tensor(ys, dtype=torch.long), step, skipped)
+        return Batch(torch.stack(xs), torch.tensor(ys, dtype=torch.long), step, skipped, kept)
 
     def __len__(self) -> int:
         return self.steps_per_epoch
