@@ -123,3 +123,19 @@ def test_loader_is_deterministic_sharded_and_skips_bad_files(tmp_path: Path) -> 
     assert sorted(merged.sum((1, 2, 3)).tolist()) == sorted(full.x.sum((1, 2, 3)).tolist())
     ev = StepLoader(ds, 5, EvalTransform(pp), shuffle=False)
     assert sum(len(b.y) + len(b.skipped) for b in ev.iterate(0, len(ev))) == len(ds)
+
+
+@pytest.mark.parametrize("augment, flip", [("affine", False), ("affine", True), ("none", True), ("eval", False)])
+def test_batched_transforms_equal_the_one_by_one_path(augment: str, flip: bool) -> None:
+    """Same-size images go through the transform as one batch: bitwise what each image gives alone (each
+    draws from its own (seed, step, position) generator), so exact resume and worker independence hold."""
+    from vitkit.data.digits import load_digits_split
+    from vitkit.data.loader import step_generator
+
+    train, _ = load_digits_split()
+    pp = PreprocessConfig(img_size=(16, 16), mean=(0.5,), std=(0.5,))
+    tf = EvalTransform(pp) if augment == "eval" else TrainTransform(pp, augment, flip=flip)
+    loader = StepLoader(train, 64, tf, seed=5, shuffle=augment != "eval")
+    batch = loader.load(2)
+    one = torch.stack([tf(train.get(j)[0], step_generator(5, 2, 2 + p)) for p, j in loader.positions(2)])
+    assert batch.x.shape == (64, 1, 16, 16) and torch.equal(batch.x, one)

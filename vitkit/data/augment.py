@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 def random_affine(
     x: torch.Tensor,
-    gen: torch.Generator,
+    gen: torch.Generator | list[torch.Generator],
     degrees: float = 10.0,
     translate: float = 0.1,
     scale: tuple[float, float] = (0.9, 1.1),
@@ -22,10 +22,15 @@ def random_affine(
 ) -> torch.Tensor:
     """Random rotation / translation (fraction of the side) / zoom of a (B, C, H, W) batch, zero fill.
 
-    With `out_size` the result is resampled to that size in the same bilinear step.
+    With `out_size` the result is resampled to that size in the same bilinear step. `gen` is one generator
+    for the batch, or one per image (each image's draws then come from its own generator, so a batch gives
+    bitwise what its images give one by one).
     """
     B = x.shape[0]
-    u = torch.rand(B, 4, generator=gen)
+    if isinstance(gen, list):
+        u = torch.cat([torch.rand(1, 4, generator=g) for g in gen])
+    else:
+        u = torch.rand(B, 4, generator=gen)
     ang = (u[:, 0] * 2 - 1) * math.radians(degrees)
     s = scale[0] + u[:, 1] * (scale[1] - scale[0])
     tx, ty = (u[:, 2] * 2 - 1) * translate * 2, (u[:, 3] * 2 - 1) * translate * 2  # grid units span 2
@@ -36,9 +41,12 @@ def random_affine(
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
-def horizontal_flip(x: torch.Tensor, gen: torch.Generator, p: float = 0.5) -> torch.Tensor:
-    """Flip each image left-right with probability p."""
-    flip = torch.rand(x.shape[0], generator=gen) < p
+def horizontal_flip(x: torch.Tensor, gen: torch.Generator | list[torch.Generator], p: float = 0.5) -> torch.Tensor:
+    """Flip each image left-right with probability p (one generator, or one per image)."""
+    if isinstance(gen, list):
+        flip = torch.cat([torch.rand(1, generator=g) for g in gen]) < p
+    else:
+        flip = torch.rand(x.shape[0], generator=gen) < p
     return torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
 
 

@@ -37,6 +37,21 @@ class TrainTransform:
         f = 1.0 / math.sqrt(max(self.area[0], 1e-4))
         return (math.ceil(self.preprocess.img_size[0] * f), math.ceil(self.preprocess.img_size[1] * f))
 
+    def batch(self, imgs: list[torch.Tensor], gens: list[torch.Generator]) -> torch.Tensor | None:
+        """The transform of many same-size images at once, bitwise equal to calling it on each (every image
+        draws from its own generator, in the same order); None where only the one-by-one path applies
+        (Inception crops differ in size per image)."""
+        if self.augment == "inception" or len({tuple(i.shape) for i in imgs}) != 1:
+            return None
+        x = torch.stack(imgs)
+        if self.augment == "affine":
+            x = random_affine(x, gens, out_size=self.preprocess.img_size)
+        else:
+            x = self.preprocess.resize(x)
+        if self.flip:
+            x = horizontal_flip(x, gens)
+        return self.preprocess.normalize(x)
+
     def __call__(self, img: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         size = self.preprocess.img_size
         if self.augment == "inception":
@@ -56,6 +71,12 @@ class EvalTransform:
 
     def decode_size(self) -> tuple[int, int]:
         return self.preprocess.decode_size()
+
+    def batch(self, imgs: list[torch.Tensor], gens: list[torch.Generator]) -> torch.Tensor | None:
+        """Many same-size images at once (None if their sizes differ)."""
+        if len({tuple(i.shape) for i in imgs}) != 1:
+            return None
+        return self.preprocess(torch.stack(imgs))
 
     def __call__(self, img: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:
         return self.preprocess(img[None])[0]
