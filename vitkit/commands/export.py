@@ -79,16 +79,17 @@ def _eval_digits(model, paths: dict[str, Path]) -> None:  # noqa: ANN001
     from vitkit.export import onnx_logits, ort_session
 
     _, test = load_digits_split()
+    labels = torch.from_numpy(test.labels)
     pre = model.preprocess
     x = pre.normalize(pre.resize(test.images))
     with torch.inference_mode():
         ref = model(x)
     print(
-        f"digits test ({len(test)} images): pytorch fp32 accuracy {(ref.argmax(-1) == test.labels).float().mean():.4f}"
+        f"digits test ({len(test)} images): pytorch fp32 accuracy {(ref.argmax(-1) == labels).float().mean():.4f}"
     )
     for name, p in paths.items():
         logits = onnx_logits(ort_session(p), x)
-        acc = (logits.argmax(-1) == test.labels).float().mean().item()
+        acc = (logits.argmax(-1) == labels).float().mean().item()
         agree = (logits.argmax(-1) == ref.argmax(-1)).float().mean().item()
         print(
             f"  {name}: accuracy {acc:.4f}, top-1 agreement with pytorch {agree:.4f}, "
