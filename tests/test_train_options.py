@@ -96,3 +96,32 @@ def test_run_config_switches_reach_the_engine(tmp_path: Path) -> None:
     model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
     with pytest.raises(ValueError, match="parallel mode 'zero3'"):
         digits_trainer(model, TrainConfig(parallel="zero3"), tmp_path)
+
+
+def test_layer_wise_lr_decay_gives_the_documented_rates(tmp_path: Path) -> None:
+    """Block i (0-based) of L trains at lr x decay^(L - i), the embeddings at decay^(L + 1), the final norm and
+    the head at the full lr; weight decay still skips biases, norms and position embeddings."""
+    from vitkit.train.optim import param_groups
+
+    model = digits_model(width=16, depth=3, num_heads=2, mlp_dim=32)
+    groups = param_groups(model, 0.05, layer_decay=0.5)
+    scale = {id(p): g["lr_scale"] for g in groups for p in g["params"]}
+    wd = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    expected = {"patch_embed.proj.weight": 0.5**4, "cls_token": 0.5**4, "pos_embed": 0.5**4,
+                "blocks.0.attn.qkv.weight": 0.5**3, "blocks.1.mlp.fc1.bias": 0.5**2, "blocks.2.norm2.weight": 0.5,
+                "norm.weight": 1.0, "head.weight": 1.0, "head.bias": 1.0}
+    for name, s in expected.items():
+        assert scale[id(named[name])] == s, name
+    assert wd[id(named["blocks.0.attn.qkv.weight"])] == 0.05 and wd[id(named["pos_embed"])] == 0.0
+    assert len(scale) == len(named)  # every parameter in exactly one group
+    # through a recipe: the optimizer's groups run at lr x scale at every step; the log shows the schedule's lr
+    cfg = TrainConfig(steps=2, batch_size=16, lr=1e-3, warmup_steps=0, schedule="constant", layer_decay=0.5,
+                      log_every=1, tensorboard=False)
+    t = digits_trainer(model, cfg, tmp_path)
+    t.fit()
+    assert sorted({g["lr"] for g in t.opt.param_groups}) == [1e-3 * 0.5**k for k in (4, 3, 2, 1, 0)]
+    assert [r["lr"] for r in read_metrics(tmp_path / "metrics.jsonl") if "lr" in r] == [1e-3, 1e-3]
+    assert train_config(load_config("digits_finetune", ["optim.layer_decay=0.75"])).layer_decay == 0.75
+    with pytest.raises(ValueError, match="optim.layer_decay must be a number in"):
+        train_config(load_config("digits_finetune", ["optim.layer_decay=1.5"]))

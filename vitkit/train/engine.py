@@ -64,6 +64,8 @@ class TrainConfig:
     min_lr: float = _key("schedule.min_lr", 0.0)
     clip_norm: float | None = _key("optim.clip_norm", 1.0, "global gradient-norm clipping; 0 or None = off")
     label_smoothing: float = _key("optim.label_smoothing", 0.0)
+    layer_decay: float | None = _key("optim.layer_decay", 0.0, "layer-wise lr decay (fine-tuning): block i of L at "
+                                     "lr x decay^(L - i), embeddings lowest, head full; 0 or None = off")
     ema_decay: float | None = _key("train.ema_decay", 0.0, "Polyak averaging factor; 0 or None = off")
     bf16: bool = _key("train.bf16", False, "bf16 autocast")
     seed: int = _key("train.seed", 0)
@@ -97,6 +99,7 @@ class TrainConfig:
             self.compile = "inductor" if self.compile else ""
         self.clip_norm = self.clip_norm or None
         self.ema_decay = self.ema_decay or None
+        self.layer_decay = self.layer_decay or None
         check_int("steps", self.steps)
         check_int("batch_size", self.batch_size)
         check_int("grad_accum", self.grad_accum)
@@ -120,6 +123,8 @@ class TrainConfig:
             check_range("clip_norm", self.clip_norm, 0.0, math.inf, low_open=True)
         if self.ema_decay is not None:
             check_range("ema_decay", self.ema_decay, 0.0, 1.0, low_open=True)
+        if self.layer_decay is not None:
+            check_range("layer_decay", self.layer_decay, 0.0, 1.0, low_open=True, high_open=False)
         if self.parallel not in dist.PARALLEL:
             raise ValueError(f"parallel mode {self.parallel!r} is unknown; choose one of {', '.join(dist.PARALLEL)}")
         if self.batch_size % self.grad_accum:
@@ -180,10 +185,12 @@ class Trainer:
             self.forward_model = torch.compile(self.forward_model, backend=cfg.compile)
         self.eval_fn, self.progress, self.save_checkpoints = eval_fn, progress, save_checkpoints
         self.opt = build_optimizer(
-            param_groups(model, cfg.weight_decay), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas, cfg.momentum
+            param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas,
+            cfg.momentum
         )
         self.ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
         self.step = 0
+        self.lr = 0.0
         self.skipped_images = 0  # unreadable images met so far (counted over the whole run)
         # sums over the steps since the last log line (loss x n, correct, n): saved with the state, so the
         # first line logged after a resume averages the same steps as an uninterrupted run's
@@ -329,7 +336,8 @@ class Trainer:
         cfg, model = self.cfg, self.model
         lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_steps, cfg.schedule, cfg.min_lr)
         for g in self.opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)  # layer-wise decay scales each depth's group
+        self.lr = lr
         torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * self.rank)  # dropout / drop-path draws
         x, y = x.to(cfg.device), y.to(cfg.device)
         self.opt.zero_grad(set_to_none=True)
@@ -402,7 +410,7 @@ class Trainer:
                 # every rank reaches this line at the same step: the figures are the global batch's, not rank 0's
                 g_loss, g_correct, g_seen = dist.sum_across(self.log_window, cfg.device)
                 dt = time.perf_counter() - t0
-                lr = self.opt.param_groups[0]["lr"]
+                lr = self.lr  # the schedule's lr (a group under layer-wise decay runs at a fraction of it)
                 last = {
                     "step": self.step,
                     "loss": g_loss / g_seen,

@@ -8,27 +8,46 @@ Biases, norms, position embeddings and the class token are not decayed.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
+_BLOCK = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
+_EMBED = re.compile(r"(?:^|\.)(?:patch_embed|cls_token|pos_embed|mask_token)")
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed kernels, and undecayed biases / norms / 1-D params / posemb / cls token."""
+
+def layer_id(name: str, depth: int) -> int:
+    """Depth of a parameter for layer-wise lr decay: 0 for the embeddings (patch projection, class token,
+    position embeddings), i + 1 for encoder block i, depth + 1 for the final norm and the head."""
+    m = _BLOCK.search(name)
+    if m:
+        return int(m.group(1)) + 1
+    return 0 if _EMBED.search(name) else depth + 1
+
+
+def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None) -> list[dict]:
+    """Decayed kernels and undecayed biases / norms / 1-D params / posemb / cls token; with `layer_decay`,
+    one such pair per depth, each with an `lr_scale`: block i (0-based) of L trains at lr x decay^(L - i),
+    the embeddings at decay^(L + 1) (the smallest), the final norm and the head at the full lr (BEiT / timm)."""
     skip: set[str] = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        if p.ndim <= 1 or name in skip or name.endswith(".bias"):
-            no_decay.append(p)
-        else:
-            decay.append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    depth = 1 + max((int(m.group(1)) for n, _ in named if (m := _BLOCK.search(n))), default=-1)
+    if layer_decay and depth == 0:
+        raise ValueError("layer-wise lr decay needs a model with encoder blocks (a ViT); this one has none")
+    groups: dict[tuple[int, bool], dict] = {}
+    for name, p in named:
+        no_decay = p.ndim <= 1 or name in skip or name.endswith(".bias")
+        lid = layer_id(name, depth) if layer_decay else 0
+        g = groups.setdefault((lid, no_decay), {"params": [], "weight_decay": 0.0 if no_decay else weight_decay})
+        if layer_decay:
+            g["lr_scale"] = layer_decay ** (depth + 1 - lid)
+        g["params"].append(p)
+    if not layer_decay:  # the two classic groups, in their usual order (decayed first)
+        return [groups.get((0, False), {"params": [], "weight_decay": weight_decay}),
+                groups.get((0, True), {"params": [], "weight_decay": 0.0})]
+    return [groups[k] for k in sorted(groups)]
 
 
 def build_optimizer(
