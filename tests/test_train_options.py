@@ -125,3 +125,20 @@ def test_layer_wise_lr_decay_gives_the_documented_rates(tmp_path: Path) -> None:
     assert train_config(load_config("digits_finetune", ["optim.layer_decay=0.75"])).layer_decay == 0.75
     with pytest.raises(ValueError, match="optim.layer_decay must be a number in"):
         train_config(load_config("digits_finetune", ["optim.layer_decay=1.5"]))
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_freezing_trains_only_the_top(tmp_path: Path, k: int) -> None:
+    """train_blocks = 0 is a linear probe (the head alone); k = 1 adds the last block and the final norm.
+    Frozen weights are bitwise unchanged after training; the trained ones moved."""
+    model = digits_model(width=16, depth=3, num_heads=2, mlp_dim=32)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    cfg = TrainConfig(steps=3, batch_size=16, lr=1e-2, warmup_steps=0, train_blocks=k, log_every=1, tensorboard=False)
+    t = digits_trainer(model, cfg, tmp_path)
+    t.fit()
+    for n, p in model.named_parameters():
+        trained = n.startswith("head.") or (k == 1 and (n.startswith("blocks.2.") or n.startswith("norm.")))
+        changed = not torch.equal(p, before[n])
+        assert p.requires_grad == trained and (changed if n.endswith("weight") and trained else True), n
+        if not trained:
+            assert not changed, n

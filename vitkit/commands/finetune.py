@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer-decay", type=float, default=None,
                    help="layer-wise lr decay, e.g. 0.75: block i of L at lr x decay^(L - i), embeddings lowest, "
                    "head full (default: the recipe's, off)")
+    p.add_argument("--train-blocks", type=int, default=None,
+                   help="train only the last K blocks, the final norm and the head; 0: the head alone (a linear "
+                   "probe); default: everything")
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
     p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
     add_run_arguments(p, "finetune_base", "finetune")
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             extra += ['data.name="auto"', f"data.path={_q(args.data)}"]
     for key, val in (("model.img_size", args.img_size), ("model.num_classes", args.num_classes),
-                     ("schedule.steps", args.steps), ("optim.lr", args.lr), ("optim.layer_decay", args.layer_decay)):
+                     ("schedule.steps", args.steps), ("optim.lr", args.lr), ("optim.layer_decay", args.layer_decay),
+                     ("optim.train_blocks", args.train_blocks)):
         if val is not None:
             extra.append(f"{key}={val}")
     cfg = prepare(args, extra)

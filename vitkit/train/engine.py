@@ -33,7 +33,7 @@ from vitkit import distributed as dist
 from vitkit.data.loader import StepLoader
 from vitkit.evaluate import bf16_autocast
 from vitkit.formats.common import pickle_refusal
-from vitkit.train.optim import EMA, SCHEDULES, build_optimizer, lr_at, param_groups
+from vitkit.train.optim import EMA, SCHEDULES, build_optimizer, freeze, lr_at, param_groups
 from vitkit.utils import check_choice, check_fields, check_int, check_range
 from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
 
@@ -66,6 +66,8 @@ class TrainConfig:
     label_smoothing: float = _key("optim.label_smoothing", 0.0)
     layer_decay: float | None = _key("optim.layer_decay", 0.0, "layer-wise lr decay (fine-tuning): block i of L at "
                                      "lr x decay^(L - i), embeddings lowest, head full; 0 or None = off")
+    train_blocks: int = _key("optim.train_blocks", -1, "fine-tuning: -1 trains all; 0 the head alone (linear probe); "
+                             "k the last k blocks, the final norm and the head")
     ema_decay: float | None = _key("train.ema_decay", 0.0, "Polyak averaging factor; 0 or None = off")
     bf16: bool = _key("train.bf16", False, "bf16 autocast")
     seed: int = _key("train.seed", 0)
@@ -108,6 +110,7 @@ class TrainConfig:
         check_int("eval_every", self.eval_every, low=0)
         check_int("ckpt_every", self.ckpt_every, low=0)
         check_int("seed", self.seed, low=0)
+        check_int("train_blocks", self.train_blocks, low=-1)
         check_choice("optimizer", self.optimizer.lower() if isinstance(self.optimizer, str) else self.optimizer,
                      ("adamw", "adam", "sgd"))
         check_choice("schedule", self.schedule, SCHEDULES)
@@ -170,6 +173,7 @@ class Trainer:
         if cfg.parallel not in dist.PARALLEL:
             raise ValueError(f"unknown parallel mode {cfg.parallel!r}; choose one of {', '.join(dist.PARALLEL)}")
         self.model, self.cfg, self.data = model.to(cfg.device), cfg, data
+        freeze(model, cfg.train_blocks)  # before DDP / FSDP wrap: they see only what trains
         self.rank, self.world = dist.rank(), dist.world_size()
         self.is_main = self.rank == 0
         self.out = Path(out_dir)

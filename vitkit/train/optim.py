@@ -27,6 +27,27 @@ def layer_id(name: str, depth: int) -> int:
     return 0 if _EMBED.search(name) else depth + 1
 
 
+def freeze(model: nn.Module, train_blocks: int) -> int:
+    """Freeze all but the top of a ViT for fine-tuning: `train_blocks` = 0 trains the head alone (a linear
+    probe); k > 0 also the last k encoder blocks and the final norm; -1 trains everything. Returns the number
+    of parameters left trainable."""
+    if train_blocks < 0:
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    named = list(model.named_parameters())
+    depth = 1 + max((int(m.group(1)) for n, _ in named if (m := _BLOCK.search(n))), default=-1)
+    if depth == 0:
+        raise ValueError("freezing by blocks needs a model with encoder blocks (a ViT); this one has none")
+    if train_blocks > depth:
+        raise ValueError(f"train_blocks {train_blocks} is more than the model's {depth} blocks")
+    for name, p in named:
+        top = layer_id(name, depth) == depth + 1  # final norm, pre_logits, head
+        m = _BLOCK.search(name)
+        in_last_k = m is not None and int(m.group(1)) >= depth - train_blocks
+        head = name.startswith("head.") or ".head." in name
+        p.requires_grad_(head or (train_blocks > 0 and (top or in_last_k)))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None) -> list[dict]:
     """Decayed kernels and undecayed biases / norms / 1-D params / posemb / cls token; with `layer_decay`,
     one such pair per depth, each with an `lr_scale`: block i (0-based) of L trains at lr x decay^(L - i),
