@@ -80,24 +80,27 @@ def evaluate_batches(
 
 def evaluate_loader(
     model: nn.Module,
-    loader: StepLoader,
+    loader: StepLoader | Sequence[StepLoader],
     bf16: bool = False,
     device: str = "cpu",
     skipped: list[str] | None = None,
     label_map: np.ndarray | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> dict[str, float]:
-    """`evaluate_batches` over a sequential `StepLoader`. Unreadable images are left out and their names
-    appended to `skipped`; `label_map[data label]` is the model's class index (see `align_classes`)."""
+    """`evaluate_batches` over a sequential `StepLoader` (or several, one after the other, as one set).
+    Unreadable images are left out and their names appended to `skipped`; `label_map[data label]` is the
+    model's class index (see `align_classes`)."""
+    loaders = [loader] if isinstance(loader, StepLoader) else list(loader)
     lut = torch.from_numpy(label_map) if label_map is not None else None
-    present = len(np.unique(loader.dataset.labels))
+    present = len(np.unique(np.concatenate([ld.dataset.labels for ld in loaders])))
 
     def batches() -> Any:
-        for b in loader.iterate(0, len(loader)):
-            if skipped is not None:
-                skipped.extend(b.skipped)
-            if len(b.y):
-                yield b.x, (lut[b.y] if lut is not None else b.y)
+        for ld in loaders:
+            for b in ld.iterate(0, len(ld)):
+                if skipped is not None:
+                    skipped.extend(b.skipped)
+                if len(b.y):
+                    yield b.x, (lut[b.y] if lut is not None else b.y)
 
     return evaluate_batches(model, batches(), bf16, device, classes_present=present, dtype=dtype)
 
@@ -159,4 +162,5 @@ def inference_model(model: nn.Module, precision: str = "fp32", compile: bool = F
 
 
 def input_dtype(precision: str) -> torch.dtype:
+    """The dtype of a model's input under `precision`: bf16 for bf16 weights, else fp32 (autocast too)."""
     return torch.bfloat16 if precision == "bf16" else torch.float32

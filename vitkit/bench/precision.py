@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vitkit.evaluate import input_dtype as inference_input_dtype
+
 PRECISIONS = ("fp32", "bf16", "bf16-autocast")
 
 
@@ -33,7 +35,7 @@ def check_precision(precision: str) -> str:
 
 def input_dtype(precision: str) -> torch.dtype:
     """dtype the model's input should have under `precision`."""
-    return torch.bfloat16 if check_precision(precision) == "bf16" else torch.float32
+    return inference_input_dtype(check_precision(precision))
 
 
 def prepare_model(model: nn.Module, precision: str) -> nn.Module:

@@ -17,7 +17,7 @@ RECIPE = "digits_demo"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/demo", help="run folder (default: runs/demo)")
     p.add_argument("--overwrite", action="store_true", help="replace a previous demo run in --out")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's, 1000)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, data order and augmentation")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for the forward pass")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")

@@ -63,22 +63,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"precision: {precision} ({why})", file=sys.stderr)
     net = inference_model(model, precision, args.compile)
     skipped: list[str] = []
-    totals: dict[str, float] = {}
-    for name in names:  # `all`: the splits' figures are combined, weighted by their sizes
-        res = evaluate_loader(net, eval_loader(splits[name], pp, args.batch_size, args.workers), args.bf16,
-                              skipped=skipped, label_map=label_map, dtype=input_dtype(precision))
-        for key, v in res.items():
-            totals[key] = totals.get(key, 0.0) + (v * res["n"] if key != "n" else v)
-        if "top5" not in res:
-            totals.pop("top5", None)
-            totals["no_top5"] = 1.0
-    n = totals["n"]
+    loaders = [eval_loader(splits[name], pp, args.batch_size, args.workers) for name in names]  # `all`: one set
+    res = evaluate_loader(net, loaders, args.bf16, skipped=skipped, label_map=label_map, dtype=input_dtype(precision))
     for s in skipped:
         print(f"skipped: {s}", file=sys.stderr)
     present = len({c for name in names for c in splits[name].labels.tolist()})
-    print(f"{args.data} {args.split} split: {int(n)} images" + (f" ({len(skipped)} unreadable, skipped)" if skipped else ""))
+    print(f"{args.data} {args.split} split: {int(res['n'])} images"
+          + (f" ({len(skipped)} unreadable, skipped)" if skipped else ""))
     print(f"classes: {present} present of the {model.config.num_classes} the model predicts ({how})")
-    print(f"top-1: {100 * totals['top1'] / n:.2f}%")
-    if "top5" in totals and "no_top5" not in totals:
-        print(f"top-5: {100 * totals['top5'] / n:.2f}%")
+    print(f"top-1: {100 * res['top1']:.2f}%")
+    if "top5" in res:
+        print(f"top-5: {100 * res['top5']:.2f}%")
     return 0

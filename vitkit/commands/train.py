@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = prepare(args)
     try:
         res = run_experiment(cfg, args.out, resume=args.resume, dry_run=args.dry_run, progress=not args.no_progress,
-                             force=args.force, overwrite=args.overwrite, save=args.save or not args.dry_run,
+                             force=args.force, overwrite=args.overwrite, save=True if args.save else None,
                              header=True)
         if dist.rank() == 0:
             report(res)

@@ -108,6 +108,15 @@ class Choices:
         self.assumed[key] = f"{default!r}: {rule}"
         return default
 
+    def agree(self, cfg: Any, what: str = "model") -> None:
+        """For a file that records its whole config: every hint must agree with it, and a hint for a value
+        this kind of model does not have is an error."""
+        for key in HINTS:
+            if hasattr(cfg, key):
+                self.pick(key, getattr(cfg, key))
+            elif key in self.hints:
+                raise ValueError(f"{self.source}: {key} was given, but a {what} model has no {key}")
+
     def record(self, cfg: Any) -> Any:
         """Keep the assumed values in the config (saved with the model) and log each one."""
         for key, why in self.assumed.items():

@@ -79,11 +79,7 @@ def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Mod
     except (ValueError, TypeError) as e:
         raise ValueError(f"{cfg_path}: {e}") from e
     choices = Choices(cfg_path, hints)
-    for key in ("num_heads", "gelu", "ln_eps", "pooling"):
-        if hasattr(cfg, key):
-            choices.pick(key, getattr(cfg, key))
-        elif key in choices.hints:
-            raise ValueError(f"{cfg_path}: {key} was given, but a {arch} model has no {key}")
+    choices.agree(cfg, arch)
     model = model_cls(cfg)
     load_state_checked(model, read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME)
     if "preprocess" in doc:  # else the model's default: the original code's [-1, 1] scaling

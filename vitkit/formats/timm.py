@@ -115,8 +115,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         raise ValueError(f"{path}: unrecognised tensor(s) {names}: vitkit's ViT has no such parts")
     if "vitkit" in meta:  # written by vitkit: the exact config (heads, GELU flavour, eps, grid)
         cfg = ViTConfig.from_dict(meta["vitkit"])
-        for key in ("num_heads", "gelu", "ln_eps", "pooling"):
-            choices.pick(key, getattr(cfg, key))  # a hint that contradicts the file is an error
+        choices.agree(cfg)  # a hint that contradicts the file is an error
         return cfg
     proj = require(state, "patch_embed.proj.weight", path, 4)
     D, C, P, _ = proj.shape

@@ -166,12 +166,8 @@ class Trainer:
         progress: bool = True,
         save_checkpoints: bool = True,
     ) -> None:
-        if cfg.batch_size % cfg.grad_accum:
-            raise ValueError(f"batch_size {cfg.batch_size} is not divisible by grad_accum {cfg.grad_accum}")
-        if not isinstance(data, StepLoader):
+        if not isinstance(data, StepLoader):  # (TrainConfig checked its own values when it was built)
             raise ValueError(f"the Trainer takes a vitkit.data.loader.StepLoader, got {type(data).__name__}")
-        if cfg.parallel not in dist.PARALLEL:
-            raise ValueError(f"unknown parallel mode {cfg.parallel!r}; choose one of {', '.join(dist.PARALLEL)}")
         self.model, self.cfg, self.data = model.to(cfg.device), cfg, data
         freeze(model, cfg.train_blocks)  # before DDP / FSDP wrap: they see only what trains
         self.rank, self.world = dist.rank(), dist.world_size()
@@ -300,15 +296,10 @@ class Trainer:
         if not self.metrics_path.exists():
             return
         keep = []
-        for n, ln in enumerate(self.metrics_path.read_text().splitlines(), 1):
-            if not ln.strip():
-                continue
-            try:
-                rec = json.loads(ln)
-            except ValueError:
+        for n, ln, rec in metric_lines(self.metrics_path):
+            if rec is None:
                 tqdm.write(f"{self.metrics_path}:{n}: dropped a torn log line (a kill mid-write): {ln[:60]!r}")
-                continue
-            if rec.get("step", 0) <= step:
+            elif rec.get("step", 0) <= step:
                 keep.append(ln)
         atomic_write_text(self.metrics_path, "".join(ln + "\n" for ln in keep))
 
@@ -442,15 +433,22 @@ class Trainer:
         return last
 
 
+def metric_lines(path: str | Path) -> list[tuple[int, str, dict[str, Any] | None]]:
+    """(line number, text, record) of each non-blank line of a metrics.jsonl; the record is None for a
+    torn line (a kill in the middle of an append)."""
+    out: list[tuple[int, str, dict[str, Any] | None]] = []
+    for n, ln in enumerate(Path(path).read_text().splitlines(), 1):
+        if ln.strip():
+            try:
+                out.append((n, ln, json.loads(ln)))
+            except ValueError:
+                out.append((n, ln, None))
+    return out
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The JSONL metrics of a run as a list of records (a torn line from a kill mid-write is left out)."""
-    out = []
-    for ln in Path(path).read_text().splitlines():
-        try:
-            out.append(json.loads(ln))
-        except ValueError:
-            continue
-    return out
+    return [rec for _, _, rec in metric_lines(path) if rec is not None]
 
 
 def curve_series(recs: list[dict[str, Any]]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:

@@ -27,7 +27,7 @@ from vitkit.evaluate import eval_loader, evaluate_loader
 from vitkit.models.registry import create_model
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.train.config import DEFAULTS, check_sections, merge, train_config
-from vitkit.train.engine import Trainer, plot_curves
+from vitkit.train.engine import TrainConfig, Trainer, plot_curves
 from vitkit.utils import check_int, to_pair
 from vitkit.utils.atomic import atomic_write_text
 
@@ -149,9 +149,10 @@ def objective_model(model: nn.Module, cfg: dict[str, Any]) -> nn.Module:
 # Files a run writes in its folder; `overwrite=True` removes exactly these (nothing else of the user's).
 RUN_FILES = ("metrics.jsonl", "train_state.pt", "run_config.json", "train_config.json", "result.json",
              "curves.png", "model", "tb")
-# Keys that may differ when a run is resumed without changing what it computes.
-RESUME_FREE = {"description", "train.log_every", "train.eval_every", "train.ckpt_every", "train.device",
-               "train.tensorboard", "data.num_workers", "data.eval_batch_size", "data.max_pixels"}
+# Keys that may differ when a run is resumed without changing what it computes: the engine's own (as recipe
+# keys) and the data loading's.
+RESUME_FREE = {"description", "data.num_workers", "data.eval_batch_size", "data.max_pixels"} | {
+    ".".join(key) for name, key in TrainConfig.recipe_fields().items() if name in Trainer.RESUME_FREE}
 
 
 def _flat(cfg: dict[str, Any]) -> dict[str, Any]:
