@@ -199,7 +199,8 @@ def default_run_dir(cfg_ref: str | None, kind: str = "train") -> Path:
     return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, Any], notes: list[str]) -> str:
+def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, Any], notes: list[str],
+                 dry_run: bool = False) -> str:
     """The header printed before training: model, parameters, data sizes, what was resampled/replaced."""
     c = model.config
     n_params = sum(p.numel() for p in model.parameters())
@@ -212,7 +213,8 @@ def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, An
     t, s = cfg["train"], cfg["schedule"]
     src = cfg["model"]["pretrained"] or "random init"
     lines = [f"model: {arch}, {n_params / 1e6:.2f}M parameters, from {src}",
-             f"data: {cfg['data']['name']} {cfg['data']['path']}".rstrip() + f" ({sizes} images, "
+             ("data: synthetic images (a dry run; the recipe's data is not read)" if dry_run else
+              f"data: {cfg['data']['name']} {cfg['data']['path']}".rstrip()) + f" ({sizes} images, "
              f"{len(splits['train'].classes)} classes)",
              f"training: {s['steps']} steps of batch {t['batch_size']}, {cfg['optim']['name']} lr {cfg['optim']['lr']:g}"]
     return "\n".join(lines + notes)
@@ -259,7 +261,7 @@ def run_experiment(
     tcfg = train_config(cfg)
     d = cfg["data"]
     if header and dist.rank() == 0:
-        print(describe_run(model, splits, cfg, notes), flush=True)
+        print(describe_run(model, splits, cfg, notes, bool(dry_run)), flush=True)
     tf = TrainTransform(model.preprocess, d["augment"], tuple(d["area"]), tuple(d["ratio"]), bool(d["flip"]))
     loader = StepLoader(train, tcfg.batch_size, tf, tcfg.seed, rank=dist.rank(), world=dist.world_size(),
                         num_workers=int(d["num_workers"]))
