@@ -1,6 +1,6 @@
 """Exact resume: a run SIGKILLed at a random step after a checkpoint and resumed ends bitwise equal
-to an uninterrupted run (CPU, fixed seed), with file data, worker processes, Inception crop + flip
-augmentation, dropout, and a corrupt image that is skipped, counted and named."""
+to an uninterrupted run (CPU, fixed seed), with file data, worker processes, Inception crop + flip +
+RandAugment + random erasing, Mixup / CutMix, dropout, and a corrupt image that is skipped, counted and named."""
 
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ path = "{root}"
 channels = 1
 augment = "inception"
 flip = true
+randaugment = [2, 10]
+random_erasing = 0.25
 num_workers = 1
 
 [optim]
@@ -56,6 +58,8 @@ batch_size = 16
 log_every = 5
 ckpt_every = 10
 tensorboard = false
+mixup = 0.2
+cutmix = 1.0
 """
 
 

@@ -7,7 +7,9 @@ pure function of (seed, step): that is what makes an interrupted run resume bit-
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -78,3 +80,50 @@ def inception_crop(
     crop = img[None, :, top : top + h, left : left + w]
     out = F.interpolate(crop, size=tuple(out_size), mode="bilinear", align_corners=False, antialias=True)
     return out[0].clamp_(0, 1)
+
+
+@dataclass(frozen=True)
+class Mix:
+    """What `mix_images` did to a batch: image i was blended with image B-1-i, keeping `lam` of itself."""
+
+    lam: float = 1.0
+    kind: str = "none"  # none | mixup | cutmix
+
+    def targets(self, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+        """Soft targets (B, K) that sum to 1: lam x onehot(y_i) + (1 - lam) x onehot(y_{B-1-i})."""
+        onehot = F.one_hot(y, num_classes).float()
+        return onehot if self.kind == "none" else self.lam * onehot + (1.0 - self.lam) * onehot.flip(0)
+
+
+def mix_images(
+    x: torch.Tensor,
+    gen: torch.Generator,
+    mixup_alpha: float = 0.0,
+    cutmix_alpha: float = 0.0,
+    switch_prob: float = 0.5,
+    prob: float = 1.0,
+) -> tuple[torch.Tensor, Mix]:
+    """Mixup (Zhang et al. 2018) or CutMix (Yun et al. 2019) of a (B, C, H, W) batch with its own reverse.
+
+    One lambda per batch from Beta(alpha, alpha); with both alphas set, CutMix is chosen with probability
+    `switch_prob`; the batch is left as it is with probability 1 - `prob`. CutMix pastes a box of about
+    (1 - lambda) of the area from image B-1-i into image i and corrects lambda to the box's exact area.
+    Every draw comes from `gen` (a Beta draw through a NumPy generator seeded from it), so the result is a
+    function of (seed, step): exact resume holds."""
+    u = torch.rand(3, generator=gen, dtype=torch.float64).tolist()
+    rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    if u[0] >= prob or (mixup_alpha <= 0 and cutmix_alpha <= 0):
+        return x, Mix()
+    cutmix = cutmix_alpha > 0 and (mixup_alpha <= 0 or u[1] < switch_prob)
+    lam = float(rng.beta(cutmix_alpha, cutmix_alpha) if cutmix else rng.beta(mixup_alpha, mixup_alpha))
+    if not cutmix:
+        return lam * x + (1.0 - lam) * x.flip(0), Mix(lam, "mixup")
+    H, W = x.shape[-2:]
+    cut = math.sqrt(1.0 - lam)
+    ch, cw = int(H * cut), int(W * cut)
+    cy, cx = int(rng.integers(H)), int(rng.integers(W))
+    y0, y1 = max(cy - ch // 2, 0), min(cy + ch // 2, H)
+    x0, x1 = max(cx - cw // 2, 0), min(cx + cw // 2, W)
+    out = x.clone()
+    out[..., y0:y1, x0:x1] = x.flip(0)[..., y0:y1, x0:x1]
+    return out, Mix(1.0 - (y1 - y0) * (x1 - x0) / (H * W), "cutmix")

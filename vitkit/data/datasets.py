@@ -1,7 +1,7 @@
 """`open_splits`: the train / test (/ dev) data sets a config section or a `--data` value names.
 
-Sources: the bundled digits and lfw_subset, image folders, list files and CIFAR python batches (the
-types are in base.py). Nothing is downloaded.
+Sources: the bundled digits and lfw_subset, procedurally drawn glyphs (glyphs.py), image folders, list
+files and CIFAR python batches (the types are in base.py). Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -9,16 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vitkit.data.base import ArrayDataset, Dataset, FileDataset, Subset, holdout, synthetic
 from vitkit.data.cifar import find_cifar, load_cifar
 from vitkit.data.digits import load_digits_split
 from vitkit.data.folders import image_folder, list_file
+from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.data.lfw import load_lfw_subset
 
 __all__ = ["ArrayDataset", "Dataset", "FileDataset", "Subset", "data_config", "detect_kind", "holdout",
            "open_splits", "synthetic"]
 
-DATA_NAMES = ("digits", "lfw", "cifar10", "cifar100", "folder", "list", "auto")
+DATA_NAMES = ("digits", "lfw", "glyphs", "cifar10", "cifar100", "folder", "list", "auto")
 
 
 def detect_kind(path: str) -> str:
@@ -43,9 +46,11 @@ def data_config(data: str, channels: int, num_workers: int = 0, eval_batch_size:
 def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     """{"train", "test", and "dev" when cfg["dev_fraction"] > 0} for a data config section.
 
-    Keys used: name (digits | lfw | cifar10 | cifar100 | folder | list | auto), path, test_path,
+    Keys used: name (digits | lfw | glyphs | cifar10 | cifar100 | folder | list | auto), path, test_path,
     holdout (test fraction when the source has no test split), dev_fraction, channels, max_pixels
-    (files over it are skipped as unreadable; 0 = $VITKIT_MAX_IMAGE_PIXELS or Pillow's limit).
+    (files over it are skipped as unreadable; 0 = $VITKIT_MAX_IMAGE_PIXELS or Pillow's limit),
+    glyph_images / glyph_classes / glyph_size / glyph_seed (the glyphs), subset / subset_seed (train on
+    a random subset of that many training images, as the paper's Fig. 4 does; subsets of one seed nest).
     """
     name, path = cfg.get("name", "auto"), str(cfg.get("path", "") or "")
     if name == "auto":
@@ -59,6 +64,11 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         train, test = load_digits_split()
     elif name == "lfw":
         train, test = holdout(load_lfw_subset(), 0.25)
+    elif name == "glyphs":
+        n, k = int(cfg.get("glyph_images", 100_000)), int(cfg.get("glyph_classes", 1000))
+        size, seed = int(cfg.get("glyph_size", 16)), int(cfg.get("glyph_seed", 0))
+        train = glyphs(n, k, size, seed, "train")
+        test = glyphs(glyph_test_size(n), k, size, seed, "test")
     elif name in ("cifar10", "cifar100"):
         train, test = load_cifar(path, name)
     elif name in ("folder", "list"):
@@ -75,6 +85,12 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     else:
         raise ValueError(f"unknown data set {name!r}; choose digits, lfw, cifar10, cifar100, folder, list or auto")
     out: dict[str, Dataset] = {"train": train, "test": test}
+    subset = int(cfg.get("subset", 0) or 0)
+    if subset:
+        if subset > len(train):
+            raise ValueError(f"data.subset is {subset} but the training split has only {len(train)} images")
+        order = np.random.default_rng(int(cfg.get("subset_seed", 0))).permutation(len(train))
+        out["train"] = Subset(train, np.sort(order[:subset]))
     frac = float(cfg.get("dev_fraction", 0.0) or 0.0)
     if frac > 0:
         out["train"], out["dev"] = holdout(train, frac)

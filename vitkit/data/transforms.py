@@ -1,7 +1,7 @@
 """Per-image transforms in the paper's style, each a picklable callable `(image, generator) -> tensor`.
 
 Training: Inception crop (area 5-100%, aspect 3/4-4/3) or a small affine jitter, optional horizontal
-flip, resize to the training resolution, normalisation. Evaluation: the model's stored
+flip, resize to the training resolution, optional RandAugment, normalisation, optional random erasing. Evaluation: the model's stored
 `PreprocessConfig` (resize to the final size without a crop, as the original; `crop_pct` for a crop).
 """
 
@@ -14,6 +14,7 @@ import torch
 
 from vitkit.data.augment import horizontal_flip, inception_crop, random_affine
 from vitkit.data.preprocess import PreprocessConfig
+from vitkit.data.randaugment import rand_augment, random_erasing
 
 AUGMENTS = ("inception", "affine", "none")
 
@@ -25,10 +26,24 @@ class TrainTransform:
     area: tuple[float, float] = (0.05, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = True
+    randaugment: tuple[int, float] = (0, 0.0)  # RandAugment (num_ops, magnitude); 0 ops = off
+    erasing: float = 0.0  # random-erasing probability (after normalisation)
 
     def __post_init__(self) -> None:
         if self.augment not in AUGMENTS:
             raise ValueError(f"unknown augmentation {self.augment!r}; choose one of {AUGMENTS}")
+        self.randaugment = (int(self.randaugment[0]), float(self.randaugment[1]))
+
+    def _finish(self, x: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+        """RandAugment, normalisation and random erasing of a (B, C, H, W) batch in [0, 1], image i drawing
+        from gens[i] (the same draws, in the same order, as one image at a time)."""
+        n, m = self.randaugment
+        if n:
+            x = torch.stack([rand_augment(img, g, n, m) for img, g in zip(x, gens)])
+        x = self.preprocess.normalize(x)
+        if self.erasing:
+            x = torch.stack([random_erasing(img, g, self.erasing) for img, g in zip(x, gens)])
+        return x
 
     def decode_size(self) -> tuple[int, int]:
         """The least size a file must be decoded at so that the smallest crop keeps full resolution."""
@@ -50,7 +65,7 @@ class TrainTransform:
             x = self.preprocess.resize(x)
         if self.flip:
             x = horizontal_flip(x, gens)
-        return self.preprocess.normalize(x)
+        return self._finish(x, gens)
 
     def __call__(self, img: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         size = self.preprocess.img_size
@@ -62,7 +77,7 @@ class TrainTransform:
             x = self.preprocess.resize(img[None])[0]
         if self.flip:
             x = horizontal_flip(x[None], gen)[0]
-        return self.preprocess.normalize(x[None])[0]
+        return self._finish(x[None], [gen])[0]
 
 
 @dataclass

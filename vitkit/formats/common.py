@@ -46,12 +46,19 @@ def square_grid(num_patches: int, source: Path, key: str) -> tuple[int, int]:
 
 
 def appendix_parts(cfg: Any) -> list[str]:
-    """The appendix D variants of a ViT config that the foreign formats (npz, timm, HF) cannot hold."""
+    """The variants of a ViT config (appendix D's, registers, MAP pooling) that the foreign formats (npz, timm,
+    HF) cannot hold."""
     parts = []
     if cfg.posemb_placement != "input":
         parts.append(f"posemb_placement={cfg.posemb_placement!r} (position embeddings added at every layer)")
     if cfg.block != "global":
         parts.append(f"block={cfg.block!r} (Axial-ViT's row and column blocks)")
+    if cfg.num_registers:
+        parts.append(f"num_registers={cfg.num_registers} (register tokens)")
+    if cfg.pooling == "map":
+        parts.append("pooling='map' (attention pooling head)")
+    if cfg.distill_token:
+        parts.append("distill_token=True (DeiT's distillation token and head)")
     return parts
 
 

@@ -202,14 +202,14 @@ def _preprocess(meta: dict[str, Any], pre: PreprocessConfig, cfg: ViTConfig) -> 
 # ----------------------------------------------------------------------------- writing
 def _timm_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
     cfg = model.config
+    if cfg.posemb != "learn1d" or appendix_parts(cfg):
+        raise ValueError("timm's ViT has learned 1D position embeddings at the input and global attention; this "
+                         f"model has {'; '.join([f'posemb={cfg.posemb!r}'] + appendix_parts(cfg))}: save it in vitkit's format")
     if cfg.gelu != "exact" or cfg.ln_eps != 1e-6:
         warnings.warn(
             f"this model uses {cfg.gelu} GELU and LayerNorm eps {cfg.ln_eps:g}; timm's VisionTransformer runs exact "
             "GELU and eps 1e-6, so timm's outputs will differ slightly (vitkit itself reloads the file exactly: "
             "its config is stored alongside)", UserWarning, stacklevel=3)
-    if cfg.posemb != "learn1d" or appendix_parts(cfg):
-        raise ValueError("timm's ViT has learned 1D position embeddings at the input and global attention; this "
-                         f"model has {'; '.join([f'posemb={cfg.posemb!r}'] + appendix_parts(cfg))}: save it in vitkit's format")
     out = {}
     for k, v in model.state_dict().items():
         for new, old in RENAMES:  # vitkit -> timm

@@ -78,10 +78,10 @@ def output_token_attention(attn: torch.Tensor, pooling: str, num_prefix_tokens: 
         if num_prefix_tokens < 1:
             raise ValueError("pooling 'token' needs a class token (num_prefix_tokens >= 1)")
         row = attn[..., 0, :]
-    elif pooling == "gap":
+    elif pooling in ("gap", "map"):  # (MAP's own query is outside the encoder: the mean stands for it)
         row = attn.mean(dim=-2)
     else:
-        raise ValueError(f"pooling must be 'token' or 'gap', got {pooling!r}")
+        raise ValueError(f"pooling must be 'token', 'gap' or 'map', got {pooling!r}")
     return row[..., num_prefix_tokens:]
 
 

@@ -237,7 +237,7 @@ def inspect_model(
                if cfg.posemb == "relative" else "the model has no position embeddings (posemb 'none')")
         figs["position_embedding_similarity"] = {"skipped": why}
     else:
-        sim = position_embedding_similarity(pe[0, cfg.num_prefix_tokens :], cfg.grid_size)
+        sim = position_embedding_similarity(pe[0, cfg.num_class_tokens :], cfg.grid_size)
         figures.plot_position_similarity(sim, out / "position_embedding_similarity.png", name)
         _write_json(
             out / "position_embedding_similarity.json",

@@ -8,7 +8,9 @@
 Numerics follow the original JAX code (google-research/vision_transformer): LayerNorm eps 1e-6, GELU with the tanh
 approximation by default, xavier-uniform kernels with N(0, 1e-6) biases, N(0, 0.02) position
 embeddings, a zero class token and a zero-initialised head. Appendix D variants carried by the
-config: GAP pooling, no / learned 1D / learned 2D position embeddings, a hybrid ResNet stem.
+config: GAP pooling, no / learned 1D / learned 2D position embeddings, a hybrid ResNet stem. Later work's
+options (Beyer et al. 2022; Darcet et al. 2024; Touvron et al. 2021): fixed 2-D sin-cos embeddings, MAP
+pooling, register tokens, DeiT's distillation token.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,12 +29,12 @@ from torch import nn
 
 from vitkit.models.axial import AxialBlock
 from vitkit.models.base import PreprocessDeclared
-from vitkit.models.posemb import RelativePositionBias, resample_axis, resample_posemb
+from vitkit.models.posemb import RelativePositionBias, resample_axis, resample_posemb, sincos_2d
 from vitkit.models.resnet import ResNetStem, hybrid_stride, root_width
 from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
 
-Pooling = Literal["token", "gap"]
-PosEmb = Literal["learn1d", "learn2d", "relative", "none"]
+Pooling = Literal["token", "gap", "map"]  # class token, global average (D.3), attention pooling (MAP)
+PosEmb = Literal["learn1d", "learn2d", "relative", "none", "sincos2d"]
 # appendix D.4's placements of 1-D / 2-D position embeddings: once at the input (the paper's default), a
 # table learned per layer and added before each block, or one table added before every block
 Placement = Literal["input", "every_layer", "every_layer_shared"]
@@ -54,8 +56,13 @@ class ViTConfig:
     depth: int = 12  # L, the number of encoder blocks
     num_heads: int = 12
     mlp_dim: int = 3072
-    pooling: Pooling = "token"  # class token (paper default) or global average pooling (appendix D.3)
-    posemb: PosEmb = "learn1d"  # appendix D.4: none, learned 1D / 2D (absolute), relative (in the attention)
+    pooling: Pooling = "token"  # class token (paper default), global average pooling (appendix D.3), or "map"
+    # (multi-head attention pooling: a learned query attends over the patch tokens, big_vision's MAPHead)
+    posemb: PosEmb = "learn1d"  # appendix D.4: none, learned 1D / 2D (absolute), relative (in the attention);
+    # "sincos2d": fixed 2-D sine-cosine ("Better plain ViT baselines", Beyer et al. 2022)
+    num_registers: int = 0  # register tokens (Darcet et al. 2024): learned, no E_pos, dropped at the output
+    distill_token: bool = False  # DeiT's distillation token (Touvron et al. 2021): a second class token with its
+    # own head, trained towards a teacher; the two heads' logits are averaged at inference
     posemb_placement: Placement = "input"  # appendix D.4, for learn1d / learn2d
     block: BlockKind = "global"  # "axial": Axial-ViT (appendix D.7), GAP pooling, 2-D patch grid
     representation_size: int | None = None  # "pre_logits" Dense + tanh (pre-training head)
@@ -93,9 +100,9 @@ class ViTConfig:
             root_width(self.resnet_width)  # a factor whose root width GroupNorm cannot split is refused here
         if self.width % self.num_heads:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
-        if self.pooling not in ("token", "gap"):
-            raise ValueError(f"pooling must be 'token' or 'gap', got {self.pooling!r}")
-        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none"))
+        check_choice("pooling", self.pooling, ("token", "gap", "map"))
+        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", "sincos2d"))
+        check_int("num_registers", self.num_registers, low=0)
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
         check_choice("block", self.block, ("global", "axial"))
         if self.posemb_placement != "input" and self.posemb not in ("learn1d", "learn2d"):
@@ -103,6 +110,13 @@ class ViTConfig:
                              f"embeddings, not posemb={self.posemb!r}")
         if self.block == "axial" and self.pooling != "gap":
             raise ValueError("Axial-ViT keeps the patch grid 2-D and has no class token: use pooling='gap'")
+        if self.distill_token and (self.pooling != "token" or self.representation_size):
+            raise ValueError("a distillation token sits beside the class token: it needs pooling='token' and no "
+                             "representation_size")
+        if self.block == "axial" and self.num_registers:
+            raise ValueError("Axial-ViT's row and column attention sees only the patch grid: it takes no registers")
+        if self.posemb == "sincos2d" and self.width % 4:
+            raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4, got {self.width}")
         if self.block == "axial" and self.posemb == "relative":
             raise ValueError("relative position embeddings are 1-D over the whole sequence; Axial-ViT's row and "
                              "column attention does not take them (use learn1d or learn2d)")
@@ -134,8 +148,15 @@ class ViTConfig:
         return gh * gw
 
     @property
+    def num_class_tokens(self) -> int:
+        """Tokens before the patches that take a position embedding: the class token (and DeiT's
+        distillation token)."""
+        return (1 + int(self.distill_token)) if self.pooling == "token" else 0
+
+    @property
     def num_prefix_tokens(self) -> int:
-        return 1 if self.pooling == "token" else 0
+        """Tokens before the patches in the sequence: the class (and distillation) token, then the registers."""
+        return self.num_class_tokens + self.num_registers
 
     @property
     def head_dim(self) -> int:
@@ -164,6 +185,13 @@ class ViTConfig:
 
     def replace(self, **overrides: Any) -> "ViTConfig":
         return dataclasses.replace(self, **overrides)
+
+
+class TwoHeads(NamedTuple):
+    """A distilled ViT's training output: the class head's and the distillation head's logits."""
+
+    logits: torch.Tensor
+    dist_logits: torch.Tensor
 
 
 class DropPath(nn.Module):
@@ -274,6 +302,30 @@ class PatchEmbed(nn.Module):
         return self.proj(x)  # (B, D, gh, gw)
 
 
+class MAPHead(nn.Module):
+    """Multi-head attention pooling (big_vision's MAPHead): a learned query attends over the tokens, then a
+    pre-norm MLP with a residual; its output is the pooled representation."""
+
+    def __init__(self, cfg: ViTConfig) -> None:
+        super().__init__()
+        D = cfg.width
+        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.probe = nn.Parameter(torch.zeros(1, 1, D))
+        self.q = nn.Linear(D, D, bias=cfg.qkv_bias)
+        self.kv = nn.Linear(D, 2 * D, bias=cfg.qkv_bias)
+        self.proj = nn.Linear(D, D)
+        self.norm = nn.LayerNorm(D, eps=cfg.ln_eps)
+        self.mlp = Mlp(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q = self.q(self.probe.expand(B, -1, -1).to(x.dtype)).view(B, 1, self.num_heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(B, T, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        y = self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, 1, D))
+        y = y + self.mlp(self.norm(y))
+        return y[:, 0]
+
+
 class VisionTransformer(PreprocessDeclared, nn.Module):
     """ViT (§3.1). `forward` = `forward_head(forward_features(x))`; see the module docstring."""
 
@@ -283,14 +335,16 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         D = cfg.width
         self.patch_embed = PatchEmbed(cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.pooling == "token" else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.distill_token else None
+        self.reg_token = nn.Parameter(torch.zeros(1, cfg.num_registers, D)) if cfg.num_registers else None
         gh, gw = cfg.grid_size
         n = cfg.depth if cfg.posemb_placement == "every_layer" else 1  # tables: one per layer, or one
         if cfg.posemb == "learn1d":  # one table over the flattened sequence, class token included
-            self.pos_embed = nn.Parameter(torch.zeros(n, cfg.num_prefix_tokens + gh * gw, D))
+            self.pos_embed = nn.Parameter(torch.zeros(n, cfg.num_class_tokens + gh * gw, D))
         elif cfg.posemb == "learn2d":  # appendix D.4: X- and Y-embeddings of size D/2, concatenated
             self.pos_embed_row = nn.Parameter(torch.zeros(n, gh, D // 2))
             self.pos_embed_col = nn.Parameter(torch.zeros(n, gw, D // 2))
-            self.pos_embed_cls = nn.Parameter(torch.zeros(n, cfg.num_prefix_tokens, D))
+            self.pos_embed_cls = nn.Parameter(torch.zeros(n, cfg.num_class_tokens, D))
         self.pos_drop = nn.Dropout(cfg.dropout)
         rates = [cfg.drop_path * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
         if cfg.block == "axial":  # appendix D.7: a row block then a column block in place of each block
@@ -298,12 +352,16 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         else:
             self.blocks = nn.ModuleList(Block(cfg, r) for r in rates)
         self.norm = nn.LayerNorm(D, eps=cfg.ln_eps)
+        self.map_head = MAPHead(cfg) if cfg.pooling == "map" else None
         self.pre_logits: nn.Module | None = None
         head_in = D
         if cfg.representation_size:
             self.pre_logits = nn.Sequential(nn.Linear(D, cfg.representation_size), nn.Tanh())
             head_in = cfg.representation_size
         self.head = nn.Linear(head_in, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        self.head_dist: nn.Module | None = None
+        if cfg.distill_token:
+            self.head_dist = nn.Linear(D, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
         self.grad_checkpointing = False
         self.init_preprocess(cfg.img_size, cfg.in_chans)  # the original's [-1, 1] until a file or run says otherwise
         self.reset_parameters()
@@ -313,7 +371,7 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
     def reset_parameters(self) -> None:
         """Initialise as the original code: xavier-uniform kernels, N(0, 1e-6) biases, ..."""
         for name, m in self.named_modules():
-            if isinstance(m, nn.Linear) and m is not self.head:
+            if isinstance(m, nn.Linear) and m is not self.head and m is not self.head_dist:
                 if name.endswith("attn.qkv"):  # q, k and v are three (D, D) kernels in the original
                     for w in m.weight.chunk(3, dim=0):
                         nn.init.xavier_uniform_(w)
@@ -336,6 +394,12 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
             nn.init.normal_(p, std=0.02)
         if self.cls_token is not None:
             nn.init.zeros_(self.cls_token)
+        if self.reg_token is not None:
+            nn.init.normal_(self.reg_token, std=0.02)
+        if self.dist_token is not None:
+            nn.init.normal_(self.dist_token, std=0.02)
+        if self.map_head is not None:
+            nn.init.xavier_uniform_(self.map_head.probe.view(1, -1))
         if isinstance(self.head, nn.Linear):
             self.reset_head(self.config.num_classes, bias=self.config.head_bias_init)
 
@@ -355,6 +419,12 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         if isinstance(self.head, nn.Linear):
             nn.init.zeros_(self.head.weight)
             nn.init.constant_(self.head.bias, bias)
+        if self.head_dist is not None:  # DeiT's second head is replaced alike
+            self.head_dist = (nn.Linear(head_in, num_classes, device=ref.device, dtype=ref.dtype) if num_classes > 0
+                              else nn.Identity())
+            if isinstance(self.head_dist, nn.Linear):
+                nn.init.zeros_(self.head_dist.weight)
+                nn.init.constant_(self.head_dist.bias, bias)
         self.config.num_classes = num_classes
 
     # ----------------------------------------------------------------------------- resolution
@@ -363,7 +433,7 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         new = to_pair(img_size, "img_size")
         old_grid = self.config.grid_size
         new_cfg = self.config.replace(img_size=new)  # validates divisibility
-        prefix = self.config.num_prefix_tokens
+        prefix = self.config.num_class_tokens
         if self.config.posemb == "learn1d":
             self.pos_embed = nn.Parameter(torch.cat(
                 [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode) for t in self.pos_embed.data]))
@@ -373,7 +443,7 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
             self.pos_embed_col = nn.Parameter(torch.cat([resample_axis(t[None], gw, mode) for t in self.pos_embed_col.data]))
         elif self.config.posemb == "relative":  # the offset tables follow the new sequence length
             for blk in self.blocks:
-                blk.attn.rel.resize(prefix + new_cfg.num_patches)
+                blk.attn.rel.resize(self.config.num_prefix_tokens + new_cfg.num_patches)
         self.config = new_cfg
 
     def _check_input(self, x: torch.Tensor) -> tuple[int, int]:
@@ -402,15 +472,18 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
     def position_embedding(self, grid: tuple[int, int], layer: int = 0) -> torch.Tensor | None:
         """E_pos (1, T, D) for a (gh, gw) patch grid, prefix tokens first, resampled in 2D if the grid differs;
         `layer` picks the table of that layer when each layer has its own (appendix D.4). None for `none` and
-        `relative` (which acts inside the attention)."""
+        `relative` (which acts inside the attention). Registers take none (they are not in the table)."""
         cfg = self.config
         if cfg.posemb in ("none", "relative"):
             return None
+        if cfg.posemb == "sincos2d":  # fixed, computed for any grid; the class token gets zeros
+            pe = sincos_2d(grid, cfg.width).to(self.norm.weight.device)
+            return torch.cat([pe.new_zeros(1, cfg.num_class_tokens, cfg.width), pe], dim=1)
         i = layer if cfg.posemb_placement == "every_layer" else 0
         if cfg.posemb == "learn1d":
             pe = self.pos_embed[i : i + 1]
             if grid != cfg.grid_size:
-                pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_prefix_tokens)
+                pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_class_tokens)
             return pe
         gh, gw = grid
         row, col = self.pos_embed_row[i : i + 1], self.pos_embed_col[i : i + 1]
@@ -435,11 +508,16 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
         if patch_fn is not None:
             x = patch_fn(x)
+        if self.dist_token is not None:
+            x = torch.cat([self.dist_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
         pe = self.position_embedding(grid) if self.config.posemb_placement == "input" else None
         if pe is not None:
             x = x + pe.to(x.dtype)
+        if self.reg_token is not None:  # registers after the class token, without a position embedding
+            c = self.config.num_class_tokens
+            x = torch.cat([x[:, :c], self.reg_token.expand(x.shape[0], -1, -1).to(x.dtype), x[:, c:]], dim=1)
         return self.pos_drop(x)
 
     def _grid_of(self, z: torch.Tensor) -> tuple[int, int]:
@@ -480,8 +558,12 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         return self.encode(self.embed(x), return_attn)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
-        """eq. 4's y: the class token z_L^0, or the mean over patch tokens for GAP."""
-        return x[:, 0] if self.config.pooling == "token" else x.mean(dim=1)
+        """eq. 4's y: the class token z_L^0, the mean over patch tokens (GAP), or their attention pooling
+        (MAP); register tokens are dropped here."""
+        if self.config.pooling == "token":
+            return x[:, 0]
+        patches = x[:, self.config.num_prefix_tokens :]
+        return patches.mean(dim=1) if self.map_head is None else self.map_head(patches)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Classification head on the encoder output; `pre_logits=True` returns the representation."""
@@ -490,8 +572,14 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
             x = self.pre_logits(x)
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
+    def forward(self, x: torch.Tensor) -> Any:
+        """Logits (B, K). With a distillation token: in training, both heads' logits as `TwoHeads` (the engine
+        supervises the second by the teacher); in eval mode their mean (DeiT's inference)."""
+        z = self.forward_features(x)
+        if self.head_dist is None:
+            return self.forward_head(z)
+        logits, dist = self.head(z[:, 0]), self.head_dist(z[:, 1])
+        return TwoHeads(logits, dist) if self.training else (logits + dist) / 2
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
@@ -500,4 +588,5 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
         """Parameter names that AdamW should not decay: position embeddings (absolute and relative) and the
         class token."""
         names = {n for n, _ in self.named_parameters() if n.startswith("pos_embed") or n.endswith("rel.table")}
-        return names | ({"cls_token"} if self.cls_token is not None else set())
+        tokens = {n for n in ("cls_token", "dist_token", "reg_token") if getattr(self, n) is not None}
+        return names | tokens

@@ -34,7 +34,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "require_pretrained": False,  # fine-tuning recipes: refuse to start without model.pretrained
     },
     "data": {
-        "name": "auto",  # digits | lfw | cifar10 | cifar100 | folder | list | auto (detect from path)
+        "name": "auto",  # digits | lfw | glyphs | cifar10 | cifar100 | folder | list | auto (detect from path)
         "path": "",
         "test_path": "",  # list files: a separate test list
         "holdout": 0.1,  # test fraction for sources without a test split
@@ -51,6 +51,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "num_workers": 2,
         "eval_batch_size": 256,
         "max_pixels": 0,  # images with more pixels are skipped as unreadable; 0 = Pillow's limit (179M)
+        "randaugment": [0, 0],  # RandAugment [num_ops, magnitude] (AugReg: [2, 10] .. [2, 20]); 0 ops = off
+        "random_erasing": 0.0,  # probability of erasing one random rectangle (DeiT: 0.25)
+        "augreg": "",  # an AugReg preset (none, light1, light2, medium1, medium2, strong1, strong2): sets
+        # data.randaugment and train.mixup as "How to train your ViT" (Steiner et al. 2022) does
+        "subset": 0,  # train on a random subset of this many training images (0 = all; Fig. 4's subsets)
+        "subset_seed": 0,  # which subset (the subsets of one seed nest: the smaller inside the larger)
+        "glyph_images": 100000,  # data.name = "glyphs": procedurally drawn training images (data/glyphs.py)
+        "glyph_classes": 1000,
+        "glyph_size": 16,  # pixels per side
+        "glyph_seed": 0,
     },
     **TrainConfig.recipe_defaults(),  # [optim], [schedule], [train]: the engine's own fields and defaults
     "mpp": {  # §4.6 / appendix B.1.2, used when train.objective = "mpp"
@@ -63,6 +73,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # [train] keys of the runner rather than of the engine
 DEFAULTS["train"]["objective"] = "classify"  # classify (labels) | mpp (masked patch prediction, §4.6)
+DEFAULTS["train"]["teacher"] = ""  # checkpoint of the distillation teacher (train.distill = soft | hard; DeiT)
 TOP_LEVEL = {"description", "extends"}
 RECIPE_DIR = "recipes"
 
@@ -111,7 +122,45 @@ def load_config(ref: str | None = None, overrides: list[str] | tuple[str, ...] =
     for item in overrides:
         cfg = merge(cfg, parse_override(item))
     _check(cfg, "--set")
-    return cfg
+    return apply_augreg(cfg)
+
+
+# AugReg's augmentation presets (Steiner et al. 2022, as big_vision's vit_i1k config): RandAugment and Mixup alpha
+AUGREG: dict[str, dict[str, Any]] = {
+    "none": {"randaugment": [0, 0], "mixup": 0.0},
+    "light1": {"randaugment": [2, 0], "mixup": 0.0},
+    "light2": {"randaugment": [2, 10], "mixup": 0.2},
+    "medium1": {"randaugment": [2, 15], "mixup": 0.2},
+    "medium2": {"randaugment": [2, 15], "mixup": 0.5},
+    "strong1": {"randaugment": [2, 20], "mixup": 0.5},
+    "strong2": {"randaugment": [2, 20], "mixup": 0.8},
+}
+
+
+def apply_augreg(cfg: dict[str, Any]) -> dict[str, Any]:
+    """`data.augreg = "medium2"` written out as data.randaugment and train.mixup (so run_config.json shows
+    the values used); a value set beside the preset that disagrees with it is an error naming both."""
+    name = cfg["data"].get("augreg", "")
+    if not name:
+        return cfg
+    if name not in AUGREG:
+        raise ValueError(f"data.augreg must be one of {', '.join(AUGREG)} (or empty), got {name!r}")
+    preset = AUGREG[name]
+    out = merge(cfg, {"data": {"randaugment": preset["randaugment"]}, "train": {"mixup": preset["mixup"]}})
+    for sec, key in (("data", "randaugment"), ("train", "mixup")):
+        have = cfg[sec][key]
+        if have not in (DEFAULTS[sec][key], preset[key]):
+            raise ValueError(f"{sec}.{key} = {have!r} disagrees with data.augreg = {name!r} ({preset[key]!r}); "
+                             "set one or the other")
+    return out
+
+
+def config_from_dict(raw: dict[str, Any], where: str = "config") -> dict[str, Any]:
+    """DEFAULTS <- `raw` (sections of a run config written as Python data), unknown keys refused."""
+    _check(raw, where)
+    cfg = merge(DEFAULTS, {k: v for k, v in raw.items() if k != "extends"})
+    _check(cfg, where)
+    return apply_augreg(cfg)
 
 
 def parse_override(item: str) -> dict[str, Any]:
@@ -177,7 +226,31 @@ def check_sections(cfg: dict[str, Any]) -> None:
     check_int("data.num_workers", d["num_workers"], low=0)
     check_int("data.eval_batch_size", d["eval_batch_size"])
     check_int("data.max_pixels", d["max_pixels"], low=0)
+    check_int("data.subset", d["subset"], low=0)
+    check_int("data.subset_seed", d["subset_seed"], low=0)
+    check_int("data.glyph_images", d["glyph_images"])
+    check_int("data.glyph_classes", d["glyph_classes"], low=2)
+    check_int("data.glyph_size", d["glyph_size"], low=4)
+    check_int("data.glyph_seed", d["glyph_seed"], low=0)
+    ra = d["randaugment"]
+    if not isinstance(ra, list) or len(ra) != 2:
+        raise ValueError(f"data.randaugment must be [num_ops, magnitude], got {ra!r}")
+    check_int("data.randaugment[0]", ra[0], low=0)
+    check_range("data.randaugment[1]", ra[1], 0.0, 30.0, high_open=False)
+    check_range("data.random_erasing", d["random_erasing"], 0.0, 1.0, high_open=False)
+    if d["augreg"] and d["augreg"] not in AUGREG:
+        raise ValueError(f"data.augreg must be one of {', '.join(AUGREG)} (or empty), got {d['augreg']!r}")
     check_choice("train.objective", t["objective"], ("classify", "mpp"))
+    if bool(t["teacher"]) != (t["distill"] != "none"):
+        raise ValueError("distillation needs both train.distill (soft | hard) and train.teacher (a checkpoint); got "
+                         f"train.distill = {t['distill']!r}, train.teacher = {t['teacher']!r}")
+    if t["teacher"] and not Path(t["teacher"]).exists():
+        raise FileNotFoundError(f"train.teacher: no checkpoint at {t['teacher']}")
+    if t["objective"] == "mpp" and t["teacher"]:
+        raise ValueError("masked patch prediction (train.objective = mpp) has no classes to distil: unset train.teacher")
+    if t["objective"] == "mpp" and (t["mixup"] or t["cutmix"]):
+        raise ValueError("train.mixup / train.cutmix mix labels; masked patch prediction (train.objective = mpp) "
+                         "has none: turn them off")
     check_range("mpp.corrupt", m["corrupt"], 0.0, 1.0, high_open=False, low_open=True)
     check_range("mpp.replace_mask", m["replace_mask"], 0.0, 1.0, high_open=False)
     check_range("mpp.replace_random", m["replace_random"], 0.0, 1.0 - float(m["replace_mask"]), high_open=False)

@@ -30,9 +30,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
-from vitkit.data.loader import StepLoader
+from vitkit.data.augment import Mix, mix_images
+from vitkit.data.loader import StepLoader, step_generator
 from vitkit.evaluate import bf16_autocast
 from vitkit.formats.common import pickle_refusal
+from vitkit.models.vit import TwoHeads
+from vitkit.train.distill import KINDS, distillation_loss
 from vitkit.train.optim import EMA, SCHEDULES, build_optimizer, freeze, lr_at, param_groups
 from vitkit.utils import check_choice, check_fields, check_int, check_range
 from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
@@ -64,6 +67,13 @@ class TrainConfig:
     min_lr: float = _key("schedule.min_lr", 0.0)
     clip_norm: float | None = _key("optim.clip_norm", 1.0, "global gradient-norm clipping; 0 or None = off")
     label_smoothing: float = _key("optim.label_smoothing", 0.0)
+    mixup: float = _key("train.mixup", 0.0, "Mixup: Beta(alpha, alpha) of the blend; 0 = off")
+    cutmix: float = _key("train.cutmix", 0.0, "CutMix: Beta(alpha, alpha) of the kept area; 0 = off")
+    mix_switch_prob: float = _key("train.mix_switch_prob", 0.5, "with both on: the chance a batch gets CutMix")
+    mix_prob: float = _key("train.mix_prob", 1.0, "the chance a batch is mixed at all")
+    distill: str = _key("train.distill", "none", "knowledge distillation from train.teacher: none | soft | hard")
+    distill_alpha: float = _key("train.distill_alpha", 0.5, "weight of the distillation term (1 - it: the labels')")
+    distill_tau: float = _key("train.distill_tau", 1.0, "soft distillation temperature")
     layer_decay: float | None = _key("optim.layer_decay", 0.0, "layer-wise lr decay (fine-tuning): block i of L at "
                                      "lr x decay^(L - i), embeddings lowest, head full; 0 or None = off")
     train_blocks: int = _key("optim.train_blocks", -1, "fine-tuning: -1 trains all; 0 the head alone (linear probe); "
@@ -119,6 +129,13 @@ class TrainConfig:
         check_range("weight_decay", self.weight_decay, 0.0, math.inf)
         check_range("momentum", self.momentum, 0.0, 1.0)
         check_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
+        check_range("mixup", self.mixup, 0.0, math.inf)
+        check_range("cutmix", self.cutmix, 0.0, math.inf)
+        check_range("mix_switch_prob", self.mix_switch_prob, 0.0, 1.0, high_open=False)
+        check_range("mix_prob", self.mix_prob, 0.0, 1.0, high_open=False)
+        check_choice("distill", self.distill, KINDS)
+        check_range("distill_alpha", self.distill_alpha, 0.0, 1.0, high_open=False)
+        check_range("distill_tau", self.distill_tau, 0.0, math.inf, low_open=True)
         if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
             raise ValueError(f"betas must be two numbers (beta1, beta2), got {self.betas!r}")
         self.betas = (check_range("betas[0]", self.betas[0], 0.0, 1.0), check_range("betas[1]", self.betas[1], 0.0, 1.0))
@@ -165,6 +182,7 @@ class Trainer:
         eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
         progress: bool = True,
         save_checkpoints: bool = True,
+        teacher: nn.Module | None = None,
     ) -> None:
         if not isinstance(data, StepLoader):  # (TrainConfig checked its own values when it was built)
             raise ValueError(f"the Trainer takes a vitkit.data.loader.StepLoader, got {type(data).__name__}")
@@ -184,6 +202,10 @@ class Trainer:
         if cfg.compile:
             self.forward_model = torch.compile(self.forward_model, backend=cfg.compile)
         self.eval_fn, self.progress, self.save_checkpoints = eval_fn, progress, save_checkpoints
+        if (teacher is None) != (cfg.distill == "none"):
+            raise ValueError("train.distill needs a teacher (train.teacher), and a teacher needs train.distill = "
+                             "soft or hard")
+        self.teacher = teacher.to(cfg.device) if teacher is not None else None
         self.opt = build_optimizer(
             param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas,
             cfg.momentum
@@ -334,22 +356,47 @@ class Trainer:
             g["lr"] = lr * g.get("lr_scale", 1.0)  # layer-wise decay scales each depth's group
         self.lr = lr
         torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * self.rank)  # dropout / drop-path draws
+        mix = Mix()
+        if cfg.mixup or cfg.cutmix:  # on this rank's batch, from (seed, step, rank) alone: resume stays exact
+            x, mix = mix_images(x, step_generator(cfg.seed, step, -1 - self.rank), cfg.mixup, cfg.cutmix,
+                                cfg.mix_switch_prob, cfg.mix_prob)
         x, y = x.to(cfg.device), y.to(cfg.device)
         self.opt.zero_grad(set_to_none=True)
         total_loss, correct = 0.0, 0
+        soft = None  # Mixup / CutMix targets (B, K), built once the number of classes is known
         chunks = list(zip(x.chunk(cfg.grad_accum), y.chunk(cfg.grad_accum)))
+        start = 0
         for i, (xm, ym) in enumerate(chunks):
             sync = i == len(chunks) - 1 or not hasattr(self.forward_model, "no_sync")
             ctx = contextlib.nullcontext() if sync else self.forward_model.no_sync()
             with ctx:
                 with bf16_autocast(cfg.device, cfg.bf16):
                     out = self.forward_model(xm)
+                dist_logits = None
+                if isinstance(out, TwoHeads):  # DeiT's class and distillation heads
+                    out, dist_logits = out.logits, out.dist_logits
                 # a model that brings its own targets (masked patch prediction) returns (logits, targets)
                 logits, target = out if isinstance(out, tuple) else (out, ym)
-                loss = F.cross_entropy(logits.float(), target, label_smoothing=cfg.label_smoothing)
+                if mix.kind != "none" and not isinstance(out, tuple):
+                    soft = mix.targets(y, logits.shape[-1]) if soft is None else soft
+                    target = soft[start : start + len(ym)]
+                start += len(ym)
+                if self.teacher is not None:
+                    with bf16_autocast(cfg.device, cfg.bf16):
+                        t_logits = self.teacher(xm)
+                    loss = distillation_loss(logits, dist_logits, t_logits.float(), target, cfg.distill,
+                                             cfg.distill_alpha, cfg.distill_tau, cfg.label_smoothing)
+                elif dist_logits is not None:  # no teacher: both heads learn the labels
+                    loss = (F.cross_entropy(logits.float(), target, label_smoothing=cfg.label_smoothing)
+                            + F.cross_entropy(dist_logits.float(), target, label_smoothing=cfg.label_smoothing)) / 2
+                else:
+                    loss = F.cross_entropy(logits.float(), target, label_smoothing=cfg.label_smoothing)
+                if dist_logits is not None:  # accuracy of the inference output: the two heads' mean
+                    logits = (logits + dist_logits) / 2
                 (loss * (len(ym) / len(y))).backward()
             total_loss += loss.item() * len(ym) / len(y)
-            correct += (logits.argmax(-1) == target).float().mean().item() * len(ym)
+            hard = target if target.ndim == 1 else ym  # accuracy against the images' own labels under mixing
+            correct += (logits.argmax(-1) == hard).float().mean().item() * len(ym)
         if cfg.clip_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
         self.opt.step()
@@ -421,7 +468,8 @@ class Trainer:
                     ev = self.evaluate_now()
                 if self.is_main:
                     self.log({"step": self.step, **{f"eval_{k}": v for k, v in ev.items()}})
-                    bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items() if k != "n"))
+                    if show:  # (the figures are in metrics.jsonl either way)
+                        bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items() if k != "n"))
                 dist.barrier()
             if self.save_checkpoints and cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < end:
                 self.save_state()

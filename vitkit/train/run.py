@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from vitkit.evaluate import eval_loader, evaluate_loader
 from vitkit.models.registry import create_model
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.train.config import DEFAULTS, check_sections, merge, train_config
+from vitkit.train.distill import Teacher
 from vitkit.train.engine import TrainConfig, Trainer, plot_curves
 from vitkit.utils import check_int, to_pair
 from vitkit.utils.atomic import atomic_write_text
@@ -232,11 +234,14 @@ def run_experiment(
     overwrite: bool = False,
     save: bool | None = None,
     header: bool = False,
+    evaluators: Mapping[str, Callable[[nn.Module], dict[str, float]]] | None = None,
 ) -> dict[str, Any]:
     """Train as `cfg` says; returns {"steps", "train_s", "dev", "test", "model_dir", ...}.
 
     `out` must be a new (or empty) folder unless `resume` or `overwrite`. A dry run saves no checkpoint
-    and no model unless `save=True`. `header=True` prints what is trained on what before starting."""
+    and no model unless `save=True`. `header=True` prints what is trained on what before starting.
+    `evaluators` ({name: fn(model) -> metrics}) run beside the eval split every `train.eval_every` steps,
+    on the (EMA) weights of the model being trained; their metrics are logged as `eval_<name>_<key>`."""
     if dry_run:
         cfg = _dry_run_config(cfg, dry_run)
     save = (not dry_run) if save is None else save
@@ -262,25 +267,45 @@ def run_experiment(
     d = cfg["data"]
     if header and dist.rank() == 0:
         print(describe_run(model, splits, cfg, notes, bool(dry_run)), flush=True)
-    tf = TrainTransform(model.preprocess, d["augment"], tuple(d["area"]), tuple(d["ratio"]), bool(d["flip"]))
+    tf = TrainTransform(model.preprocess, d["augment"], tuple(d["area"]), tuple(d["ratio"]), bool(d["flip"]),
+                        tuple(d["randaugment"]), float(d["random_erasing"]))
     loader = StepLoader(train, tcfg.batch_size, tf, tcfg.seed, rank=dist.rank(), world=dist.world_size(),
                         num_workers=int(d["num_workers"]))
     eval_ds = splits.get(d["eval_split"])
     eval_fn = None
     trainer: Trainer
-    if eval_ds is not None and tcfg.eval_every:
-        ev_loader = _eval_loader(eval_ds, model.preprocess, d)
+    if (eval_ds is not None or evaluators) and tcfg.eval_every:
+        if evaluators and dist.world_size() > 1:
+            raise ValueError("extra evaluators run on one process; train without torchrun to use them")
+        ev_loader = _eval_loader(eval_ds, model.preprocess, d) if eval_ds is not None else None
 
         def eval_fn(m: nn.Module) -> dict[str, float]:
-            skipped: list[str] = []
-            res = evaluate_loader(m, ev_loader, tcfg.bf16, tcfg.device, skipped=skipped)
-            if skipped:  # named in the log, as the training split's are
-                trainer.log({"step": trainer.step, "split": d["eval_split"], "eval_skipped_images": skipped})
-                for msg in skipped:
-                    tqdm.write(f"skipped unreadable {d['eval_split']} image: {msg}")
+            res: dict[str, float] = {}
+            if ev_loader is not None:
+                skipped: list[str] = []
+                res = evaluate_loader(m, ev_loader, tcfg.bf16, tcfg.device, skipped=skipped)
+                if skipped:  # named in the log, as the training split's are
+                    trainer.log({"step": trainer.step, "split": d["eval_split"], "eval_skipped_images": skipped})
+                    for msg in skipped:
+                        tqdm.write(f"skipped unreadable {d['eval_split']} image: {msg}")
+            for name, fn in (evaluators or {}).items():  # on the model itself (inside an MPP wrapper: the ViT)
+                was_training = model.training
+                model.eval()
+                res.update({f"{name}_{k}": v for k, v in fn(model).items()})
+                model.train(was_training)
             return res
 
-    trainer = Trainer(trained, tcfg, loader, out, eval_fn=eval_fn, progress=progress, save_checkpoints=save)
+    teacher = None
+    if cfg["train"]["teacher"]:
+        from vitkit.formats import load_pretrained
+
+        teacher = Teacher(load_pretrained(cfg["train"]["teacher"]), model.preprocess, model.config.num_classes,
+                          f"train.teacher {cfg['train']['teacher']}")
+        if (header or teacher.matched_by != "name") and dist.rank() == 0:  # an assumption is always shown
+            print(f"distillation: {tcfg.distill} (alpha {tcfg.distill_alpha:g}, tau {tcfg.distill_tau:g}) from "
+                  f"{cfg['train']['teacher']}, classes matched by {teacher.matched_by}", flush=True)
+    trainer = Trainer(trained, tcfg, loader, out, eval_fn=eval_fn, progress=progress, save_checkpoints=save,
+                      teacher=teacher)
     if resume:
         trainer.load_state(force=force)
     if trainer.is_main:

@@ -1,0 +1,137 @@
+"""Knowledge distillation (DeiT): the loss by hand, the teacher fed the student's batch at its own size and
+normalisation, DeiT's distillation token, and a distilled run from a BiT ResNet teacher end to end."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import digits_loader, digits_model
+from vitkit.data.digits import LABELS
+from vitkit.data.preprocess import PreprocessConfig
+from vitkit.formats import load_pretrained, save_pretrained
+from vitkit.models import create_model
+from vitkit.models.vit import TwoHeads
+from vitkit.train.config import load_config
+from vitkit.train.distill import Teacher, distillation_loss
+from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.train.run import check_config, run_experiment
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def test_distillation_loss_equals_the_formula_by_hand() -> None:
+    g = torch.Generator().manual_seed(0)
+    s, d, t = (torch.randn(4, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    y = torch.tensor([0, 3, 5, 1])
+    S, D, T = s.numpy(), d.numpy(), t.numpy()
+    ce = -_log_softmax(S)[np.arange(4), y.numpy()].mean()
+    tau, alpha = 2.0, 0.3
+    pt = np.exp(_log_softmax(T / tau))
+    kl = (pt * (_log_softmax(T / tau) - _log_softmax(D / tau))).sum(-1).mean() * tau**2
+    got = distillation_loss(s, d, t, y, "soft", alpha, tau)
+    assert float(got) == pytest.approx((1 - alpha) * ce + alpha * kl, rel=1e-6)
+    hard = -_log_softmax(S)[np.arange(4), T.argmax(-1)].mean()  # no distillation head: the class head learns both
+    assert float(distillation_loss(s, None, t, y, "hard", 0.5, 1.0)) == pytest.approx(0.5 * ce + 0.5 * hard, rel=1e-6)
+
+
+def test_teacher_sees_the_batch_at_its_own_size_and_normalisation() -> None:
+    torch.manual_seed(0)
+    bit = create_model("bit", img_size=32, in_chans=1, num_classes=10, layers=[1, 1], width_factor=0.5)
+    bit.preprocess = PreprocessConfig(img_size=(32, 32), mean=(0.2,), std=(0.3,), labels=list(LABELS))
+    student = PreprocessConfig(img_size=(16, 16), mean=(0.5,), std=(0.5,), labels=list(LABELS))
+    teacher = Teacher(bit, student, 10)
+    raw = torch.rand(3, 1, 16, 16)
+    want = bit(bit.preprocess.normalize(torch.nn.functional.interpolate(
+        raw, size=(32, 32), mode="bilinear", align_corners=False, antialias=True).clamp(0, 1)))
+    torch.testing.assert_close(teacher(student.normalize(raw)), want, rtol=1e-5, atol=1e-5)
+    assert not any(p.requires_grad for p in teacher.parameters()) and not teacher.train().training
+    other = PreprocessConfig(img_size=(16, 16), mean=(0.5,), std=(0.5,), labels=[f"c{i}" for i in range(10)])
+    with pytest.raises(ValueError, match="classes are not the student's \\(class 0: '0' vs 'c0'\\)"):
+        Teacher(bit, other, 10)
+    with pytest.raises(ValueError, match="predicts 10 classes, the student 7"):
+        Teacher(bit, student, 7)
+
+
+def test_distillation_token_heads_train_apart_and_average_at_inference(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    model = digits_model(width=32, depth=1, num_heads=2, mlp_dim=64, distill_token=True)
+    torch.nn.init.normal_(model.head.weight)
+    torch.nn.init.normal_(model.head_dist.weight)
+    x = torch.randn(2, 1, 16, 16)
+    out = model.train()(x)
+    assert isinstance(out, TwoHeads) and not torch.allclose(out.logits, out.dist_logits)
+    z = model.eval().forward_features(x)
+    assert z.shape[1] == 2 + 16 and model.pos_embed.shape[1] == 2 + 16  # both tokens take E_pos
+    torch.testing.assert_close(model(x), (model.head(z[:, 0]) + model.head_dist(z[:, 1])) / 2)
+    save_pretrained(model, tmp_path / "deit")
+    torch.testing.assert_close(load_pretrained(tmp_path / "deit")(x), model(x), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="distill_token=True"):
+        save_pretrained(model, tmp_path / "t", format="timm")
+    model.reset_head(3)
+    assert model.head_dist.out_features == 3 and float(model.head_dist.weight.detach().abs().sum()) == 0.0
+
+    # one engine step: the class head learns the labels, the distillation head the teacher (hard)
+    teacher_net = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
+    torch.nn.init.normal_(teacher_net.head.weight)
+    student = digits_model(width=32, depth=1, num_heads=2, mlp_dim=64, distill_token=True)
+    cfg = TrainConfig(steps=2, batch_size=16, lr=1e-3, warmup_steps=0, clip_norm=None, log_every=1,
+                      tensorboard=False, distill="hard", distill_alpha=0.5)
+    teacher = Teacher(teacher_net, student.preprocess, 10)
+    before = copy.deepcopy(student)
+    trainer = Trainer(student, cfg, digits_loader(student, cfg), tmp_path / "run", progress=False, teacher=teacher)
+    b = trainer.data.load(0)
+    loss, _, _ = trainer.train_step(0, b.x, b.y)
+    torch.manual_seed(0 * 1_000_003 + 0)  # the engine's per-step seed (no dropout here, so no draw differs)
+    two = before.train()(b.x)
+    want = distillation_loss(two.logits, two.dist_logits, teacher(b.x), b.y, "hard", 0.5, 1.0)
+    assert loss == pytest.approx(float(want), rel=1e-5)
+
+
+def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    teacher_cfg = load_config("digits_bit", ["schedule.steps=150", "schedule.warmup_steps=15", "train.eval_every=0",
+                                             "train.ckpt_every=0", "data.dev_fraction=0", "train.tensorboard=false"])
+    t_res = run_experiment(teacher_cfg, tmp_path / "teacher", progress=False)
+    student = load_config("digits_demo", [
+        "schedule.steps=80", "schedule.warmup_steps=8", "train.eval_every=0", "train.ckpt_every=0",
+        "model.distill_token=true", "train.distill=soft", "train.distill_tau=2.0",
+        f"train.teacher={t_res['model_dir']}", "train.tensorboard=false", "data.dev_fraction=0"])
+    res = run_experiment(student, tmp_path / "student", progress=False, header=True)
+    assert t_res["test"]["top1"] > 0.8  # a teacher worth distilling
+    assert "distillation: soft (alpha 0.5, tau 2) from" in capsys.readouterr().out
+    assert res["test"]["top1"] > 0.5  # 80 steps learn the digits (chance: 0.1)
+    model = load_pretrained(res["model_dir"])
+    assert model.config.distill_token
+    with pytest.raises(ValueError, match="needs both train.distill"):
+        check_config(load_config("digits_demo", ["train.distill=hard"]))
+    with pytest.raises(FileNotFoundError, match="train.teacher: no checkpoint"):
+        check_config(load_config("digits_demo", ["train.distill=hard", "train.teacher=/no/such/model"]))
+
+
+@pytest.mark.parametrize("name", ["deit_ti16_i1k", "deit_s16_i1k", "deit_b16_i1k"])
+def test_deit_recipes_load_and_carry_the_paper_values(name: str) -> None:
+    cfg = load_config(name)
+    check_config(cfg)
+    assert cfg["train"]["batch_size"] == 1024 and cfg["optim"]["lr"] == 1e-3 and cfg["optim"]["weight_decay"] == 0.05
+    assert cfg["data"]["randaugment"] == [2, 9] and cfg["data"]["random_erasing"] == 0.25
+    assert (cfg["train"]["mixup"], cfg["train"]["cutmix"]) == (0.8, 1.0) and cfg["model"]["drop_path"] == 0.1
+    assert cfg["model"]["name"] == "vit_" + name.split("_")[1]  # deit_s16_i1k -> vit_s16
+
+
+def test_distilled_deit_recipe_needs_a_teacher_and_dry_runs_with_one(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs both train.distill"):
+        check_config(load_config("deit_b16_distilled_i1k"))
+    teacher = create_model("bit", img_size=32, num_classes=10, layers=[1], width_factor=0.5)
+    save_pretrained(teacher, tmp_path / "teacher")
+    cfg = load_config("deit_b16_distilled_i1k", [
+        f"train.teacher={tmp_path / 'teacher'}", "model.name=vit_ti16", "model.img_size=32", "model.num_classes=10",
+        "train.bf16=false"])
+    res = run_experiment(cfg, tmp_path / "dry", dry_run=2, progress=False)
+    assert res["steps"] == 2

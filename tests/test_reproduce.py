@@ -1,0 +1,187 @@
+"""`vitkit reproduce` and what it stands on: the procedural glyph set, nested subsets, FLOPs on one axis
+for ViTs and ResNets, evaluators during training, few-shot transfer, and the resumable smoke run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitkit.bench.flops import model_flops, vit_flops
+from vitkit.cli import main
+from vitkit.data.datasets import open_splits
+from vitkit.data.glyphs import glyph_test_size, glyphs
+from vitkit.evaluate import eval_loader
+from vitkit.fewshot import extract_features, fewshot_table
+from vitkit.models import create_model
+from vitkit.reproduce import EXPERIMENTS, SMOKE
+from vitkit.reproduce.plan import MODELS, Pretrain, pretrain_config
+from vitkit.reproduce.runs import UNIT_FILE, Workbench
+from vitkit.reproduce.transfer import FewShotEvaluator, transfer_sets
+from vitkit.train.config import config_from_dict, load_config
+from vitkit.train.engine import read_metrics
+from vitkit.train.run import check_config, run_experiment
+
+
+def test_glyphs_are_a_pure_function_of_seed_split_and_index() -> None:
+    small, large = glyphs(1500, 50, 16, seed=3), glyphs(2500, 50, 16, seed=3)
+    assert small.images.shape == (1500, 1, 16, 16) and small.images.dtype == torch.uint8
+    assert torch.equal(small.images, large.images[:1500])  # subsets nest
+    assert np.array_equal(small.labels, large.labels[:1500])
+    other_seed, test = glyphs(1500, 50, 16, seed=4), glyphs(1500, 50, 16, seed=3, split="test")
+    assert not torch.equal(small.images, other_seed.images)
+    assert not torch.equal(small.images, test.images)
+    counts = np.bincount(large.labels, minlength=50)
+    assert counts.min() > 20 and counts.max() < 80  # every class drawn, none dominant (expected 50)
+    # images of one class resemble each other more than images of two classes (a learnable task)
+    x = large.images.float().reshape(len(large), -1)
+    x = F.normalize(x - x.mean(1, keepdim=True), dim=1)
+    proto = torch.stack([x[torch.from_numpy(large.labels == c)].mean(0) for c in range(50)])
+    nearest = (x @ proto.T).argmax(1).numpy()
+    assert (nearest == large.labels).mean() > 0.3  # nearest class mean: far above chance (0.02)
+    assert glyph_test_size(100_000) == 10_000 and glyph_test_size(500) == 1_000
+    with pytest.raises(ValueError, match="glyph split"):
+        glyphs(10, split="dev")
+
+
+def test_glyphs_and_nested_subsets_through_the_data_config() -> None:
+    base = {"name": "glyphs", "glyph_images": 2000, "glyph_classes": 20, "glyph_size": 12, "glyph_seed": 0}
+    full = open_splits(base)
+    assert len(full["train"]) == 2000 and len(full["test"]) == 1000 and full["train"].classes[3] == "glyph0003"
+    a = open_splits({**base, "subset": 300})["train"]
+    b = open_splits({**base, "subset": 900})["train"]
+    assert len(a) == 300 and set(a.indices) < set(b.indices)  # the smaller subset inside the larger
+    with pytest.raises(ValueError, match="data.subset is 5000 but the training split has only 2000"):
+        open_splits({**base, "subset": 5000})
+    with pytest.raises(ValueError, match="data.glyph_classes must be a whole number >= 2, got 1"):
+        check_config(config_from_dict({"data": {"name": "glyphs", "glyph_classes": 1}}))
+    with pytest.raises(ValueError, match="unknown key"):
+        config_from_dict({"data": {"glyph_count": 10}})
+
+
+def _conv_linear_flops(model: nn.Module, x: torch.Tensor) -> int:
+    """Independent count: 2 x multiply-adds of every Conv2d and Linear, from forward hooks."""
+    total = [0]
+
+    def hook(m: nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        if isinstance(m, nn.Conv2d):
+            k = m.weight.shape[1] * m.weight.shape[2] * m.weight.shape[3]
+            total[0] += 2 * out.numel() * k
+        else:
+            total[0] += 2 * out.numel() * m.in_features
+
+    hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    with torch.no_grad():
+        model.eval()(x)
+    for h in hs:
+        h.remove()
+    return total[0]
+
+
+def test_model_flops_put_vits_hybrids_and_resnets_on_one_axis() -> None:
+    vit = create_model("vit", img_size=16, in_chans=1, num_classes=1000, **{k: v for k, v in MODELS["ViT"]["B"].items()
+                                                                             if k != "name"})
+    assert model_flops(vit) == vit_flops(vit.config).forward
+    bit = create_model("bit", img_size=16, in_chans=1, num_classes=1000, layers=[2, 2], width_factor=0.5)
+    assert model_flops(bit) == _conv_linear_flops(bit, torch.zeros(1, 1, 16, 16))
+    hyb_cfg = {k: v for k, v in MODELS["Hybrid"]["B"].items() if k != "name"}
+    hybrid = create_model("vit", img_size=16, in_chans=1, num_classes=1000, **hyb_cfg)
+    stem = _conv_linear_flops(hybrid.patch_embed.backbone, torch.zeros(1, 1, 16, 16))
+    assert model_flops(hybrid) == vit_flops(hybrid.config).forward + stem and stem > 0
+    # the families of the data-size sweep are matched in compute (within 1.7x of each other)
+    flops = [model_flops(m) for m in (vit, bit, hybrid)]
+    assert max(flops) / min(flops) < 1.7
+
+
+def test_evaluators_run_during_training_on_the_model_itself(tmp_path: Path) -> None:
+    seen: list[tuple[int, type]] = []
+
+    def probe(model: nn.Module) -> dict[str, float]:
+        seen.append((len(seen), type(model)))
+        assert not model.training  # evaluated in eval mode, then put back
+        return {"norm": float(sum(p.detach().abs().sum() for p in model.parameters()))}
+
+    cfg = config_from_dict(pretrain_config(Pretrain("ViT", "S", steps=6, objective="mpp"), SMOKE))
+    cfg["train"]["eval_every"] = 3
+    run_experiment(cfg, tmp_path / "run", progress=False, evaluators={"probe": probe})
+    from vitkit.models.vit import VisionTransformer
+
+    assert [t for _, t in seen] == [VisionTransformer, VisionTransformer]  # the ViT, not its MPP wrapper
+    logged = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "eval_probe_norm" in r]
+    assert [r["step"] for r in logged] == [3, 6]
+    assert logged[0]["eval_probe_norm"] != logged[1]["eval_probe_norm"]  # the weights changed in between
+
+
+def test_fewshot_evaluator_equals_the_protocol_by_hand() -> None:
+    torch.manual_seed(0)
+    model = create_model("bit", img_size=16, in_chans=1, num_classes=5, layers=[1, 1], width_factor=0.5)
+    from vitkit.data.preprocess import PreprocessConfig
+
+    model.preprocess = PreprocessConfig(img_size=(16, 16), mean=(0.5,), std=(0.5,))
+    ev = FewShotEvaluator(shots=(1, 5), seeds=(0, 1))
+    got = ev(model)
+    sets = transfer_sets()
+    assert len(sets["digits"]["pool"]) + len(sets["digits"]["dev"]) == 1347 and len(sets["lfw"]["test"]) == 100
+
+    def feats(ds):  # noqa: ANN001, ANN202
+        return extract_features(model, eval_loader(ds, model.preprocess, 64), "pre_logits")
+
+    pool, test = feats(sets["lfw"]["pool"]), feats(sets["lfw"]["test"])
+    table = fewshot_table(pool, test, 2, (1, 5), (0, 1))
+    assert got["lfw_test_5shot"] == pytest.approx(table[5]["mean"], abs=1e-12)
+    assert got["lfw_test_1shot_std"] == pytest.approx(table[1]["std"], abs=1e-12)
+    assert {"digits_dev_5shot", "digits_test_1shot", "lfw_test_1shot"} <= set(got) and "lfw_dev_5shot" not in got
+    assert got["digits_test_5shot"] > 0.3  # random conv features already beat chance (0.1) on digits
+
+
+@pytest.mark.slow
+def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "rep"
+    assert main(["reproduce", "--all", "--smoke", "--out", str(out), "--no-progress"]) == 0
+    assert "summary:" in capsys.readouterr().out
+    for name in EXPERIMENTS:
+        res = json.loads((out / name / "result.json").read_text())
+        assert res["scale"] == "smoke" and res["claim"]
+        for fig in res["figures"]:
+            assert (out / name / fig).stat().st_size > 5000
+    fig4 = json.loads((out / "fig4" / "result.json").read_text())
+    assert {r["images"] for r in fig4["rows"]} == set(SMOKE.sizes) and len(fig4["rows"]) == 3 * len(SMOKE.sizes)
+    fig5 = json.loads((out / "fig5" / "result.json").read_text())
+    by = {(r["family"], r["size"]): r["train_flops"] for r in fig5["rows"]}
+    assert by[("ViT", "S")] < by[("ViT", "B")] < by[("ViT", "L")]
+    fig7 = json.loads((out / "fig7" / "result.json").read_text())
+    assert fig7["grid"] == [8, 8] and len(fig7["attention_distance_per_layer"]) == 4
+    summary = (out / "SUMMARY.md").read_text()
+    assert all(f"## {n}" in summary for n in EXPERIMENTS)
+
+    # a unit killed mid-run (its state kept, its results not yet written) resumes; the rest is read back
+    before = json.loads((out / "posemb" / "result.json").read_text())["results"]
+    unit = Workbench(out, SMOKE, progress=False).folder(Pretrain("ViT", "B", posemb="learn2d"))
+    for f in (UNIT_FILE, "result.json"):
+        (unit / f).unlink()
+    shutil.rmtree(unit / "model")
+    stamp = {p: p.stat().st_mtime_ns for p in (out / "pretrain").glob("*/unit.json")}
+    assert main(["reproduce", "posemb", "--smoke", "--out", str(out), "--no-progress"]) == 0
+    assert json.loads((out / "posemb" / "result.json").read_text())["results"] == before
+    assert all(p.stat().st_mtime_ns == t for p, t in stamp.items())  # nothing else was re-run
+    # a folder holds one scale: the full run refuses a smoke folder
+    assert main(["reproduce", "fig4", "--out", str(out), "--no-progress"]) == 2
+    assert "holds a reproduction at scale 'smoke'" in capsys.readouterr().err
+
+
+def test_reproduce_names_and_arguments_are_checked(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from vitkit.commands.reproduce import NAMES
+
+    assert NAMES == tuple(EXPERIMENTS)
+    assert main(["reproduce", "--smoke", "--out", str(tmp_path)]) == 2
+    assert "name the experiments" in capsys.readouterr().err
+    assert main(["reproduce", "fig9", "--smoke", "--out", str(tmp_path)]) == 2
+    assert "unknown experiment(s) ['fig9']" in capsys.readouterr().err
+    for name in ("digits_demo",):  # the recipes still load with the new data keys
+        assert load_config(name)["data"]["subset"] == 0

@@ -1,0 +1,150 @@
+"""The laptop set-up of `vitkit reproduce`, as plain data: model families, sizes, schedules, scales.
+
+Every run is 16x16 grey images, 1000 glyph classes (vitkit/data/glyphs.py) for pre-training; transfer is
+measured on real images no run trained on (scikit-learn's digits, scikit-image's lfw_subset). The three
+families are sized to the same pre-training compute (forward FLOPs per image within about 1.6x of each
+other, counted by vitkit.bench.flops.model_flops), as the paper's Fig. 3-4 compare ViT-B/32 with
+ResNet50 (§4.2). Pre-training follows the paper's recipe at small scale (Adam(W) with decoupled weight
+decay, linear warmup then linear decay, no augmentation or label smoothing, the same hyper-parameters for
+every subset); fine-tuning follows its appendix B.1.1 (SGD with momentum 0.9, no weight decay, gradient
+clipping at 1, cosine decay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# The families of Fig. 3-5, each at three sizes ("B" is the size of the data-size sweep).
+_VIT = {"name": "vit", "patch_size": 4, "num_heads": 4}
+_HYBRID = {"name": "vit", "patch_size": 1, "num_heads": 4, "resnet_layers": [1]}
+MODELS: dict[str, dict[str, dict[str, Any]]] = {
+    "ViT": {
+        "S": {**_VIT, "width": 32, "depth": 4, "mlp_dim": 64},
+        "B": {**_VIT, "width": 64, "depth": 4, "mlp_dim": 128},
+        "L": {**_VIT, "patch_size": 2, "width": 64, "depth": 4, "mlp_dim": 128},  # B at half the patch (B/16 vs B/32)
+    },
+    "ResNet": {  # BiT: pre-activation ResNet-v2, GroupNorm + weight standardisation
+        "S": {"name": "bit", "layers": [1, 1], "width_factor": 0.5},
+        "B": {"name": "bit", "layers": [2, 2], "width_factor": 0.5},
+        "L": {"name": "bit", "layers": [2, 2], "width_factor": 1.0},
+    },
+    "Hybrid": {  # one BiT stage (stride 4, as R50's first stage at 224 px gives ViT a 4x4 grid here)
+        "S": {**_HYBRID, "resnet_width": 0.5, "width": 64, "depth": 2, "mlp_dim": 128},
+        "B": {**_HYBRID, "resnet_width": 0.5, "width": 64, "depth": 4, "mlp_dim": 128},
+        "L": {**_HYBRID, "resnet_width": 1.0, "width": 96, "depth": 6, "mlp_dim": 192},
+    },
+}
+FAMILIES = tuple(MODELS)
+POSEMBS = ("none", "learn1d", "learn2d", "relative")  # appendix D.4 (Table 8)
+IMG_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big each experiment is: `FULL` (the report's figures) or `SMOKE` (seconds: the plumbing only)."""
+
+    name: str
+    glyph_images: int  # the largest pre-training set
+    sizes: tuple[int, ...]  # the data-size axis (random nested subsets; the last is the whole set)
+    steps: int  # pre-training steps of every run (the same for every subset, as in the paper)
+    batch: int
+    eval_every: int  # few-shot evaluation during pre-training (the paper's early stopping, §4.2)
+    finetune_steps: int
+    finetune_batch: int
+    finetune_lrs: tuple[float, ...]  # swept; the pick is the best digits dev accuracy (never test)
+    finetune_seeds: tuple[int, ...]
+    posemb_seeds: tuple[int, ...]
+    mpp_steps: tuple[int, ...]  # masked-patch pre-training lengths (§4.6)
+    glyph_classes: int = 1000
+    # pre-training learning rate per family: the best 5-shot digits dev accuracy of {1e-3, 3e-3, 6e-3, 1.2e-2}
+    # on the whole set (benchmarks/reproduce_lr.py; REPRODUCTION.md has the figures) -- 6e-3 for all three --
+    # then fixed for every subset
+    lrs: dict[str, float] = field(default_factory=lambda: {"ViT": 6e-3, "ResNet": 6e-3, "Hybrid": 6e-3})
+    shots: tuple[int, ...] = (1, 5, 10, 25)
+    fewshot_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    transfer_limit: int = 0  # > 0: at most this many images per transfer split (smoke runs only)
+    select_shots: int = 5  # early stopping picks the step with the best 5-shot digits *dev* accuracy
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FULL = Scale(
+    name="full", glyph_images=100_000, sizes=(1_563, 6_250, 25_000, 100_000), steps=1000, batch=128, eval_every=250,
+    finetune_steps=300, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2), posemb_seeds=(0, 1),
+    mpp_steps=(250, 1000, 3000),
+)
+SMOKE = Scale(
+    name="smoke", glyph_images=1_000, sizes=(250, 1_000), steps=4, batch=16, eval_every=4, finetune_steps=3,
+    finetune_batch=16, finetune_lrs=(0.01,), finetune_seeds=(0,), posemb_seeds=(0,), mpp_steps=(2, 4), shots=(1, 5),
+    fewshot_seeds=(0, 1), transfer_limit=120,
+)
+SCALES = {s.name: s for s in (FULL, SMOKE)}
+
+
+@dataclass(frozen=True)
+class Pretrain:
+    """One pre-training run: a family at a size, on `images` glyphs, `steps` long, with a seed."""
+
+    family: str
+    size: str = "B"
+    images: int = 0  # 0: the whole set
+    steps: int = 0  # 0: the scale's
+    seed: int = 0
+    posemb: str = "learn1d"
+    objective: str = "classify"  # or "mpp" (§4.6: labels unused)
+
+    def name(self, scale: Scale) -> str:
+        n = self.images or scale.glyph_images
+        tag = "" if self.posemb == "learn1d" else f"_pos-{self.posemb}"
+        obj = "" if self.objective == "classify" else f"_{self.objective}"
+        return f"{self.family.lower()}-{self.size}{tag}{obj}_n{n}_steps{self.steps or scale.steps}_seed{self.seed}"
+
+
+def model_section(family: str, size: str, posemb: str = "learn1d") -> dict[str, Any]:
+    m = {**MODELS[family][size], "img_size": IMG_SIZE, "in_chans": 1}
+    if posemb != "learn1d":
+        if family == "ResNet":
+            raise ValueError("a ResNet has no position embeddings")
+        m["posemb"] = posemb
+    return m
+
+
+def pretrain_config(run: Pretrain, scale: Scale) -> dict[str, Any]:
+    """The run config (vitkit.train.config sections) of one pre-training run."""
+    n = run.images or scale.glyph_images
+    steps = run.steps or scale.steps
+    return {
+        "description": f"reproduce: pre-train {run.family}-{run.size} on {n} glyphs ({run.objective})",
+        "model": model_section(run.family, run.size, run.posemb),
+        "data": {"name": "glyphs", "glyph_images": scale.glyph_images, "glyph_classes": scale.glyph_classes, "glyph_size": IMG_SIZE,
+                 "subset": 0 if n == scale.glyph_images else n, "channels": 1, "augment": "none", "flip": False,
+                 "num_workers": 0, "eval_split": "dev", "mean": [0.5], "std": [0.5]},
+        "optim": {"name": "adamw", "lr": scale.lrs[run.family], "weight_decay": 0.05, "clip_norm": 1.0, "label_smoothing": 0.0},
+        "schedule": {"steps": steps, "warmup_steps": max(1, steps // 10), "decay": "linear"},
+        "train": {"batch_size": scale.batch, "seed": run.seed, "log_every": max(1, min(50, steps // 4)),
+                  "eval_every": scale.eval_every, "ckpt_every": max(1, steps // 4),
+                  "objective": run.objective, "tensorboard": False},
+    }
+
+
+def finetune_config(scale: Scale, pretrained: str, lr: float, img_size: int = IMG_SIZE, seed: int = 0,
+                    scratch_model: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fine-tuning on the digits (appendix B.1.1's recipe, small) at one learning rate of the sweep: from
+    `pretrained`, or from scratch with `scratch_model` (a [model] section) for the §4.6 comparison. 10% of
+    the training split is held out as the dev split that picks the learning rate."""
+    model = {"pretrained": pretrained, "img_size": img_size} if pretrained else {**(scratch_model or {}),
+                                                                                "img_size": img_size}
+    s = scale.finetune_steps
+    return {
+        "description": f"reproduce: fine-tune on digits at {img_size} px",
+        "model": model,
+        "data": {"name": "digits", "channels": 1, "augment": "affine", "flip": False, "num_workers": 0,
+                 "dev_fraction": 0.1, "mean": [0.5], "std": [0.5]},
+        "optim": {"name": "sgd", "momentum": 0.9, "lr": lr, "weight_decay": 0.0, "clip_norm": 1.0},
+        "schedule": {"steps": s, "warmup_steps": max(1, s // 10), "decay": "cosine"},
+        "train": {"batch_size": scale.finetune_batch, "seed": seed, "log_every": max(1, min(50, s // 3)),
+                  "eval_every": 0, "ckpt_every": max(1, s // 2), "tensorboard": False},
+    }

@@ -1,0 +1,173 @@
+"""The units of work of a reproduction (pre-training and fine-tuning runs), cached and resumable.
+
+Each unit is one `run_experiment` run in its own folder under the output folder; its summary is written
+to `unit.json` when it is complete. Running a reproduction again skips complete units, resumes a
+killed one exactly from its last checkpoint (train_state.pt) and starts the others, so a killed
+`vitkit reproduce` continues where it stopped. Units are shared between experiments by name: Fig. 5
+reuses Fig. 4's full-data runs, the §3.2 and §4.6 experiments reuse its ViT.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from vitkit.bench.flops import model_flops
+from vitkit.formats import load_pretrained
+from vitkit.reproduce.plan import Pretrain, Scale, finetune_config, model_section, pretrain_config
+from vitkit.reproduce.transfer import FewShotEvaluator
+from vitkit.train.config import config_from_dict
+from vitkit.train.engine import TrainConfig, Trainer, read_metrics
+from vitkit.train.run import run_experiment
+from vitkit.utils.atomic import atomic_write_text
+
+UNIT_FILE = "unit.json"
+STATE_FILE = "reproduce.json"
+
+
+@dataclass(frozen=True)
+class Finetune:
+    """Fine-tuning on the digits from a pre-training run (or from scratch: `source` None, `scratch` a family-size)."""
+
+    source: Pretrain | None
+    img_size: int = 16
+    seed: int = 0
+    scratch: tuple[str, str] = ("ViT", "B")
+
+    def name(self, scale: Scale) -> str:
+        src = self.source.name(scale) if self.source else f"scratch-{self.scratch[0].lower()}-{self.scratch[1]}"
+        return f"{src}__digits{self.img_size}px_seed{self.seed}"
+
+
+Unit = Pretrain | Finetune
+
+
+def unit_steps(unit: Unit, scale: Scale) -> int:
+    if isinstance(unit, Pretrain):
+        return unit.steps or scale.steps
+    return scale.finetune_steps * len(scale.finetune_lrs)
+
+
+class Workbench:
+    """Runs units in `out` at one scale, with one progress bar over all planned training steps."""
+
+    def __init__(self, out: str | Path, scale: Scale, progress: bool = True) -> None:
+        self.out, self.scale, self.progress = Path(out), scale, progress
+        self._check_folder()
+        self._evaluator: FewShotEvaluator | None = None
+        self.bar: tqdm | None = None
+
+    def _check_folder(self) -> None:
+        """One folder holds one scale: a smoke run's units must never stand in for the full run's."""
+        path = self.out / STATE_FILE
+        doc = {"scale": self.scale.to_dict()}
+        if path.is_file():
+            try:
+                saved = json.loads(path.read_text())
+            except ValueError as e:
+                raise ValueError(f"{path}: not readable JSON ({e}); choose another --out") from e
+            if saved.get("scale") != json.loads(json.dumps(doc["scale"])):
+                raise ValueError(f"{self.out} holds a reproduction at scale {saved.get('scale', {}).get('name')!r} "
+                                 f"with other settings; choose another --out (this run is {self.scale.name!r})")
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+
+    @property
+    def evaluator(self) -> FewShotEvaluator:
+        if self._evaluator is None:
+            self._evaluator = FewShotEvaluator(self.scale.shots, self.scale.fewshot_seeds,
+                                               limit=self.scale.transfer_limit)
+        return self._evaluator
+
+    def folder(self, unit: Unit) -> Path:
+        kind = "pretrain" if isinstance(unit, Pretrain) else "finetune"
+        return self.out / kind / unit.name(self.scale)
+
+    def done(self, unit: Unit) -> bool:
+        return (self.folder(unit) / UNIT_FILE).is_file()
+
+    def start(self, units: list[Unit], desc: str) -> None:
+        """Open the progress bar over the training steps of `units` (complete ones counted as done)."""
+        unique = list(dict.fromkeys(units))
+        total = sum(unit_steps(u, self.scale) for u in unique)
+        done = sum(unit_steps(u, self.scale) for u in unique if self.done(u))
+        self.bar = tqdm(total=total, initial=done, desc=desc, unit="step", disable=not self.progress,
+                        dynamic_ncols=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _train(self, unit: Unit, cfg: dict[str, Any], evaluators: dict[str, Any] | None,
+               out: Path | None = None) -> tuple[Path, bool]:
+        """Run (resume, or read back) one training run in `out` (default: the unit's folder)."""
+        out = out or self.folder(unit)
+        if (out / "result.json").is_file():
+            return out, False
+        resume = (out / Trainer.STATE_NAME).is_file()
+        if self.bar is not None:
+            self.bar.set_postfix_str(unit.name(self.scale)[:60])
+        run_experiment(config_from_dict(cfg, unit.name(self.scale)), out, resume=resume, overwrite=not resume, progress=False, evaluators=evaluators)
+        return out, True
+
+    def _finish(self, unit: Unit, summary: dict[str, Any], trained: bool) -> dict[str, Any]:
+        atomic_write_text(self.folder(unit) / UNIT_FILE, json.dumps(summary, indent=2) + "\n")
+        if self.bar is not None and trained:
+            self.bar.update(unit_steps(unit, self.scale))
+        return summary
+
+    def pretrain(self, run: Pretrain) -> dict[str, Any]:
+        """Train (or resume, or read back) one pre-training run; returns its summary: the few-shot curve,
+        the early-stopping pick (best 5-shot digits dev accuracy), compute and the glyph test accuracy."""
+        path = self.folder(run) / UNIT_FILE
+        if path.is_file():
+            return json.loads(path.read_text())
+        cfg = pretrain_config(run, self.scale)
+        out, trained = self._train(run, cfg, {"fewshot": self.evaluator})
+        result = json.loads((out / "result.json").read_text())
+        curve = [{k.removeprefix("eval_fewshot_"): v for k, v in r.items() if k == "step" or k.startswith("eval_fewshot_")}
+                 for r in read_metrics(out / "metrics.jsonl") if any(k.startswith("eval_fewshot_") for k in r)]
+        key = f"digits_dev_{self.scale.select_shots}shot"
+        best = max(curve, key=lambda r: (r[key], r["step"])) if curve else {}
+        model = load_pretrained(out / "model")
+        flops = model_flops(model)
+        tcfg = TrainConfig.from_dict(json.loads((out / "train_config.json").read_text()))
+        summary = {
+            "name": run.name(self.scale), "family": run.family, "size": run.size, "posemb": run.posemb,
+            "objective": run.objective, "images": run.images or self.scale.glyph_images, "steps": tcfg.steps,
+            "seed": run.seed, "params": sum(p.numel() for p in model.parameters()),
+            "forward_flops_per_image": flops,
+            "train_flops": 3 * flops * tcfg.batch_size * tcfg.steps,  # forward + backward, every image of every step
+            "train_s": result["train_s"], "glyph_test_top1": (result.get("test") or {}).get("top1"),
+            "curve": curve, "best": best, "final": curve[-1] if curve else {}, "model_dir": str(out / "model"),
+            "config": {"model": model_section(run.family, run.size, run.posemb)},
+        }
+        return self._finish(run, summary, trained)
+
+    def finetune(self, ft: Finetune) -> dict[str, Any]:
+        """Fine-tune on the digits at each learning rate of the sweep (pre-training the source first if
+        needed); the pick is the best dev accuracy, and its test accuracy is the result."""
+        path = self.folder(ft) / UNIT_FILE
+        if path.is_file():
+            return json.loads(path.read_text())
+        src = self.pretrain(ft.source)["model_dir"] if ft.source is not None else ""
+        scratch = None if ft.source is not None else model_section(*ft.scratch)
+        sweep, trained = [], False
+        for lr in self.scale.finetune_lrs:
+            cfg = finetune_config(self.scale, src, lr, ft.img_size, ft.seed, scratch_model=scratch)
+            out, ran = self._train(ft, cfg, None, self.folder(ft) / f"lr_{lr:g}")
+            trained |= ran
+            result = json.loads((out / "result.json").read_text())
+            sweep.append({"lr": lr, "dev_top1": result["dev"]["top1"], "test_top1": result["test"]["top1"],
+                          "train_s": result["train_s"]})
+        best = max(sweep, key=lambda r: (r["dev_top1"], -r["lr"]))
+        summary = {"name": ft.name(self.scale), "source": ft.source.name(self.scale) if ft.source else "scratch",
+                   "img_size": ft.img_size, "seed": ft.seed, "lr": best["lr"], "dev_top1": best["dev_top1"],
+                   "test_top1": best["test_top1"], "sweep": sweep}
+        return self._finish(ft, summary, trained)
