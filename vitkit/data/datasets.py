@@ -1,7 +1,8 @@
 """`open_splits`: the train / test (/ dev) data sets a config section or a `--data` value names.
 
-Sources: the bundled digits and lfw_subset, procedurally drawn glyphs (glyphs.py), image folders, list
-files and CIFAR python batches (the types are in base.py). Nothing is downloaded.
+Sources: the bundled digits and lfw_subset, procedurally drawn glyphs (glyphs.py), WebDataset-style tar
+shards (shards.py), image folders, list files and CIFAR python batches (the types are in base.py). Nothing is
+downloaded.
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from vitkit.data.digits import load_digits_split
 from vitkit.data.folders import image_folder, list_file
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.data.lfw import load_lfw_subset
+from vitkit.data.shards import ShardDataset
 
 __all__ = ["ArrayDataset", "Dataset", "FileDataset", "Subset", "data_config", "detect_kind", "holdout",
            "open_splits", "synthetic"]
 
-DATA_NAMES = ("digits", "lfw", "glyphs", "cifar10", "cifar100", "folder", "list", "auto")
+_BRACE_RANGE = ".."  # a shard pattern: dir/train-{000000..000009}.tar
+DATA_NAMES = ("digits", "lfw", "glyphs", "shards", "cifar10", "cifar100", "folder", "list", "auto")
 
 
 def detect_kind(path: str) -> str:
-    """cifar10 / cifar100 / folder / list for a user-supplied path."""
+    """cifar10 / cifar100 / shards / folder / list for a user-supplied path."""
     p = Path(path)
+    if _BRACE_RANGE in path or path.endswith(".tar") or (p.is_dir() and any(p.glob("*.tar"))):
+        return "shards"
     if not p.exists():
         raise FileNotFoundError(f"no data at {p}")
     if p.is_file():
@@ -46,7 +51,7 @@ def data_config(data: str, channels: int, num_workers: int = 0, eval_batch_size:
 def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     """{"train", "test", and "dev" when cfg["dev_fraction"] > 0} for a data config section.
 
-    Keys used: name (digits | lfw | glyphs | cifar10 | cifar100 | folder | list | auto), path, test_path,
+    Keys used: name (digits | lfw | glyphs | shards | cifar10 | cifar100 | folder | list | auto), path, test_path,
     holdout (test fraction when the source has no test split), dev_fraction, channels, max_pixels
     (files over it are skipped as unreadable; 0 = $VITKIT_MAX_IMAGE_PIXELS or Pillow's limit),
     glyph_images / glyph_classes / glyph_size / glyph_seed (the glyphs), subset / subset_seed (train on
@@ -57,7 +62,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         if not path:
             raise ValueError("data.path is not set: point at an image folder, a CIFAR folder or a list file")
         name = detect_kind(path)
-    if name in ("cifar10", "cifar100", "folder", "list") and not path:
+    if name in ("cifar10", "cifar100", "folder", "list", "shards") and not path:
         raise ValueError(f"data.name is {name!r} but data.path is not set (e.g. --set data.path=/data/{name})")
     test: Dataset | None
     if name == "digits":
@@ -69,6 +74,14 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         size, seed = int(cfg.get("glyph_size", 16)), int(cfg.get("glyph_seed", 0))
         train = glyphs(n, k, size, seed, "train")
         test = glyphs(glyph_test_size(n), k, size, seed, "test")
+    elif name == "shards":  # tar shards: data.path / data.test_path are shard patterns (dir/train-{000000..000009}.tar)
+        channels = int(cfg.get("channels", 3))
+        max_pixels = int(cfg.get("max_pixels", 0) or 0) or None
+        train = ShardDataset(path, channels, max_pixels=max_pixels)
+        test_path = cfg.get("test_path", "")
+        test = ShardDataset(test_path, channels, train.classes, max_pixels) if test_path else None
+        if test is None:
+            train, test = holdout(train, float(cfg.get("holdout", 0.1)))
     elif name in ("cifar10", "cifar100"):
         train, test = load_cifar(path, name)
     elif name in ("folder", "list"):
@@ -83,7 +96,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         if test is None:
             train, test = holdout(train, float(cfg.get("holdout", 0.1)))
     else:
-        raise ValueError(f"unknown data set {name!r}; choose digits, lfw, cifar10, cifar100, folder, list or auto")
+        raise ValueError(f"unknown data set {name!r}; choose one of {', '.join(DATA_NAMES)}")
     out: dict[str, Dataset] = {"train": train, "test": test}
     subset = int(cfg.get("subset", 0) or 0)
     if subset:

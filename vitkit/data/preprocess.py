@@ -12,7 +12,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -132,7 +132,8 @@ def _to_unit_array(im: Any, path: str | Path) -> np.ndarray:
 
 
 def read_image(
-    path: str | Path, channels: int = 3, min_size: tuple[int, int] | None = None, max_pixels: int | None = None
+    path: str | Path | BinaryIO, channels: int = 3, min_size: tuple[int, int] | None = None,
+    max_pixels: int | None = None, name: str | None = None,
 ) -> torch.Tensor:
     """Decode an image file as (channels, H, W) floats in [0, 1] (channels 1 or 3).
 
@@ -141,9 +142,12 @@ def read_image(
     integer factor that keeps it at least `min_size` (JPEG's reduced-size decoding, Pillow's `reduce`
     otherwise), so a 100-megapixel photo costs little. Raises `ValueError` naming the file if it
     cannot be decoded, is not one of SAFE_FORMATS, or has more than `max_pixels` pixels
-    (`max_image_pixels()`: a decompression bomb is refused like any unreadable image).
+    (`max_image_pixels()`: a decompression bomb is refused like any unreadable image). `path` may be an open
+    binary file (a member of a tar shard); `name` is then what the messages call it.
     """
     from PIL import Image, UnidentifiedImageError
+
+    path_text = name if name is not None else str(path)
 
     limit = max_image_pixels(max_pixels)
     try:
@@ -158,7 +162,7 @@ def read_image(
             w, h = im.size
             if w * h > limit:
                 raise ValueError(
-                    f"cannot read image {path}: {w}x{h} = {w * h:,} pixels is over the limit of {limit:,} "
+                    f"cannot read image {path_text}: {w}x{h} = {w * h:,} pixels is over the limit of {limit:,} "
                     f"(a decompression bomb?); raise it with ${MAX_PIXELS_ENV} or the command's --max-pixels"
                 )
             factor = min(w // min_size[1], h // min_size[0]) if min_size else 1
@@ -169,7 +173,7 @@ def read_image(
             if factor >= 2 and im.mode in ("1", "L", "LA", "RGB", "RGBA", "P", "CMYK", "I", "F"):
                 im = im.reduce(factor) if im.mode != "P" else im.convert("RGBA").reduce(factor)
             if im.mode.startswith("I") or im.mode == "F":
-                arr = _to_unit_array(im, path)
+                arr = _to_unit_array(im, path_text)
                 if channels == 3:
                     arr = np.repeat(arr[..., None], 3, axis=-1)
             else:
@@ -182,6 +186,6 @@ def read_image(
     except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError,
             MemoryError, EOFError, TypeError, IndexError, ZeroDivisionError) as e:
         msg = str(e)
-        raise ValueError(msg if msg.startswith(f"cannot read image {path}") else f"cannot read image {path}: {msg}") from e
+        raise ValueError(msg if msg.startswith(f"cannot read image {path_text}") else f"cannot read image {path_text}: {msg}") from e
     arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(arr))

@@ -34,9 +34,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "require_pretrained": False,  # fine-tuning recipes: refuse to start without model.pretrained
     },
     "data": {
-        "name": "auto",  # digits | lfw | glyphs | cifar10 | cifar100 | folder | list | auto (detect from path)
+        "name": "auto",  # digits | lfw | glyphs | shards | cifar10 | cifar100 | folder | list | auto (from path)
         "path": "",
-        "test_path": "",  # list files: a separate test list
+        "test_path": "",  # list files: a separate test list; shards: the test shards' pattern
         "holdout": 0.1,  # test fraction for sources without a test split
         "dev_fraction": 0.0,  # hold-out dev split carved from train (evaluation during training, sweeps)
         "eval_split": "dev",  # split evaluated every train.eval_every steps: dev | test

@@ -1,0 +1,118 @@
+"""Tar shards (WebDataset layout, read with tarfile): pack -> read keeps images and labels, every sample is read
+exactly once per epoch across 2 ranks x 2 workers, a corrupt member is skipped and named, and a run on shards
+resumes bitwise, also with another number of processes' view of the batch."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.helpers import digits_model
+from vitkit.cli import main
+from vitkit.data.datasets import detect_kind, open_splits
+from vitkit.data.digits import load_digits_split
+from vitkit.data.loader import StepLoader
+from vitkit.data.shards import ShardDataset, expand_pattern, pack
+from vitkit.data.transforms import EvalTransform, TrainTransform
+from vitkit.train.engine import TrainConfig, Trainer
+
+
+def _digit_folder(root: Path, n: int = 60) -> Path:
+    train, _ = load_digits_split()
+    for i in range(n):
+        d = root / str(int(train.labels[i]))
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray((train.images[i, 0].numpy() * 255).astype(np.uint8)).save(d / f"{i:03d}.png")
+    return root
+
+
+def test_pack_then_read_keeps_every_image_and_label(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    train, _ = load_digits_split()
+    shards = pack(train, tmp_path / "s", "train", shard_size=500)
+    assert [p.name for p in shards] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    ds = ShardDataset(str(tmp_path / "s" / "train-{000000..000002}.tar"), channels=1)
+    assert len(ds) == len(train) and ds.classes == train.classes and ds.named
+    assert np.array_equal(ds.labels, train.labels)
+    for i in (0, 499, 500, 1346):  # lossless PNG: the pixels come back (quantised to 8 bits as stored)
+        x, y = ds.get(i)
+        want = (train.images[i] * 255).round() / 255
+        torch.testing.assert_close(x, want.float(), atol=1e-6, rtol=0)
+        assert y == train.labels[i]
+    assert expand_pattern(str(tmp_path / "s")) == shards  # a folder: its shards in order
+    with pytest.raises(FileNotFoundError, match="1 shard\\(s\\) missing"):
+        expand_pattern(str(tmp_path / "s" / "train-{000000..000003}.tar"))
+    # the command packs any source; files keep their own bytes
+    src = _digit_folder(tmp_path / "folder")
+    assert main(["data", "pack", str(src), str(tmp_path / "p"), "--shard-size", "16", "--channels", "1",
+                 "--no-progress"]) == 0
+    assert "train:" in capsys.readouterr().out
+    assert detect_kind(str(tmp_path / "p")) == "shards"
+    splits = open_splits({"name": "shards", "path": str(tmp_path / "p" / "train-{000000..000003}.tar"),
+                          "test_path": str(tmp_path / "p" / "test-000000.tar"), "channels": 1})
+    assert len(splits["train"]) + len(splits["test"]) == 60
+    assert json.loads((tmp_path / "p" / "classes.json").read_text()) == splits["train"].classes
+    assert main(["data", "pack", str(src), str(tmp_path / "p"), "--no-progress"]) == 2  # never over old shards
+
+
+def test_every_sample_once_per_epoch_across_two_ranks_and_two_workers(tmp_path: Path) -> None:
+    train, _ = load_digits_split()
+    pack(train, tmp_path, "train", shard_size=300)
+    ds = ShardDataset(str(tmp_path), channels=1)
+    pre = digits_model().preprocess
+    seen: list[int] = []
+    for rank in range(2):
+        loader = StepLoader(ds, 64, EvalTransform(pre), seed=3, rank=rank, world=2, num_workers=2)
+        for b in loader.iterate(0, loader.steps_per_epoch):
+            seen.extend(b.indices)
+    n = loader.steps_per_epoch * 64  # the last partial batch of an epoch is dropped, as always in training
+    assert len(seen) == n and len(set(seen)) == n  # nobody reads a sample twice, nothing of the epoch is missed
+
+
+def test_corrupt_member_is_skipped_and_named(tmp_path: Path) -> None:
+    train, _ = load_digits_split()
+    shard = pack(train, tmp_path, "train", shard_size=10_000)[0]
+    with tarfile.open(shard, "a") as tar:  # one more sample whose image bytes are garbage
+        for name, data in (("bad_1.png", b"\x89PNG\r\n\x1a\n not an image"), ("bad_1.cls", b"3")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    ds = ShardDataset(str(shard), channels=1)
+    bad = next(i for i in range(len(ds)) if ds.describe(i).endswith("bad_1.png"))
+    with pytest.raises(ValueError, match=f"cannot read image {shard}:bad_1.png"):
+        ds.get(bad)
+    loader = StepLoader(ds, len(ds), EvalTransform(digits_model().preprocess), shuffle=False)
+    b = loader.load(0)
+    assert len(b.y) == len(ds) - 1 and len(b.skipped) == 1
+    assert b.skipped[0].startswith(f"cannot read image {shard}:bad_1.png")
+
+
+def test_training_on_shards_resumes_bitwise(tmp_path: Path) -> None:
+    train, _ = load_digits_split()
+    pack(train, tmp_path / "s", "train", shard_size=400)
+    ds = ShardDataset(str(tmp_path / "s"), channels=1)
+
+    def trainer(out: Path) -> Trainer:
+        torch.manual_seed(0)
+        model = digits_model(width=32, depth=1, num_heads=2, mlp_dim=64)
+        cfg = TrainConfig(steps=8, batch_size=32, lr=1e-3, warmup_steps=2, log_every=2, ckpt_every=4, seed=1,
+                          tensorboard=False)
+        tf = TrainTransform(model.preprocess, "affine", flip=False, randaugment=(2, 5))
+        return Trainer(model, cfg, StepLoader(ds, 32, tf, 1, num_workers=1), out, progress=False)
+
+    whole = trainer(tmp_path / "a")
+    whole.fit()
+    first = trainer(tmp_path / "b")
+    first.fit(stop_at=4)
+    first.save_state()
+    resumed = trainer(tmp_path / "b")
+    resumed.load_state()
+    resumed.fit()
+    for k, v in whole.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
