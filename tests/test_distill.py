@@ -116,13 +116,15 @@ def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys) -> 
 
 
 @pytest.mark.parametrize("name", ["deit_ti16_i1k", "deit_s16_i1k", "deit_b16_i1k"])
-def test_deit_recipes_load_and_carry_the_paper_values(name: str) -> None:
+def test_deit_recipes_load_carry_the_paper_values_and_dry_run(name: str, tmp_path: Path) -> None:
     cfg = load_config(name)
     check_config(cfg)
     assert cfg["train"]["batch_size"] == 1024 and cfg["optim"]["lr"] == 1e-3 and cfg["optim"]["weight_decay"] == 0.05
     assert cfg["data"]["randaugment"] == [2, 9] and cfg["data"]["random_erasing"] == 0.25
     assert (cfg["train"]["mixup"], cfg["train"]["cutmix"]) == (0.8, 1.0) and cfg["model"]["drop_path"] == 0.1
     assert cfg["model"]["name"] == "vit_" + name.split("_")[1]  # deit_s16_i1k -> vit_s16
+    small = load_config(name, ["model.img_size=32", "train.bf16=false"])
+    assert run_experiment(small, tmp_path / "dry", dry_run=1, progress=False)["steps"] == 1
 
 
 def test_distilled_deit_recipe_needs_a_teacher_and_dry_runs_with_one(tmp_path: Path) -> None:
