@@ -1,0 +1,98 @@
+"""Input-pipeline throughput: JPEG decode + Inception crop + flip (+ RandAugment) through the step-indexed loader,
+from an image folder and from tar shards, with 0 / 1 / 2 loader workers, beside a ViT's training step on the
+same machine (so the bound is visible). Writes benchmarks/results/loader_speed.json.
+
+The images are 512 JPEG crops (256x256, quality 90) of scikit-image's photos, made here (nothing downloaded).
+
+    python benchmarks/loader_speed.py --images 512 --batch 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitkit.bench.machine import machine_info
+from vitkit.data.folders import image_folder
+from vitkit.data.loader import StepLoader
+from vitkit.data.preprocess import PreprocessConfig
+from vitkit.data.shards import ShardDataset, pack
+from vitkit.data.transforms import TrainTransform
+from vitkit.models import create_model
+
+
+def make_photos(root: Path, n: int, side: int = 256) -> None:
+    from skimage import data
+
+    photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        src = photos[i % len(photos)]
+        y, x = rng.integers(0, src.shape[0] - side), rng.integers(0, src.shape[1] - side)
+        d = root / f"class{i % len(photos)}"
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(src[y : y + side, x : x + side]).save(d / f"{i:05d}.jpg", quality=90)
+
+
+def loader_rate(ds, tf: TrainTransform, batch: int, workers: int, steps: int) -> float:  # noqa: ANN001
+    loader = StepLoader(ds, batch, tf, seed=0, num_workers=workers)
+    it = loader.iterate(0, steps + 1)
+    next(it)  # worker start-up and the first batch are not counted
+    t0 = time.perf_counter()
+    n = sum(len(b.y) for b in it)
+    return n / (time.perf_counter() - t0)
+
+
+def train_rate(batch: int, steps: int = 5) -> float:
+    model = create_model("vit_ti16", num_classes=4)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    x, y = torch.randn(batch, 3, 224, 224), torch.randint(0, 4, (batch,))
+    for i in range(steps + 1):
+        if i == 1:
+            t0 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return batch * steps / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--images", type=int, default=512)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--json", default="benchmarks/results/loader_speed.json")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        make_photos(root / "folder", args.images)
+        folder, _ = image_folder(str(root / "folder"), 3)
+        pack(folder, root / "shards", "train", shard_size=128)
+        shards = ShardDataset(str(root / "shards"), 3)
+        pre = PreprocessConfig(img_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3)
+        steps = args.images // args.batch - 1
+        rows = []
+        for source, ds in (("image folder", folder), ("tar shards", shards)):
+            for ra in ((0, 0.0), (2, 10.0)):
+                tf = TrainTransform(pre, "inception", flip=True, randaugment=ra)
+                for workers in (0, 1, 2):
+                    rate = loader_rate(ds, tf, args.batch, workers, steps)
+                    rows.append({"source": source, "randaugment": list(ra), "workers": workers, "img_per_s": rate})
+                    print(f"{source:12s} RandAugment{ra} workers {workers}: {rate:7.1f} img/s", flush=True)
+        vit = train_rate(args.batch)
+        print(f"ViT-Ti/16 training step at 224 px, batch {args.batch}: {vit:.1f} img/s", flush=True)
+    doc = {"date": time.strftime("%Y-%m-%d"), "machine": machine_info(), "images": args.images, "batch": args.batch,
+           "image": "256x256 JPEG q90 -> Inception crop -> 224 px, flip", "rows": rows, "vit_ti16_train_img_per_s": vit}
+    Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
