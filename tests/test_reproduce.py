@@ -57,6 +57,8 @@ def test_glyphs_and_nested_subsets_through_the_data_config() -> None:
     a = open_splits({**base, "subset": 300})["train"]
     b = open_splits({**base, "subset": 900})["train"]
     assert len(a) == 300 and set(a.indices) < set(b.indices)  # the smaller subset inside the larger
+    with_dev = open_splits({**base, "subset": 300, "dev_fraction": 0.1})  # the dev split comes out of the subset
+    assert len(with_dev["train"]) + len(with_dev["dev"]) == 300
     with pytest.raises(ValueError, match="data.subset is 5000 but the training split has only 2000"):
         open_splits({**base, "subset": 5000})
     with pytest.raises(ValueError, match="data.glyph_classes must be a whole number >= 2, got 1"):

@@ -54,6 +54,7 @@ def test_pack_then_read_keeps_every_image_and_label(tmp_path: Path, capsys) -> N
                  "--no-progress"]) == 0
     assert "train:" in capsys.readouterr().out
     assert detect_kind(str(tmp_path / "p")) == "shards"
+    assert detect_kind(str(tmp_path / "p" / ".." / "folder")) == "folder"  # a parent folder's ".." is no shard range
     splits = open_splits({"name": "shards", "path": str(tmp_path / "p" / "train-{000000..000003}.tar"),
                           "test_path": str(tmp_path / "p" / "test-000000.tar"), "channels": 1})
     assert len(splits["train"]) + len(splits["test"]) == 60

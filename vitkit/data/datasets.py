@@ -18,19 +18,18 @@ from vitkit.data.digits import load_digits_split
 from vitkit.data.folders import image_folder, list_file
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.data.lfw import load_lfw_subset
-from vitkit.data.shards import ShardDataset
+from vitkit.data.shards import ShardDataset, is_shard_pattern
 
 __all__ = ["ArrayDataset", "Dataset", "FileDataset", "Subset", "data_config", "detect_kind", "holdout",
            "open_splits", "synthetic"]
 
-_BRACE_RANGE = ".."  # a shard pattern: dir/train-{000000..000009}.tar
 DATA_NAMES = ("digits", "lfw", "glyphs", "shards", "cifar10", "cifar100", "folder", "list", "auto")
 
 
 def detect_kind(path: str) -> str:
     """cifar10 / cifar100 / shards / folder / list for a user-supplied path."""
     p = Path(path)
-    if _BRACE_RANGE in path or path.endswith(".tar") or (p.is_dir() and any(p.glob("*.tar"))):
+    if is_shard_pattern(path) or path.endswith(".tar") or (p.is_dir() and any(p.glob("*.tar"))):
         return "shards"
     if not p.exists():
         raise FileNotFoundError(f"no data at {p}")
@@ -74,25 +73,18 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         size, seed = int(cfg.get("glyph_size", 16)), int(cfg.get("glyph_seed", 0))
         train = glyphs(n, k, size, seed, "train")
         test = glyphs(glyph_test_size(n), k, size, seed, "test")
-    elif name == "shards":  # tar shards: data.path / data.test_path are shard patterns (dir/train-{000000..000009}.tar)
-        channels = int(cfg.get("channels", 3))
-        max_pixels = int(cfg.get("max_pixels", 0) or 0) or None
-        train = ShardDataset(path, channels, max_pixels=max_pixels)
-        test_path = cfg.get("test_path", "")
-        test = ShardDataset(test_path, channels, train.classes, max_pixels) if test_path else None
-        if test is None:
-            train, test = holdout(train, float(cfg.get("holdout", 0.1)))
     elif name in ("cifar10", "cifar100"):
         train, test = load_cifar(path, name)
-    elif name in ("folder", "list"):
+    elif name in ("folder", "list", "shards"):  # shards: data.path / test_path are patterns (dir/train-{0..9}.tar)
         channels = int(cfg.get("channels", 3))
         max_pixels = int(cfg.get("max_pixels", 0) or 0) or None
         if name == "folder":
             train, test = image_folder(path, channels, max_pixels)
         else:
-            train = list_file(path, channels, max_pixels=max_pixels)
+            source = list_file if name == "list" else ShardDataset
+            train = source(path, channels, max_pixels=max_pixels)
             test_path = cfg.get("test_path", "")
-            test = list_file(test_path, channels, train.classes, max_pixels) if test_path else None
+            test = source(test_path, channels, train.classes, max_pixels) if test_path else None
         if test is None:
             train, test = holdout(train, float(cfg.get("holdout", 0.1)))
     else:
@@ -103,7 +95,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         if subset > len(train):
             raise ValueError(f"data.subset is {subset} but the training split has only {len(train)} images")
         order = np.random.default_rng(int(cfg.get("subset_seed", 0))).permutation(len(train))
-        out["train"] = Subset(train, np.sort(order[:subset]))
+        train = out["train"] = Subset(train, np.sort(order[:subset]))  # the dev split below is carved from it
     frac = float(cfg.get("dev_fraction", 0.0) or 0.0)
     if frac > 0:
         out["train"], out["dev"] = holdout(train, frac)

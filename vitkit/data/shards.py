@@ -24,12 +24,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitkit.data.base import FileDataset
 from vitkit.data.preprocess import read_image
 from vitkit.utils.atomic import atomic_write_text
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".gif")
 CLASSES_FILE = "classes.json"
 _BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def is_shard_pattern(path: str) -> bool:
+    """Whether `path` holds a shard range such as `{000000..000009}` (not merely a `..` of a parent folder)."""
+    return _BRACE.search(path) is not None
 
 
 def expand_pattern(pattern: str) -> list[Path]:
@@ -154,9 +160,8 @@ def _read_classes(folder: Path) -> list[str] | None:
 
 def _encoded(ds: Any, i: int) -> tuple[bytes, str]:
     """The bytes of sample i as stored: an image file's own bytes (its format kept), else a lossless PNG."""
-    paths = getattr(ds, "paths", None)
-    if paths is not None:
-        p = Path(paths[i])
+    if isinstance(ds, FileDataset):
+        p = Path(ds.paths[i])
         ext = p.suffix.lower()
         if ext in IMAGE_EXTS:
             data = p.read_bytes()
@@ -179,18 +184,18 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def pack(ds: Any, out: str | Path, prefix: str, shard_size: int, progress: Iterable[int] | None = None,
+def pack(ds: Any, out: str | Path, prefix: str, shard_size: int, indices: Iterable[int] | None = None,
          skipped: list[str] | None = None) -> list[Path]:
     """Write `ds` as `out/<prefix>-000000.tar, ...` with `shard_size` samples each (key.<ext> + key.cls) and
     `out/classes.json`; returns the shard paths. Unreadable samples are skipped and their names appended to
-    `skipped`. Shards are written to a temporary name and renamed when complete."""
+    `skipped`. `indices` (default: all, in order; wrap them in tqdm for a progress bar) picks the samples.
+    Shards are written to a temporary name and renamed when complete."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / CLASSES_FILE, json.dumps(list(ds.classes)) + "\n")
-    order = progress if progress is not None else range(len(ds))
     shards: list[Path] = []
     tar, tmp, written = None, None, 0
-    for i in order:
+    for i in indices if indices is not None else range(len(ds)):
         try:
             data, ext = _encoded(ds, i)
         except ValueError as e:
