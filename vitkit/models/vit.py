@@ -413,18 +413,18 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
             self.config.representation_size = None
         head_in = self.config.representation_size or self.config.width
         ref = self.norm.weight
-        self.head = (
-            nn.Linear(head_in, num_classes, device=ref.device, dtype=ref.dtype) if num_classes > 0 else nn.Identity()
-        )
-        if isinstance(self.head, nn.Linear):
-            nn.init.zeros_(self.head.weight)
-            nn.init.constant_(self.head.bias, bias)
+
+        def zero_head() -> nn.Module:
+            if num_classes <= 0:
+                return nn.Identity()
+            head = nn.Linear(head_in, num_classes, device=ref.device, dtype=ref.dtype)
+            nn.init.zeros_(head.weight)
+            nn.init.constant_(head.bias, bias)
+            return head
+
+        self.head = zero_head()
         if self.head_dist is not None:  # DeiT's second head is replaced alike
-            self.head_dist = (nn.Linear(head_in, num_classes, device=ref.device, dtype=ref.dtype) if num_classes > 0
-                              else nn.Identity())
-            if isinstance(self.head_dist, nn.Linear):
-                nn.init.zeros_(self.head_dist.weight)
-                nn.init.constant_(self.head_dist.bias, bias)
+            self.head_dist = zero_head()
         self.config.num_classes = num_classes
 
     # ----------------------------------------------------------------------------- resolution

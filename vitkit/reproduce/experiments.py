@@ -7,7 +7,6 @@ markdown table. The claims are quoted from the paper by section; REPRODUCTION.md
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -328,6 +327,4 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
 def _json_default(o: Any) -> Any:
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
-    if isinstance(o, float) and math.isnan(o):
-        return None
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")

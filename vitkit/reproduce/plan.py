@@ -65,7 +65,6 @@ class Scale:
     fewshot_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     transfer_limit: int = 0  # > 0: at most this many images per transfer split (smoke runs only)
     select_shots: int = 5  # early stopping picks the step with the best 5-shot digits *dev* accuracy
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -383,14 +383,13 @@ class Trainer:
                 start += len(ym)
                 if self.teacher is not None:
                     with bf16_autocast(cfg.device, cfg.bf16):
-                        t_logits = self.teacher(xm)
-                    loss = distillation_loss(logits, dist_logits, t_logits.float(), target, cfg.distill,
+                        t_logits = self.teacher(xm)  # (float32: the Teacher returns float)
+                    loss = distillation_loss(logits, dist_logits, t_logits, target, cfg.distill,
                                              cfg.distill_alpha, cfg.distill_tau, cfg.label_smoothing)
-                elif dist_logits is not None:  # no teacher: both heads learn the labels
-                    loss = (F.cross_entropy(logits.float(), target, label_smoothing=cfg.label_smoothing)
-                            + F.cross_entropy(dist_logits.float(), target, label_smoothing=cfg.label_smoothing)) / 2
-                else:
-                    loss = F.cross_entropy(logits.float(), target, label_smoothing=cfg.label_smoothing)
+                else:  # with a distillation token and no teacher, both heads learn the labels
+                    heads = [logits] if dist_logits is None else [logits, dist_logits]
+                    loss = sum(F.cross_entropy(h.float(), target, label_smoothing=cfg.label_smoothing)
+                               for h in heads) / len(heads)
                 if dist_logits is not None:  # accuracy of the inference output: the two heads' mean
                     logits = (logits + dist_logits) / 2
                 (loss * (len(ym) / len(y))).backward()
