@@ -92,6 +92,9 @@ def test_corrupt_member_is_skipped_and_named(tmp_path: Path) -> None:
     b = loader.load(0)
     assert len(b.y) == len(ds) - 1 and len(b.skipped) == 1
     assert b.skipped[0].startswith(f"cannot read image {shard}:bad_1.png")
+    (tmp_path / "classes.json").unlink()
+    with pytest.warns(UserWarning, match="classes are named by their index"):
+        assert ShardDataset(str(shard), channels=1).classes[:2] == ["0", "1"]
 
 
 def test_training_on_shards_resumes_bitwise(tmp_path: Path) -> None:

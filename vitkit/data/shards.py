@@ -17,6 +17,7 @@ import io
 import json
 import re
 import tarfile
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,9 @@ class ShardDataset:
             raise ValueError(f"{self.shards[0].parent / CLASSES_FILE}: {len(names)} class names, but the shards hold "
                              f"label {k - 1}")
         self.named = names is not None
+        if not self.named:  # an assumption is stated, never silent
+            warnings.warn(f"no {CLASSES_FILE} beside {self.shards[0]}: the {k} classes are named by their index "
+                          "(0, 1, ...)", UserWarning, stacklevel=2)
         self.classes = list(names) if names is not None else [str(i) for i in range(k)]
         self._files: dict[int, Any] = {}
 
