@@ -16,7 +16,7 @@ from PIL import Image
 import vitkit
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
-from vitkit.evaluate import inference_model, input_dtype, resolve_precision
+from vitkit.runtime import inference_model, input_dtype, resolve_precision
 
 
 def test_auto_precision_follows_the_cpu_flags() -> None:
@@ -25,7 +25,7 @@ def test_auto_precision_follows_the_cpu_flags() -> None:
     p, why = resolve_precision("auto", "cpu", flags={"avx2", "avx512f", "avx512_vnni"})
     assert p == "fp32" and "emulated" in why
     assert resolve_precision("bf16", "cpu", flags=set()) == ("bf16", "asked for")
-    with pytest.raises(ValueError, match="--precision must be one of auto, fp32, bf16"):
+    with pytest.raises(ValueError, match="--precision must be one of auto, fp32, bf16, int8"):
         resolve_precision("fp8")
 
 
@@ -87,7 +87,7 @@ def test_predict_streams_folders_and_lists_to_csv_and_jsonl(tmp_path: Path, caps
     assert [r["path"] for r in recs] == expected and all(len(r["labels"]) == 3 for r in recs)
     # --compile goes through torch.compile (stubbed here: compiling is timed in the benchmarks, not tests)
     seen = []
-    monkeypatch.setattr(torch, "compile", lambda mod: seen.append(mod) or mod)
+    monkeypatch.setattr(torch, "compile", lambda mod, **kw: seen.append(mod) or mod)
     assert main(["predict", str(files[0]), "--model", str(tmp_path / "m"), "--compile", "--precision", "fp32"]) == 0
     assert len(seen) == 1
     assert main(["predict", str(files[0]), "--model", str(tmp_path / "m"), "--output", str(tmp_path / "x.txt")]) == 2

@@ -2,9 +2,9 @@
 
 Used by `vitkit eval`, `fewshot`, `predict`, `sweep` and by the training engine's periodic evaluation;
 nothing here imports the training package. Also: the one bf16-autocast helper, the evaluation loader
-(resize without crop, paper §4.1 / the original code), `align_classes`, which maps a data set's class
-names onto a model's stored labels so a folder of some of the classes is scored correctly, and the
-inference precision (`auto` picks bf16 only where the hardware has native bf16).
+(resize without crop, paper §4.1 / the original code), and `align_classes`, which maps a data
+set's class names onto a model's stored labels so a folder of some of the classes is scored correctly.
+How a model runs for inference (runtime, precision) is `vitkit.runtime`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from vitkit.data.datasets import Dataset
 from vitkit.data.loader import StepLoader
 from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.transforms import EvalTransform
-from vitkit.utils.hardware import cpu_has_native_bf16
 
 
 def bf16_autocast(device: str | torch.device, enabled: bool) -> torch.autocast:
@@ -129,38 +128,3 @@ def align_classes(model_labels: Sequence[str], num_classes: int, data_classes: S
                          f"{len(data_classes)} classes, so they cannot be matched")
     return np.arange(num_classes, dtype=np.int64), (
         f"{model_name} stores no class names: data classes matched by index (0..{num_classes - 1}, sorted names)")
-
-
-# ----------------------------------------------------------------------------- inference precision
-INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")
-
-
-def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: set[str] | None = None) -> tuple[str, str]:
-    """(precision to run, why) for `auto | fp32 | bf16`. `auto` is bf16 where the hardware multiplies bf16
-    natively (a CUDA GPU that supports it; a CPU with AVX512_BF16 or AMX, read from its flags), else fp32:
-    on other CPUs oneDNN emulates bf16 and it runs ~2x slower than fp32 (BENCHMARKS.md)."""
-    if precision not in INFERENCE_PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}; got {precision!r}")
-    if precision != "auto":
-        return precision, "asked for"
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        ok = torch.cuda.is_bf16_supported()
-        return ("bf16", "the GPU supports bf16") if ok else ("fp32", "the GPU has no bf16")
-    if cpu_has_native_bf16(flags):
-        return "bf16", "the CPU multiplies bf16 natively (AVX512_BF16 / AMX)"
-    return "fp32", "the CPU has no native bf16 (no AVX512_BF16 / AMX): bf16 would be emulated and slower"
-
-
-def inference_model(model: nn.Module, precision: str = "fp32", compile: bool = False) -> nn.Module:
-    """`model` ready to predict: eval mode, bf16 weights for "bf16", optionally `torch.compile`d.
-    Feed it inputs of `input_dtype(precision)`."""
-    model = model.eval()
-    if precision == "bf16":
-        model = model.to(torch.bfloat16)
-    return torch.compile(model) if compile else model
-
-
-def input_dtype(precision: str) -> torch.dtype:
-    """The dtype of a model's input under `precision`: bf16 for bf16 weights, else fp32 (autocast too)."""
-    return torch.bfloat16 if precision == "bf16" else torch.float32

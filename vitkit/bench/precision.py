@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vitkit.evaluate import input_dtype as inference_input_dtype
+from vitkit.runtime import input_dtype as inference_input_dtype
 
 PRECISIONS = ("fp32", "bf16", "bf16-autocast")
 

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
 
 HELP = "top-1 / top-5 accuracy of a model on a data split (default: the digits test split)"
 
@@ -21,11 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which split (default: test); `all` for every image, e.g. a folder with no train/val split")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0, in-process)")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights, bf16 matmuls)")
-    p.add_argument("--precision", default="fp32", choices=["auto", "fp32", "bf16"],
-                   help="weights and inputs: fp32 (default), bf16, or auto (bf16 where the CPU has AVX512_BF16 / "
-                   "AMX or the GPU supports it)")
-    p.add_argument("--compile", action="store_true", help="run the model through torch.compile")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights, bf16 matmuls; torch runtime)")
+    add_runtime_arguments(p, default_runtime=None, default_precision="fp32")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
     add_load_arguments(p)
@@ -33,14 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.data.datasets import data_config, open_splits
-    from vitkit.evaluate import (
-        align_classes,
-        eval_loader,
-        evaluate_loader,
-        inference_model,
-        input_dtype,
-        resolve_precision,
-    )
+    from vitkit.evaluate import align_classes, eval_loader, evaluate_loader
     from vitkit.formats import load_pretrained
     from vitkit.utils import check_int
 
@@ -58,13 +49,13 @@ def run(args: argparse.Namespace) -> int:
                              f"{model.config.in_chans}")
     if not pp.labels:
         print(f"note: {how}", file=sys.stderr)
-    precision, why = resolve_precision(args.precision)
-    if args.precision != "fp32":
-        print(f"precision: {precision} ({why})", file=sys.stderr)
-    net = inference_model(model, precision, args.compile)
+    if args.bf16 and (args.precision != "fp32" or args.runtime not in (None, "torch")):
+        raise ValueError("--bf16 (autocast) goes with the torch runtime in fp32; for bf16 weights use --precision bf16")
+    n = sum(len(splits[name]) for name in names)
+    net = predictor_for(model, args, n_images=n)
     skipped: list[str] = []
     loaders = [eval_loader(splits[name], pp, args.batch_size, args.workers) for name in names]  # `all`: one set
-    res = evaluate_loader(net, loaders, args.bf16, skipped=skipped, label_map=label_map, dtype=input_dtype(precision))
+    res = evaluate_loader(net, loaders, args.bf16, skipped=skipped, label_map=label_map)
     for s in skipped:
         print(f"skipped: {s}", file=sys.stderr)
     present = len({c for name in names for c in splits[name].labels.tolist()})

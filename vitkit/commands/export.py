@@ -1,5 +1,5 @@
-"""Export a checkpoint to ONNX (dynamic batch axis), check it against PyTorch with onnxruntime,
-optionally quantise it to int8 (dynamic) and time it beside PyTorch."""
+"""Export a checkpoint for deployment (dynamic batch axis): ONNX (optionally int8, dynamic quantisation),
+OpenVINO IR, or a `torch.export` + AOTInductor package; check each against PyTorch and time it beside."""
 
 from __future__ import annotations
 
@@ -8,18 +8,23 @@ from pathlib import Path
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 
-HELP = "export a model to ONNX (dynamic batch), verified with onnxruntime; optional int8"
+HELP = "export a model to ONNX (optional int8), OpenVINO IR or an AOTInductor package, checked against PyTorch"
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="checkpoint path (any format vitkit reads) or a registry name (random weights)")
-    p.add_argument("--format", choices=["onnx"], default="onnx", help="export format (default: onnx)")
-    p.add_argument("--out", type=Path, default=None, help="output .onnx (default: model.onnx next to the checkpoint)")
+    p.add_argument("--format", choices=list(SUFFIX), default="onnx",
+                   help="onnx (onnxruntime), openvino (IR .xml + .bin) or aoti (torch.export + AOTInductor .pt2, "
+                   "compiled for this CPU; minutes for a large model) (default: onnx)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output file (default: model.onnx / model.xml / model.pt2 next to the checkpoint)")
     p.add_argument("--img-size", type=int, default=None, help="export at this resolution (E_pos resampled)")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17; SDPA needs >= 14)")
-    p.add_argument("--int8", action="store_true", help="also write <out>.int8.onnx (onnxruntime dynamic quantisation)")
-    p.add_argument("--no-check", action="store_true", help="skip the onnxruntime vs PyTorch parity check")
-    p.add_argument("--bench", action="store_true", help="time PyTorch and onnxruntime side by side")
+    p.add_argument("--int8", action="store_true",
+                   help="onnx: also write <out>.int8.onnx (onnxruntime dynamic quantisation)")
+    p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
+    p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
     p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
     p.add_argument("--eval-digits", action="store_true", help="accuracy of every export on the digits test split")
     add_load_arguments(p)
@@ -41,16 +46,29 @@ def _load(source: str, hints: dict):  # noqa: ANN202
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.export import bench_onnx, check_parity, export_onnx, quantize_int8
+    import tempfile
 
+    from vitkit.bench.exports import bench_exports
+    from vitkit.export import check_parity, export_aoti, export_onnx, export_openvino, quantize_int8
+
+    if args.int8 and args.format != "onnx":
+        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
     model, src = _load(args.source, load_hints(args))
     model = model.float().eval()
-    out = args.out or ((src if src.is_dir() else src.parent) / "model.onnx")
+    out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
+    if out.suffix != SUFFIX[args.format]:
+        raise ValueError(f"--out {out}: a {args.format} export is a {SUFFIX[args.format]} file")
     if args.img_size:
         model.set_img_size(args.img_size)
-    export_onnx(model, out, opset=args.opset)
+    if args.format == "onnx":
+        export_onnx(model, out, opset=args.opset)
+    elif args.format == "openvino":
+        with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
+            export_openvino(export_onnx(model, Path(tmp) / "model.onnx", opset=args.opset), out)
+    else:
+        export_aoti(model, out)
     print(f"wrote {out} (dynamic batch, {model.config.img_size[0]}x{model.config.img_size[1]})")
-    paths = {"onnx fp32": out}
+    paths = {f"{args.format} fp32": out}
     if args.int8:
         q = quantize_int8(out, out.with_suffix(".int8.onnx"))
         paths["onnx int8"] = q
@@ -65,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.eval_digits:
         _eval_digits(model, paths)
     if args.bench:
-        t = bench_onnx(model, paths, batch=args.batch)
+        t = bench_exports(model, paths, batch=args.batch)
         base = t["pytorch"].median
         for name, tm in t.items():
             print(f"{name:10s} batch {args.batch}: {tm.median * 1e3:8.1f} ms  ({base / tm.median:.2f}x pytorch)")
@@ -76,7 +94,7 @@ def _eval_digits(model, paths: dict[str, Path]) -> None:  # noqa: ANN001
     import torch
 
     from vitkit.data.digits import load_digits_split
-    from vitkit.export import onnx_logits, ort_session
+    from vitkit.export import exported_runner
 
     _, test = load_digits_split()
     labels = torch.from_numpy(test.labels)
@@ -88,7 +106,8 @@ def _eval_digits(model, paths: dict[str, Path]) -> None:  # noqa: ANN001
         f"digits test ({len(test)} images): pytorch fp32 accuracy {(ref.argmax(-1) == labels).float().mean():.4f}"
     )
     for name, p in paths.items():
-        logits = onnx_logits(ort_session(p), x)
+        run = exported_runner(p)
+        logits = torch.cat([run(b) for b in x.split(256)])
         acc = (logits.argmax(-1) == labels).float().mean().item()
         agree = (logits.argmax(-1) == ref.argmax(-1)).float().mean().item()
         print(

@@ -6,7 +6,8 @@ are streamed in batches through the model's own preprocessing (stored with the c
 are needed to match training), with a progress bar. Any PIL-readable file in any mode works; an
 unreadable file is named and skipped, the others still run, and the exit code is 1. `--output` writes a
 CSV or JSONL table (path, top-k labels, probabilities). `--precision auto` runs bf16 only where the
-hardware multiplies bf16 natively, and says which it chose.
+hardware multiplies bf16 natively; `--runtime auto` runs the fastest installed CPU runtime for that
+precision (`vitkit.runtime`); both say what they chose.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
 LIST_SUFFIXES = (".txt", ".lst")
@@ -28,9 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write the predictions to this .csv or .jsonl file (path, labels, probabilities)")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default: 32)")
     p.add_argument("--workers", type=int, default=0, help="image-decoding processes (default: 0, in-process)")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
-                   help="auto (default): bf16 where the CPU has AVX512_BF16 / AMX or the GPU supports it, else fp32")
-    p.add_argument("--compile", action="store_true", help="run the model through torch.compile")
+    add_runtime_arguments(p, default_runtime="auto", default_precision="auto")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
@@ -67,12 +67,11 @@ def run(args: argparse.Namespace) -> int:
     import csv
     import json
 
-    import torch
     from tqdm.auto import tqdm
 
     from vitkit.data.base import FileDataset
     from vitkit.distributed import check_device
-    from vitkit.evaluate import eval_loader, inference_model, input_dtype, resolve_precision
+    from vitkit.evaluate import eval_loader
     from vitkit.formats import load_pretrained
     from vitkit.utils import check_int
 
@@ -86,8 +85,6 @@ def run(args: argparse.Namespace) -> int:
     if model.config.num_classes == 0:
         raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes; "
                          "use `vitkit fewshot` to evaluate its features, or fine-tune it with `vitkit finetune`")
-    precision, why = resolve_precision(args.precision, args.device)
-    print(f"precision: {precision} ({why})", file=sys.stderr)
     pp = model.preprocess
     k = min(args.topk, model.config.num_classes)
     if k < args.topk:
@@ -95,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     paths = expand_inputs(args.images)
     ds = FileDataset(paths, [0] * len(paths), [""], model.config.in_chans, args.max_pixels)
     loader = eval_loader(ds, pp, args.batch_size, args.workers)
-    net = inference_model(model.to(args.device), precision, args.compile)
+    net = predictor_for(model, args, n_images=len(paths))
     rows, failed = [], []
     show = not args.no_progress and len(paths) > args.batch_size
     bar = tqdm(total=len(paths), desc="predict", unit="img", disable=not show, file=sys.stderr)
@@ -105,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
         failed += b.skipped
         readable = [paths[j] for j in b.indices]
         if len(b.y):
-            with torch.inference_mode():
-                probs = torch.softmax(net(b.x.to(args.device, input_dtype(precision))).float(), -1).cpu()
+            probs = net(b.x).softmax(-1).cpu()
             top = probs.topk(k)
             for name, ps, ix in zip(readable, top.values.tolist(), top.indices.tolist()):
                 labels = [pp.labels[i] if i < len(pp.labels) else str(i) for i in ix]

@@ -1,0 +1,173 @@
+"""Inference runtimes and deployment formats: every precision / runtime path and every export agrees with fp32
+eager within its stated tolerance; `auto` picks the runtime by what is installed and the job's size, the
+precision by the CPU's flags; int8 keeps >= 99% of a trained model's top-1 answers, also when the model was
+read from the original code's `.npz` layout; `predict` and `eval` run every path from the command line."""
+
+from __future__ import annotations
+
+import csv
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import digits_model
+
+import vitkit
+from vitkit.cli import main
+from vitkit.data.digits import load_digits_split
+from vitkit.runtime import AUTO_MIN_IMAGES, build_predictor, resolve_precision, resolve_runtime, runtime_available
+
+pytest.importorskip("onnxruntime")
+OPENVINO = runtime_available("openvino")
+
+
+def test_auto_runtime_follows_what_is_installed_and_the_job() -> None:
+    everything = functools.partial(resolve_runtime, available=lambda name: True)
+    assert everything("auto", "fp32")[0] == "openvino"
+    assert everything("auto", "bf16")[0] == "openvino"
+    assert everything("auto", "int8")[0] == "onnxruntime"
+    runtime, why = everything("auto", "fp32", n_images=AUTO_MIN_IMAGES - 1)
+    assert runtime == "torch" and "would cost more than it saves" in why
+    assert everything("auto", "int8", n_images=3)[0] == "onnxruntime"  # torch runs no int8: small jobs too
+    only_ort = functools.partial(resolve_runtime, available=lambda name: name == "onnxruntime")
+    assert only_ort("auto", "fp32")[0] == "onnxruntime" and only_ort("auto", "bf16")[0] == "torch"
+    nothing = functools.partial(resolve_runtime, available=lambda name: False)
+    assert nothing("auto", "fp32") == ("torch", "the fastest installed CPU runtime for fp32 (BENCHMARKS.md)")
+    with pytest.raises(ValueError, match=r"int8 needs onnxruntime: pip install 'vitkit\[onnx\]'"):
+        nothing("auto", "int8")
+    with pytest.raises(ValueError, match="--runtime openvino is not installed"):
+        nothing("openvino", "fp32")
+    with pytest.raises(ValueError, match="--runtime torch does not run int8 .* int8 runs on onnxruntime"):
+        everything("torch", "int8")
+    with pytest.raises(ValueError, match="--runtime onnxruntime does not run bf16"):
+        everything("onnxruntime", "bf16")
+    assert everything("auto", "bf16", device="cuda")[0] == "torch"
+    with pytest.raises(ValueError, match="int8 runs on the CPU"):
+        everything("auto", "int8", device="cuda")
+    # the precision is the CPU's to decide, never int8 by itself
+    assert resolve_precision("auto", "cpu", flags={"avx512_vnni", "amx_int8"})[0] == "fp32"
+    assert resolve_precision("int8") == ("int8", "asked for")
+
+
+@functools.cache
+def _trained() -> torch.nn.Module:
+    """A digits ViT trained for a few hundred steps (about 90% test accuracy): a model whose answers mean something."""
+    torch.manual_seed(0)
+    model = digits_model(width=48, depth=2, num_heads=3, mlp_dim=96)
+    train, _ = load_digits_split()
+    x, y = model.preprocess(train.images), torch.from_numpy(train.labels)
+    opt = torch.optim.AdamW(model.parameters(), 3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        i = torch.randint(0, len(y), (64,), generator=g)
+        loss = torch.nn.functional.cross_entropy(model(x[i]), y[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+PATHS = [  # runtime, precision, compile, max |dlogit| / max |logit| allowed, top-1 agreement required
+    ("torch", "fp32", False, 0.0, 1.0),
+    ("torch", "fp32", True, 1e-4, 1.0),
+    ("onnxruntime", "fp32", False, 1e-4, 1.0),
+    ("openvino", "fp32", False, 1e-4, 1.0),
+    ("torch", "bf16", False, 0.05, 0.98),
+    ("openvino", "bf16", False, 0.05, 0.98),
+    ("onnxruntime", "int8", False, 0.15, 0.99),
+]
+
+
+@pytest.mark.parametrize("runtime,precision,compile_,tol,agree", PATHS,
+                         ids=[f"{r}-{p}{'-compile' if c else ''}" for r, p, c, _, _ in PATHS])
+def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile_: bool, tol: float,
+                                           agree: float) -> None:
+    if runtime == "openvino" and not OPENVINO:
+        pytest.skip("openvino is not installed")
+    model = _trained()
+    _, test = load_digits_split()
+    x = model.preprocess(test.images)
+    with torch.no_grad():
+        ref = model(x)
+    net = build_predictor(model, precision, runtime, compile_)
+    got = torch.cat([net(b) for b in x.split(128)])  # batches of several sizes through one dynamic-batch graph
+    assert got.dtype == torch.float32 and got.shape == ref.shape
+    err = (got - ref).abs().max().item() / ref.abs().max().item()
+    same = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    print(f"{net.description}: max |dlogit| / max |logit| {err:.1e}, top-1 agreement {same:.4f}")
+    assert err <= tol and same >= agree, (err, same)
+    assert next(model.parameters()).dtype == torch.float32  # the caller's model is left as it was
+
+
+def test_int8_keeps_the_answers_of_a_model_read_from_the_released_npz_layout(tmp_path: Path) -> None:
+    model = _trained()
+    npz = vitkit.save_pretrained(model, tmp_path / "released.npz", format="npz")
+    loaded = vitkit.load_pretrained(npz).eval()
+    _, test = load_digits_split()
+    x = model.preprocess(test.images)
+    with torch.no_grad():
+        ref = model(x)
+    got = build_predictor(loaded, "int8", "onnxruntime")(x)
+    labels = torch.from_numpy(test.labels)
+    same = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    acc, ref_acc = ((v.argmax(-1) == labels).float().mean().item() for v in (got, ref))
+    print(f"int8 from .npz: top-1 agreement {same:.4f}, accuracy {acc:.4f} (fp32 {ref_acc:.4f})")
+    assert same >= 0.99 and ref_acc > 0.8 and abs(acc - ref_acc) <= 0.01
+
+
+def test_predict_and_eval_run_int8_and_name_their_choices(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    vitkit.save_pretrained(_trained(), tmp_path / "m")
+    _, test = load_digits_split()
+    from PIL import Image
+
+    files = []
+    for i in range(40):
+        f = tmp_path / "imgs" / f"{i:03d}.png"
+        f.parent.mkdir(exist_ok=True)
+        Image.fromarray((test.images[i, 0].numpy() * 255).round().astype("uint8")).save(f)
+        files.append(f)
+    tops = {}
+    for precision in ("fp32", "int8"):
+        out = tmp_path / f"{precision}.csv"
+        assert main(["predict", str(tmp_path / "imgs"), "--model", str(tmp_path / "m"), "--precision", precision,
+                     "--output", str(out), "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        tops[precision] = [r[1] for r in list(csv.reader(out.open()))[1:]]
+        if precision == "int8":
+            assert "runtime: onnxruntime, int8" in err and "exported and compiled the model" in err
+        else:  # 40 images: not worth an export, and the choice says so
+            assert "runtime: torch eager, fp32" in err and "would cost more than it saves" in err
+    assert len(tops["fp32"]) == 40 and sum(a == b for a, b in zip(tops["fp32"], tops["int8"])) >= 39
+    top1 = {}
+    for args in (["--precision", "fp32"], ["--precision", "int8"], ["--runtime", "onnxruntime"]):
+        assert main(["eval", "--model", str(tmp_path / "m"), *args]) == 0
+        top1[" ".join(args)] = float(capsys.readouterr().out.split("top-1: ")[1].split("%")[0])
+    assert top1["--runtime onnxruntime"] == top1["--precision fp32"] > 80
+    assert abs(top1["--precision int8"] - top1["--precision fp32"]) <= 1.0, top1
+    assert main(["eval", "--model", str(tmp_path / "m"), "--runtime", "torch", "--precision", "int8"]) == 2
+    assert "--runtime torch does not run int8" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """`vitkit export --format aoti` (torch.export + AOTInductor, a C++ build: ~20 s here) and `--format openvino`
+    write files that reproduce the PyTorch logits at several batch sizes, without the model's code."""
+    model = _trained()
+    vitkit.save_pretrained(model, tmp_path / "m")
+    formats = ["aoti"] + (["openvino"] if OPENVINO else [])
+    from vitkit.export import exported_runner
+
+    x = model.preprocess(load_digits_split()[1].images[:37])
+    with torch.no_grad():
+        ref = model(x)
+    for fmt in formats:
+        assert main(["export", str(tmp_path / "m"), "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        path = tmp_path / "m" / {"aoti": "model.pt2", "openvino": "model.xml"}[fmt]
+        assert f"wrote {path}" in out and "top-1 agreement 1.000" in out
+        run = exported_runner(path)
+        for b in (1, 5, 37):
+            err = (run(x[:b]) - ref[:b]).abs().max().item()
+            assert err < 1e-4 * ref.abs().max().item(), (fmt, b, err)
+    assert main(["export", str(tmp_path / "m"), "--format", "aoti", "--int8"]) == 2

@@ -1,0 +1,168 @@
+"""Inference runtimes: one `Predictor` (fp32 images in, fp32 logits out) for every way vitkit runs a model.
+
+| runtime       | precisions        | what runs                                                              |
+|---------------|-------------------|------------------------------------------------------------------------|
+| `torch`       | fp32, bf16        | the model, eager or `torch.compile`d (inductor, weights frozen)        |
+| `onnxruntime` | fp32, int8        | the ONNX export (`vitkit.export`); int8 = dynamic quantisation of      |
+|               |                   | every MatMul/Gemm (weights int8, activations quantised per call)       |
+| `openvino`    | fp32, bf16        | the same ONNX graph compiled by OpenVINO for this CPU                  |
+
+`resolve_precision("auto")` picks bf16 only where the hardware multiplies bf16 natively (AVX512_BF16 or
+AMX, read from the CPU's flags), else fp32; int8 is never picked for you (it changes the numbers).
+`resolve_runtime("auto")` picks, on a CPU, the fastest runtime that is installed for that precision by
+the measurements in BENCHMARKS.md ("Serving on CPUs"); on a GPU, torch. Every choice is returned with its
+reason, for the caller to print. The optional runtimes are extras: `pip install 'vitkit[onnx]'`,
+`'vitkit[openvino]'`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vitkit.export import export_onnx, export_openvino, exported_runner, quantize_int8
+from vitkit.utils.hardware import cpu_has_native_bf16
+
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
+RUNTIMES = ("auto", "torch", "onnxruntime", "openvino")
+#: precisions each runtime runs; the order of runtimes is auto's preference on a CPU (BENCHMARKS.md)
+SUPPORTED: dict[str, tuple[str, ...]] = {"openvino": ("fp32", "bf16"), "onnxruntime": ("fp32", "int8"),
+                                         "torch": ("fp32", "bf16")}
+PACKAGES = {"onnxruntime": ("onnxruntime", "onnx"), "openvino": ("openvino", "onnx")}
+EXTRAS = {"onnxruntime": "vitkit[onnx]", "openvino": "vitkit[openvino]"}
+
+
+def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: set[str] | None = None) -> tuple[str, str]:
+    """(precision to run, why) for `auto | fp32 | bf16 | int8`. `auto` is bf16 where the hardware multiplies
+    bf16 natively (a CUDA GPU that supports it; a CPU with AVX512_BF16 or AMX, read from its flags), else
+    fp32: on other CPUs oneDNN emulates bf16 and it runs ~2x slower than fp32 (BENCHMARKS.md)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    if precision != "auto":
+        return precision, "asked for"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return ("bf16", "the GPU supports bf16") if ok else ("fp32", "the GPU has no bf16")
+    if cpu_has_native_bf16(flags):
+        return "bf16", "the CPU multiplies bf16 natively (AVX512_BF16 / AMX)"
+    return "fp32", "the CPU has no native bf16 (no AVX512_BF16 / AMX): bf16 would be emulated and slower"
+
+
+def runtime_available(runtime: str) -> bool:
+    """Whether the packages `runtime` needs are importable (torch always is)."""
+    return all(importlib.util.find_spec(p) is not None for p in PACKAGES.get(runtime, ()))
+
+
+#: below this many images `auto` keeps fp32 / bf16 in torch: the export and graph compilation of another
+#: runtime (seconds for a ViT-B) would cost more than it saves
+AUTO_MIN_IMAGES = 256
+
+
+def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "cpu", n_images: int | None = None,
+                    available: Callable[[str], bool] = runtime_available) -> tuple[str, str]:
+    """(runtime, why) for `precision` (already resolved). `auto` on a CPU takes the first installed runtime
+    that runs `precision`, in `SUPPORTED`'s order (fastest measured first), except that a job of fewer than
+    `AUTO_MIN_IMAGES` images stays in torch where torch runs the precision; on a GPU, torch. An explicit
+    runtime that cannot run `precision`, or is not installed, is refused with what to do instead."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}; got {runtime!r}")
+    if precision not in SUPPORTED["torch"] + SUPPORTED["onnxruntime"]:
+        raise ValueError(f"precision {precision!r} is not resolved: pass it through resolve_precision first")
+    gpu = torch.device(device).type != "cpu"
+    if runtime == "auto":
+        if gpu:
+            if precision == "int8":
+                raise ValueError("int8 runs on the CPU (onnxruntime); use --device cpu, or fp32 / bf16 on the GPU")
+            return "torch", "on a GPU"
+        if n_images is not None and n_images < AUTO_MIN_IMAGES and precision in SUPPORTED["torch"]:
+            return "torch", f"{n_images} images: exporting to a faster runtime would cost more than it saves"
+        for name, precisions in SUPPORTED.items():
+            if precision in precisions and (name == "torch" or available(name)):
+                return name, f"the fastest installed CPU runtime for {precision} (BENCHMARKS.md)"
+        wants = [n for n, ps in SUPPORTED.items() if precision in ps]
+        raise ValueError(f"{precision} needs {' or '.join(wants)}: pip install '{EXTRAS[wants[0]]}'")
+    if precision not in SUPPORTED[runtime]:
+        others = [n for n, ps in SUPPORTED.items() if precision in ps]
+        raise ValueError(f"--runtime {runtime} does not run {precision} (it runs {', '.join(SUPPORTED[runtime])}); "
+                         f"{precision} runs on {', '.join(others)}")
+    if gpu and runtime != "torch":
+        raise ValueError(f"--runtime {runtime} runs on the CPU here; use --runtime torch with --device {device}")
+    if runtime != "torch" and not available(runtime):
+        raise ValueError(f"--runtime {runtime} is not installed: pip install '{EXTRAS[runtime]}'")
+    return runtime, "asked for"
+
+
+def input_dtype(precision: str) -> torch.dtype:
+    """The dtype a torch model takes under `precision`: bf16 for bf16 weights, else fp32."""
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
+def inference_model(model: nn.Module, precision: str = "fp32", compile: bool = False) -> nn.Module:
+    """`model` ready to predict in torch: eval mode, bf16 weights for "bf16", optionally compiled by inductor
+    with the weights frozen as constants (folded and prepacked for oneDNN; valid under no_grad / inference).
+    Feed it inputs of `input_dtype(precision)`. The caller's model is left as it was (bf16 goes to a copy)."""
+    model = model.eval()
+    if precision == "bf16":
+        model = copy.deepcopy(model).to(torch.bfloat16)
+    return torch.compile(model, options={"freezing": True}) if compile else model
+
+
+class Predictor(nn.Module):
+    """A model as it is served: `predictor(x)` takes fp32 images (B, C, H, W) and returns fp32 logits (B, K),
+    whatever runtime and precision run inside. `description` says which (for logs and tables)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], runtime: str, precision: str,
+                 description: str, module: nn.Module | None = None) -> None:
+        super().__init__()
+        self.fn, self.runtime, self.precision, self.description = fn, runtime, precision, description
+        self.module = module  # the torch model, for the torch runtime (so .eval() / .to() reach it)
+
+    @torch.inference_mode()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: str | torch.device) -> Predictor:
+    net = inference_model(model.to(device), precision, compile)
+    dtype = input_dtype(precision)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        return net(x.to(device, dtype)).float()
+
+    how = "torch.compile (inductor, frozen weights)" if compile else "eager"
+    return Predictor(run, "torch", precision, f"torch {how}, {precision}", module=net)
+
+
+def build_predictor(model: nn.Module, precision: str = "fp32", runtime: str = "torch", compile: bool = False,
+                    device: str | torch.device = "cpu", threads: int | None = None,
+                    log: Callable[[str], None] | None = None) -> Predictor:
+    """`model` as a `Predictor` on `runtime` in `precision` (both resolved: see `resolve_precision` and
+    `resolve_runtime`). onnxruntime and OpenVINO run an ONNX export of `model` (fixed resolution, any batch),
+    written to a temporary folder; `log` is told how long that took. `threads`: intra-op threads (default:
+    torch's). `compile` applies to the torch runtime only."""
+    if precision not in SUPPORTED.get(runtime, ()):
+        raise ValueError(f"runtime {runtime!r} does not run precision {precision!r}")
+    if runtime == "torch":
+        return _torch_predictor(model, precision, compile, device)
+    if compile:
+        raise ValueError(f"--compile applies to the torch runtime; {runtime} compiles the graph itself")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
+        path = export_onnx(model, Path(tmp) / "model.onnx")  # exports an fp32 copy
+        if precision == "int8":
+            path = quantize_int8(path, Path(tmp) / "model.int8.onnx")
+        if runtime == "openvino":
+            path = export_openvino(path, Path(tmp) / "model.xml")
+        run = exported_runner(path, precision, threads or torch.get_num_threads())
+    if log:
+        log(f"{runtime}: exported and compiled the model in {time.perf_counter() - t0:.1f} s")
+    what = "int8 (dynamic quantisation of MatMul/Gemm)" if precision == "int8" else precision
+    return Predictor(run, runtime, precision, f"{runtime}, {what}")
