@@ -16,16 +16,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image
 
+from vitkit.bench.loader import loader_rate, train_rate
 from vitkit.bench.machine import machine_info
 from vitkit.data.folders import image_folder
-from vitkit.data.loader import StepLoader
 from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.shards import ShardDataset, pack
 from vitkit.data.transforms import TrainTransform
-from vitkit.models import create_model
 
 
 def make_photos(root: Path, n: int, side: int = 256) -> None:
@@ -39,29 +37,6 @@ def make_photos(root: Path, n: int, side: int = 256) -> None:
         d = root / f"class{i % len(photos)}"
         d.mkdir(parents=True, exist_ok=True)
         Image.fromarray(src[y : y + side, x : x + side]).save(d / f"{i:05d}.jpg", quality=90)
-
-
-def loader_rate(ds, tf: TrainTransform, batch: int, workers: int, steps: int) -> float:  # noqa: ANN001
-    loader = StepLoader(ds, batch, tf, seed=0, num_workers=workers)
-    it = loader.iterate(0, steps + 1)
-    next(it)  # worker start-up and the first batch are not counted
-    t0 = time.perf_counter()
-    n = sum(len(b.y) for b in it)
-    return n / (time.perf_counter() - t0)
-
-
-def train_rate(batch: int, steps: int = 5) -> float:
-    model = create_model("vit_ti16", num_classes=4)
-    opt = torch.optim.AdamW(model.parameters(), 1e-3)
-    x, y = torch.randn(batch, 3, 224, 224), torch.randint(0, 4, (batch,))
-    for i in range(steps + 1):
-        if i == 1:
-            t0 = time.perf_counter()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return batch * steps / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -86,7 +61,7 @@ def main() -> None:
                     rate = loader_rate(ds, tf, args.batch, workers, steps)
                     rows.append({"source": source, "randaugment": list(ra), "workers": workers, "img_per_s": rate})
                     print(f"{source:12s} RandAugment{ra} workers {workers}: {rate:7.1f} img/s", flush=True)
-        vit = train_rate(args.batch)
+        vit = train_rate("vit_ti16", args.batch, num_classes=4, steps=5)
         print(f"ViT-Ti/16 training step at 224 px, batch {args.batch}: {vit:.1f} img/s", flush=True)
     doc = {"date": time.strftime("%Y-%m-%d"), "machine": machine_info(), "images": args.images, "batch": args.batch,
            "image": "256x256 JPEG q90 -> Inception crop -> 224 px, flip", "rows": rows, "vit_ti16_train_img_per_s": vit}

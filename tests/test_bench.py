@@ -159,3 +159,29 @@ def test_bench_command_prints_a_table(tmp_path, capsys) -> None:  # noqa: ANN001
     doc = json.loads(out.read_text())
     assert {r["impl"] for r in doc["results"]} == {"vitkit", "hf-sdpa"}
     assert (tmp_path / "b.md").read_text().startswith("| case |")
+
+
+def test_bench_data_measures_the_loader_beside_the_model(tmp_path, capsys) -> None:  # noqa: ANN001
+    """`vitkit bench --data PATH`: loader img/s for each worker count and RandAugment setting, the model's training
+    img/s at the same batch, and a bound that follows from the two."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(48):
+        d = tmp_path / "imgs" / f"c{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(d / f"{i}.jpg", quality=90)
+    out = tmp_path / "data.json"
+    assert main(["bench", "--data", str(tmp_path / "imgs"), "--batch", "8", "--img-size", "32", "--workers", "0,1",
+                 "--data-model", "vit_ti16", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    assert [(r["randaugment"], r["workers"]) for r in rows] == [([0, 0.0], 0), ([0, 0.0], 1), ([2, 10.0], 0),
+                                                                ([2, 10.0], 1)]
+    assert all(r["img_per_s"] > 0 for r in rows) and doc["model_train_img_per_s"] > 0
+    printed = capsys.readouterr().out
+    for r in rows:  # the bound column says which side is slower
+        want = "loader" if r["img_per_s"] < doc["model_train_img_per_s"] else "model"
+        assert f"{r['img_per_s']:9.1f} {r['img_per_s_per_worker']:10.1f}  {want}" in printed
+    assert "vit_ti16 training step (fp32, same batch)" in printed

@@ -1,6 +1,7 @@
 """DDP and FSDP on CPU: 2 gloo processes, each on half of the global batch, end with the same weights
 as one process with the same global batch; the checkpoints they write (full, unsharded state) resume
-in a 1-process run, and a 1-process checkpoint resumes under FSDP."""
+in a 1-process run, and a 1-process checkpoint resumes under FSDP; the same across world sizes with tar shards
+read by loader workers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ import torch.multiprocessing as mp
 from helpers import digits_model, digits_trainer
 from safetensors.torch import load_file
 
+from vitkit import distributed as dist
+from vitkit.data.digits import load_digits_split
+from vitkit.data.loader import StepLoader
+from vitkit.data.shards import ShardDataset, pack
+from vitkit.data.transforms import TrainTransform
 from vitkit.train.config import load_config
 from vitkit.train.engine import TrainConfig, Trainer
 from vitkit.train.run import run_experiment
@@ -89,6 +95,51 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     delta2 = _delta(resumed.model.state_dict(), single.model.state_dict())
     assert delta2 < 1e-5
     print(f"DDP(2) vs 1 process: max |dw| {delta:.2e} after {N} steps, {delta2:.2e} after resuming with world 1")
+
+
+def _shard_trainer(out: Path, cfg: dict, shards: str) -> Trainer:
+    """The digits model on tar shards, this rank's part of each global batch, one loader worker per rank."""
+    model = _model()
+    tf = TrainTransform(model.preprocess, "affine", flip=False)
+    loader = StepLoader(ShardDataset(shards, channels=1), cfg["batch_size"], tf, cfg["seed"], rank=dist.rank(),
+                        world=dist.world_size(), num_workers=1)
+    return Trainer(model, TrainConfig(**cfg), loader, out, progress=False)
+
+
+def _shard_worker(rank: int, world: int, store: str, out: str, cfg: dict, shards: str, resume_from: str) -> None:
+    with _group(rank, world, store):
+        if resume_from:  # a 1-process checkpoint finished by 2 processes
+            t = _shard_trainer(Path(out), cfg, shards)
+            t.load_state(resume_from)
+            t.fit()
+        else:
+            _shard_trainer(Path(out), cfg, shards).fit(stop_at=N)
+
+
+def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
+    """Tar shards read by 2 ranks x 1 loader worker: the 2-process run matches 1 process, its checkpoint finishes in
+    1 process, and a 1-process checkpoint finishes in 2 processes, each as the uninterrupted 1-process run."""
+    train, _ = load_digits_split()
+    pack(train, tmp_path / "s", "train", shard_size=400)
+    shards = str(tmp_path / "s")
+    two = torch.load(_spawn(tmp_path, "two", CFG, shards, "", worker=_shard_worker) / "train_state.pt",
+                     weights_only=True)
+    single = _shard_trainer(tmp_path / "one", CFG, shards)
+    single.fit(stop_at=N)
+    single.save_state()
+    d_two = _delta(two["model"], single.model.state_dict())
+    into_two = _spawn(tmp_path, "into_two", CFG, shards, str(tmp_path / "one" / "train_state.pt"),
+                      worker=_shard_worker)
+    resumed = _shard_trainer(tmp_path / "two", CFG, shards)
+    resumed.load_state()
+    resumed.fit()
+    single.fit()
+    final = single.model.state_dict()
+    d_one = _delta(resumed.model.state_dict(), final)
+    d_into = _delta(torch.load(into_two / "train_state.pt", weights_only=True)["model"], final)
+    assert max(d_two, d_one, d_into) < 1e-5, (d_two, d_one, d_into)
+    print(f"shards, 2 ranks vs 1: max |dw| {d_two:.2e} at step {N}; 2 -> 1 process {d_one:.2e}, "
+          f"1 -> 2 processes {d_into:.2e} at step {2 * N}")
 
 
 def test_fsdp_matches_one_process_and_resumes_across_world_sizes(tmp_path: Path) -> None:

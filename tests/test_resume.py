@@ -1,5 +1,6 @@
 """Exact resume: a run SIGKILLed at a random step after a checkpoint and resumed ends bitwise equal
-to an uninterrupted run (CPU, fixed seed), with file data, worker processes, Inception crop + flip +
+to an uninterrupted run (CPU, fixed seed), with file data (an image folder, and the same images packed into
+tar shards), worker processes, Inception crop + flip +
 RandAugment + random erasing, Mixup / CutMix, dropout, and a corrupt image that is skipped, counted and named."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 from safetensors.torch import load_file
@@ -80,10 +82,31 @@ def _train_cmd(cfg: Path, out: Path, *extra: str) -> list[str]:
             "--no-progress", "--threads", "1", *extra]
 
 
-def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path) -> None:
+def _shards_of(root: Path, out: Path) -> str:
+    """root packed into tar shards (`vitkit data pack`), with a corrupt member appended to the first training shard
+    (packing skips unreadable files, so the shards would otherwise hold none); the [data] lines that read them."""
+    import io
+    import tarfile
+
+    from vitkit.cli import main
+
+    assert main(["data", "pack", str(root), str(out), "--shard-size", "40", "--channels", "1", "--no-progress"]) == 1
+    with tarfile.open(out / "train-000000.tar", "a") as tar:
+        for name, data in (("broken.png", b"\x89PNG\r\n\x1a\n not an image"), ("broken.cls", b"3")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return f'name = "shards"\npath = "{out}/train-{{000000..000002}}.tar"\ntest_path = "{out}/test-000000.tar"'
+
+
+@pytest.mark.parametrize("source", ["folder", "shards"])
+def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str) -> None:
     root = make_digit_folder(tmp_path / "digits")
     cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(root=root, steps=STEPS))
+    text = CONFIG.format(root=root, steps=STEPS)
+    if source == "shards":
+        text = text.replace(f'name = "folder"\npath = "{root}"', _shards_of(root, tmp_path / "shards"))
+    cfg.write_text(text)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     full = subprocess.Popen(_train_cmd(cfg, tmp_path / "full"), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -120,3 +120,25 @@ def test_training_on_shards_resumes_bitwise(tmp_path: Path) -> None:
     resumed.fit()
     for k, v in whole.model.state_dict().items():
         assert torch.equal(v, resumed.model.state_dict()[k]), k
+
+
+def test_i21k_recipe_trains_on_shards(tmp_path: Path) -> None:
+    """The sharded pre-training recipe, shrunk, reads real shards (not a dry run's synthetic images)."""
+    from vitkit.train.config import load_config
+    from vitkit.train.run import run_experiment
+
+    train, test = load_digits_split()
+    pack(train, tmp_path / "s", "train", shard_size=500)
+    pack(test, tmp_path / "s", "test", shard_size=500)
+    cfg = load_config("pretrain_i21k_b16")
+    assert (cfg["data"]["name"], cfg["model"]["num_classes"], cfg["train"]["parallel"]) == ("shards", 21843, "ddp")
+    with pytest.raises(ValueError, match="data.name is 'shards' but data.path is not set"):
+        run_experiment(cfg, tmp_path / "nopath", progress=False)
+    cfg = load_config("pretrain_i21k_b16", [
+        "model.img_size=16", "model.patch_size=8", "model.width=16", "model.depth=1", "model.num_heads=2",
+        "model.mlp_dim=32", "model.representation_size=16", "model.num_classes=10", "train.tensorboard=false",
+        "schedule.steps=2", "schedule.warmup_steps=1", "train.batch_size=8", "train.bf16=false", "data.num_workers=1",
+        f"data.path={tmp_path}/s/train-{{000000..000002}}.tar", f"data.test_path={tmp_path}/s/test-000000.tar",
+    ])
+    res = run_experiment(cfg, tmp_path / "run", progress=False)
+    assert res["steps"] == 2 and res["test"]["n"] == len(test)

@@ -34,9 +34,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     p.add_argument("--json", type=Path, default=None, help="write machine info, peaks and rows as JSON")
     p.add_argument("--markdown", type=Path, default=None, help="write the table as Markdown")
+    p.add_argument("--data", default=None,
+                   help="instead of the model suite: the input pipeline on this data (folder, shards, list, hf, ...): "
+                   "loader img/s with 0, 1 and all-core workers, beside a ViT's training step at the same batch")
+    p.add_argument("--data-model", default="vit_ti16", help="--data: the model whose training rate is shown")
+    p.add_argument("--workers", type=_csv(int), default=None, help="--data: worker counts (default: 0,1,all cores)")
+
+
+def run_data(args: argparse.Namespace) -> int:
+    from vitkit.bench.loader import format_pipeline, measure_pipeline, train_rate
+    from vitkit.bench.machine import machine_info
+    from vitkit.data.datasets import data_config, open_splits
+
+    batch = (args.batch or [64])[0]
+    img = (args.img_size or [224])[0]
+    ds = open_splits(data_config(args.data, 3))["train"]
+    info = machine_info()
+    print("  ".join(f"{k}: {v}" for k, v in info.items()))
+    print(f"{args.data}: {len(ds)} training images; batch {batch}, Inception crop to {img} px + flip")
+    rows = measure_pipeline(ds, img, batch, args.workers)
+    rate = train_rate(args.data_model, batch, img)
+    print(format_pipeline(rows, args.data_model, rate))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"machine": info, "data": args.data, "batch": batch, "img_size": img, "rows": rows,
+               "model": args.data_model, "model_train_img_per_s": rate}
+        args.json.write_text(json.dumps(doc, indent=2))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.data:
+        return run_data(args)
     from vitkit.bench import (
         PEERS,
         SuiteConfig,

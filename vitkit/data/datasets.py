@@ -1,7 +1,7 @@
 """`open_splits`: the train / test (/ dev) data sets a config section or a `--data` value names.
 
 Sources: the bundled digits and lfw_subset, procedurally drawn glyphs (glyphs.py), WebDataset-style tar
-shards (shards.py), image folders, list files and CIFAR python batches (the types are in base.py). Nothing is
+shards (shards.py), Hugging Face `datasets` on disk (hfdatasets.py: save_to_disk folders, Parquet), image folders, list files and CIFAR python batches (the types are in base.py). Nothing is
 downloaded.
 """
 
@@ -17,20 +17,23 @@ from vitkit.data.cifar import find_cifar, load_cifar
 from vitkit.data.digits import load_digits_split
 from vitkit.data.folders import image_folder, list_file
 from vitkit.data.glyphs import glyph_test_size, glyphs
+from vitkit.data.hfdatasets import HFImageDataset, is_hf_path, splits_of
 from vitkit.data.lfw import load_lfw_subset
 from vitkit.data.shards import ShardDataset, is_shard_pattern
 
 __all__ = ["ArrayDataset", "Dataset", "FileDataset", "Subset", "data_config", "detect_kind", "holdout",
            "open_splits", "synthetic"]
 
-DATA_NAMES = ("digits", "lfw", "glyphs", "shards", "cifar10", "cifar100", "folder", "list", "auto")
+DATA_NAMES = ("digits", "lfw", "glyphs", "shards", "hf", "cifar10", "cifar100", "folder", "list", "auto")
 
 
 def detect_kind(path: str) -> str:
-    """cifar10 / cifar100 / shards / folder / list for a user-supplied path."""
+    """cifar10 / cifar100 / shards / hf / folder / list for a user-supplied path."""
     p = Path(path)
     if is_shard_pattern(path) or path.endswith(".tar") or (p.is_dir() and any(p.glob("*.tar"))):
         return "shards"
+    if is_hf_path(path):
+        return "hf"
     if not p.exists():
         raise FileNotFoundError(f"no data at {p}")
     if p.is_file():
@@ -47,10 +50,29 @@ def data_config(data: str, channels: int, num_workers: int = 0, eval_batch_size:
             "num_workers": num_workers, "eval_batch_size": eval_batch_size, "max_pixels": max_pixels or 0}
 
 
+def _hf_splits(cfg: dict[str, Any], path: str) -> tuple[Dataset, Dataset | None]:
+    """A saved DatasetDict gives train = data.split (default "train") and test = data.test_split (default
+    "test", else "validation", else none: then a holdout); a single Dataset or Parquet gives train = data.path
+    and test = data.test_path."""
+    kw = {"channels": int(cfg.get("channels", 3)), "max_pixels": int(cfg.get("max_pixels", 0) or 0) or None,
+          "image_column": cfg.get("image_column") or None, "label_column": cfg.get("label_column") or None,
+          "cache_dir": cfg.get("hf_cache") or None}
+    names = splits_of(path)
+    if names:
+        train = HFImageDataset(path, split=cfg.get("split") or "train", **kw)
+        test_split = cfg.get("test_split") or next((s for s in ("test", "validation") if s in names), None)
+        test = HFImageDataset(path, classes=train.classes, split=test_split, **kw) if test_split else None
+        return train, test
+    train = HFImageDataset(path, **kw)
+    test_path = cfg.get("test_path", "")
+    return train, (HFImageDataset(test_path, classes=train.classes, **kw) if test_path else None)
+
+
 def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     """{"train", "test", and "dev" when cfg["dev_fraction"] > 0} for a data config section.
 
-    Keys used: name (digits | lfw | glyphs | shards | cifar10 | cifar100 | folder | list | auto), path, test_path,
+    Keys used: name (digits | lfw | glyphs | shards | hf | cifar10 | cifar100 | folder | list | auto), path,
+    test_path, split / test_split / image_column / label_column / hf_cache (hf),
     holdout (test fraction when the source has no test split), dev_fraction, channels, max_pixels
     (files over it are skipped as unreadable; 0 = $VITKIT_MAX_IMAGE_PIXELS or Pillow's limit),
     glyph_images / glyph_classes / glyph_size / glyph_seed (the glyphs), subset / subset_seed (train on
@@ -61,7 +83,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         if not path:
             raise ValueError("data.path is not set: point at an image folder, a CIFAR folder or a list file")
         name = detect_kind(path)
-    if name in ("cifar10", "cifar100", "folder", "list", "shards") and not path:
+    if name in ("cifar10", "cifar100", "folder", "list", "shards", "hf") and not path:
         raise ValueError(f"data.name is {name!r} but data.path is not set (e.g. --set data.path=/data/{name})")
     test: Dataset | None
     if name == "digits":
@@ -75,6 +97,10 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
         test = glyphs(glyph_test_size(n), k, size, seed, "test")
     elif name in ("cifar10", "cifar100"):
         train, test = load_cifar(path, name)
+    elif name == "hf":
+        train, test = _hf_splits(cfg, path)
+        if test is None:
+            train, test = holdout(train, float(cfg.get("holdout", 0.1)))
     elif name in ("folder", "list", "shards"):  # shards: data.path / test_path are patterns (dir/train-{0..9}.tar)
         channels = int(cfg.get("channels", 3))
         max_pixels = int(cfg.get("max_pixels", 0) or 0) or None

@@ -34,9 +34,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "require_pretrained": False,  # fine-tuning recipes: refuse to start without model.pretrained
     },
     "data": {
-        "name": "auto",  # digits | lfw | glyphs | shards | cifar10 | cifar100 | folder | list | auto (from path)
+        "name": "auto",  # digits | lfw | glyphs | shards | hf | cifar10 | cifar100 | folder | list | auto (from path)
         "path": "",
-        "test_path": "",  # list files: a separate test list; shards: the test shards' pattern
+        "test_path": "",  # list files: a separate test list; shards: the test shards' pattern; hf: test Parquet
+        "split": "",  # hf: the training split of a saved DatasetDict ("" = train)
+        "test_split": "",  # hf: its test split ("" = test, else validation, else a holdout)
+        "image_column": "",  # hf: the image column ("" = the one Image feature)
+        "label_column": "",  # hf: the label column ("" = the one ClassLabel feature, else "label")
+        "hf_cache": "",  # hf: where Parquet is converted to Arrow ("" = the datasets cache)
         "holdout": 0.1,  # test fraction for sources without a test split
         "dev_fraction": 0.0,  # hold-out dev split carved from train (evaluation during training, sweeps)
         "eval_split": "dev",  # split evaluated every train.eval_every steps: dev | test
