@@ -1,7 +1,7 @@
-"""JPEG decoders for the input pipeline, side by side in one process: Pillow (what vitkit uses, with its
-reduced-size `draft` decoding for large images) against simplejpeg (libjpeg-turbo, bundled in its wheel), on
-ImageNet-sized photos (500x375, quality 90) and on large ones (2000x1500, decoded for a 224 crop, where both
-can decode at reduced size). PyTurboJPEG is not timed: it needs the system's libturbojpeg, which a pip
+"""JPEG decoders for the input pipeline, side by side in one process: vitkit's `read_image` with its simplejpeg
+fast path and with Pillow alone (the fast path switched off), and the bare decoders (Pillow, simplejpeg: both
+libjpeg-turbo), on ImageNet-sized photos (500x375, quality 90) and on large ones (2000x1500, decoded for a 224
+crop: reduced-size decoding, which `read_image` leaves to Pillow). PyTurboJPEG is not timed: it needs the system's libturbojpeg, which a pip
 install does not bring. Writes benchmarks/results/jpeg_decoders.json.
 
     python benchmarks/jpeg_decoders.py [--images 64] [--repeats 5]
@@ -19,6 +19,7 @@ from PIL import Image
 
 from vitkit.bench.machine import machine_info
 from vitkit.bench.timing import time_interleaved
+from vitkit.data import preprocess
 from vitkit.data.preprocess import read_image
 
 
@@ -48,9 +49,18 @@ def main() -> None:
     for size, min_size in (((500, 375), (224, 224)), ((2000, 1500), (224, 224))):
         files = photos(args.images, size)
 
-        def pil_vitkit(files=files, min_size=min_size) -> None:  # the loader's own path: decode to [0, 1] floats
+        def vitkit_fast(files=files, min_size=min_size) -> None:  # the loader's own path: decode to [0, 1] floats
             for f in files:
                 read_image(io.BytesIO(f), 3, min_size)
+
+        def vitkit_pillow(files=files, min_size=min_size) -> None:  # the same with the simplejpeg path off
+            fast = preprocess._simplejpeg
+            preprocess._simplejpeg = lambda: None
+            try:
+                for f in files:
+                    read_image(io.BytesIO(f), 3, min_size)
+            finally:
+                preprocess._simplejpeg = fast
 
         def pil_uint8(files=files) -> None:  # Pillow's decode alone (full size), to uint8
             for f in files:
@@ -69,15 +79,16 @@ def main() -> None:
                 a = simplejpeg.decode_jpeg(f, colorspace="RGB", min_height=min_size[0], min_width=min_size[1])
                 np.ascontiguousarray(a.transpose(2, 0, 1), dtype=np.float32) / 255.0
 
-        fns = {"pillow read_image (vitkit)": pil_vitkit, "pillow decode, uint8": pil_uint8,
+        fns = {"read_image, Pillow only": vitkit_pillow, "read_image (simplejpeg where it applies)": vitkit_fast,
+               "pillow decode, uint8": pil_uint8,
                "simplejpeg decode, uint8": simple_uint8, "simplejpeg reduced, uint8": simple_reduced,
                "simplejpeg reduced, float (as read_image)": simple_float}
         t = time_interleaved(fns, warmup=1, repeats=args.repeats)
-        base = t["pillow read_image (vitkit)"].median
+        base = t["read_image, Pillow only"].median
         for name, tm in t.items():
             rate = len(files) / tm.median
             rows.append({"size": list(size), "decoder": name, "img_per_s": rate, "spread": tm.spread,
-                         "vs_vitkit": base / tm.median})
+                         "vs_read_image_pillow": base / tm.median})
             print(f"{size[0]}x{size[1]}  {name:42s} {rate:8.1f} img/s  ({base / tm.median:.2f}x, "
                   f"spread {100 * tm.spread:.0f}%)")
     doc = {"machine": machine_info(), "images": args.images, "rows": rows, "simplejpeg": simplejpeg.__version__}

@@ -389,3 +389,39 @@ def test_convert_refuses_to_overwrite(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["keep.txt"]
     assert main(["convert", str(src), str(tmp_path / "taken"), "--to", "hf", "--overwrite"]) == 0
     assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"
+
+
+def test_fast_jpeg_decoding_gives_pillows_pixels(tmp_path: Path, monkeypatch) -> None:
+    """With simplejpeg installed, JPEGs are decoded by it: bit for bit the pixels of the Pillow path (colour, grey,
+    grey read as colour), with Pillow still used where they would differ (colour read as grey, CMYK, reduced-size
+    decoding); truncated files and pixel bombs are refused and named as before."""
+    from vitkit.data import preprocess
+
+    if preprocess._simplejpeg() is None:
+        pytest.skip("simplejpeg is not installed")
+    from skimage import data
+
+    Image.fromarray(data.astronaut()[:300, :400]).save(tmp_path / "rgb.jpg", quality=90)
+    Image.fromarray(data.camera()[:300, :400]).save(tmp_path / "grey.jpg", quality=90)
+    Image.fromarray(data.astronaut()[:300, :400]).convert("CMYK").save(tmp_path / "cmyk.jpg", quality=90)
+    Image.fromarray(data.astronaut()).save(tmp_path / "big.jpg", quality=90)  # 512 px: reduced for 224 / 2
+    cases = [("rgb.jpg", 3, None), ("rgb.jpg", 1, None), ("grey.jpg", 1, None), ("grey.jpg", 3, None),
+             ("cmyk.jpg", 3, None), ("big.jpg", 3, (128, 128)), ("rgb.jpg", 3, (224, 224))]
+    fast = {c: read_image(tmp_path / c[0], c[1], c[2]) for c in cases}
+    real = preprocess._fast_jpeg
+    # which cases the fast path takes (the rest fall back to Pillow)
+    took = [real((tmp_path / n).read_bytes(), ch, ms, 10**9, n) is not None for n, ch, ms in cases]
+    assert took == [True, False, True, True, False, False, True]
+    data_ = (tmp_path / "rgb.jpg").read_bytes()
+    with pytest.raises(ValueError, match="cannot read image cut.jpg"):
+        real(data_[: len(data_) // 2], 3, None, 10**9, "cut.jpg")
+    with pytest.raises(ValueError, match=r"x.jpg: 400x300 = 120,000 pixels is over the limit of 5,000"):
+        real(data_, 3, None, 5000, "x.jpg")
+    used = []
+    monkeypatch.setattr(preprocess, "_fast_jpeg", lambda *a: used.append(a[1:3]) or real(*a))
+    with open(tmp_path / "rgb.jpg", "rb") as f:  # a file object (a tar member) goes the same way
+        assert torch.equal(read_image(f, 3, name="shard.tar:rgb.jpg"), fast[("rgb.jpg", 3, None)])
+    monkeypatch.setattr(preprocess, "_simplejpeg", lambda: None)  # Pillow alone
+    for c in cases:
+        assert torch.equal(read_image(tmp_path / c[0], c[1], c[2]), fast[c]), c
+    assert used == [(3, None)]

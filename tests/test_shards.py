@@ -54,6 +54,15 @@ def test_pack_then_read_keeps_every_image_and_label(tmp_path: Path, capsys) -> N
                  "--no-progress"]) == 0
     assert "train:" in capsys.readouterr().out
     assert detect_kind(str(tmp_path / "p")) == "shards"
+    packed = ShardDataset(str(tmp_path / "p" / "train-000000.tar"), channels=1)
+    source = open_splits({"name": "folder", "path": str(src), "channels": 1})["train"]  # a held-out Subset
+    for i in range(3):  # its files keep their own bytes (no re-encoding)
+        assert packed.raw(i) == (Path(source.describe(i)).read_bytes(), ".png")
+    # the packed folder as data.path: train-*.tar to train on, test-*.tar to test on, never mixed
+    whole = open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})
+    assert len(whole["train"]) == 54 and len(whole["test"]) == 6
+    assert all(":test_" in whole["test"].describe(i) for i in range(6))
+    assert all(":train_" in whole["train"].describe(i) for i in range(54))
     assert detect_kind(str(tmp_path / "p" / ".." / "folder")) == "folder"  # a parent folder's ".." is no shard range
     splits = open_splits({"name": "shards", "path": str(tmp_path / "p" / "train-{000000..000003}.tar"),
                           "test_path": str(tmp_path / "p" / "test-000000.tar"), "channels": 1})

@@ -2,11 +2,13 @@
 
 A data set has `classes`, `labels` (np.int64), `channels`, `len()`, `get(i, min_size=None) -> ((C, H, W)
 floats in [0, 1] at the image's own size, label)` and `describe(i)` (a name for the log). `get` raises
-ValueError for an unreadable image; the loader skips, counts and names it.
+ValueError for an unreadable image; the loader skips, counts and names it. A data set of encoded images may also
+have `raw(i) -> (bytes, extension)`, the image as stored (so `vitkit data pack` keeps a JPEG a JPEG).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -67,6 +69,10 @@ class FileDataset:
     def describe(self, i: int) -> str:
         return self.paths[i]
 
+    def raw(self, i: int) -> tuple[bytes, str]:
+        """The file's bytes as stored, and its extension (for repacking without re-encoding)."""
+        return Path(self.paths[i]).read_bytes(), Path(self.paths[i]).suffix
+
 
 class Subset:
     """A view of some indices of a data set (hold-out splits)."""
@@ -84,6 +90,9 @@ class Subset:
 
     def describe(self, i: int) -> str:
         return self.base.describe(int(self.indices[i]))
+
+    def raw(self, i: int) -> tuple[bytes, str] | None:
+        return self.base.raw(int(self.indices[i])) if hasattr(self.base, "raw") else None
 
 
 def holdout(ds: Dataset, fraction: float, seed: int = 0) -> tuple[Subset, Subset]:

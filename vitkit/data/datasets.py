@@ -19,7 +19,7 @@ from vitkit.data.folders import image_folder, list_file
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.data.hfdatasets import HFImageDataset, is_hf_path, splits_of
 from vitkit.data.lfw import load_lfw_subset
-from vitkit.data.shards import ShardDataset, is_shard_pattern
+from vitkit.data.shards import ShardDataset, is_shard_pattern, split_patterns
 
 __all__ = ["ArrayDataset", "Dataset", "FileDataset", "Subset", "data_config", "detect_kind", "holdout",
            "open_splits", "synthetic"]
@@ -108,8 +108,11 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
             train, test = image_folder(path, channels, max_pixels)
         else:
             source = list_file if name == "list" else ShardDataset
-            train = source(path, channels, max_pixels=max_pixels)
             test_path = cfg.get("test_path", "")
+            if name == "shards":  # a folder of `vitkit data pack` output: its train-*.tar and test-*.tar
+                path, packed_test = split_patterns(path)
+                test_path = test_path or packed_test or ""
+            train = source(path, channels, max_pixels=max_pixels)
             test = source(test_path, channels, train.classes, max_pixels) if test_path else None
         if test is None:
             train, test = holdout(train, float(cfg.get("holdout", 0.1)))

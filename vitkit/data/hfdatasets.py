@@ -144,16 +144,26 @@ class HFImageDataset:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+    def _stored(self, i: int) -> bytes:
         cell = self.ds[int(i)][self.image_column]
-        data = cell.get("bytes") if isinstance(cell, dict) else None
-        if data is not None:
-            src: Any = io.BytesIO(data)
-        elif isinstance(cell, dict) and cell.get("path"):
-            src = cell["path"]
-        else:
-            raise ValueError(f"{self.describe(i)}: no image bytes or path")
-        return read_image(src, self.channels, min_size, self.max_pixels, name=self.describe(i)), int(self.labels[i])
+        if isinstance(cell, dict) and cell.get("bytes") is not None:
+            return cell["bytes"]
+        if isinstance(cell, dict) and cell.get("path"):
+            try:
+                return Path(cell["path"]).read_bytes()
+            except OSError as e:
+                raise ValueError(f"cannot read image {self.describe(i)}: {e}") from e
+        raise ValueError(f"cannot read image {self.describe(i)}: no image bytes or path")
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+        img = read_image(io.BytesIO(self._stored(i)), self.channels, min_size, self.max_pixels, name=self.describe(i))
+        return img, int(self.labels[i])
+
+    def raw(self, i: int) -> tuple[bytes, str] | None:
+        """The image as stored, when it is a JPEG or PNG (so packing it into shards keeps its bytes)."""
+        data = self._stored(i)
+        ext = ".jpg" if data.startswith(b"\xff\xd8\xff") else ".png" if data.startswith(b"\x89PNG") else None
+        return (data, ext) if ext else None
 
     def describe(self, i: int) -> str:
         return f"{self.source}[row {int(i)}]"

@@ -13,6 +13,7 @@ classes are the indices and the data set says so. A member that does not decode 
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import re
@@ -25,7 +26,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitkit.data.base import FileDataset
 from vitkit.data.preprocess import read_image
 from vitkit.utils.atomic import atomic_write_text
 
@@ -40,8 +40,9 @@ def is_shard_pattern(path: str) -> bool:
 
 
 def expand_pattern(pattern: str) -> list[Path]:
-    """`dir/train-{000000..000009}.tar` -> the 10 paths (zero padding kept); a plain path or a glob-free name
-    is itself; a folder is its *.tar files in name order. Every listed shard must exist."""
+    """`dir/train-{000000..000009}.tar` -> the 10 paths (zero padding kept); `dir/train-*.tar` -> the matching
+    files in name order; a plain path is itself; a folder is its *.tar files in name order. Every listed shard
+    must exist."""
     p = Path(pattern)
     m = _BRACE.search(pattern)
     if m:
@@ -50,6 +51,10 @@ def expand_pattern(pattern: str) -> list[Path]:
             raise ValueError(f"shard pattern {pattern!r}: the range {lo}..{hi} is empty")
         width = len(lo)
         paths = [Path(pattern[: m.start()] + str(i).zfill(width) + pattern[m.end() :]) for i in range(int(lo), int(hi) + 1)]
+    elif "*" in pattern:
+        paths = sorted(Path(x) for x in glob.glob(pattern))
+        if not paths:
+            raise FileNotFoundError(f"no shards match {pattern!r}")
     elif p.is_dir():
         paths = sorted(p.glob("*.tar"))
         if not paths:
@@ -60,6 +65,16 @@ def expand_pattern(pattern: str) -> list[Path]:
     if missing:
         raise FileNotFoundError(f"shard pattern {pattern!r}: {len(missing)} shard(s) missing, e.g. {missing[0]}")
     return paths
+
+
+def split_patterns(path: str) -> tuple[str, str | None]:
+    """(train pattern, test pattern or None) for a `data.path` of shards: a folder written by `vitkit data pack`
+    (train-*.tar and test-*.tar side by side) gives both, so the test shards are never trained on; anything
+    else is the training shards alone."""
+    p = Path(path)
+    if p.is_dir() and any(p.glob("train-*.tar")):
+        return str(p / "train-*.tar"), (str(p / "test-*.tar") if any(p.glob("test-*.tar")) else None)
+    return path, None
 
 
 def _split_key(name: str) -> tuple[str, str]:
@@ -148,6 +163,10 @@ class ShardDataset:
         si, _, _, name = self.entries[i]
         return f"{self.shards[si]}:{name}"
 
+    def raw(self, i: int) -> tuple[bytes, str]:
+        """The member's bytes as stored, and its extension."""
+        return self._read(i), _split_key(self.entries[i][3])[1]
+
 
 def _read_classes(folder: Path) -> list[str] | None:
     path = folder / CLASSES_FILE
@@ -163,14 +182,13 @@ def _read_classes(folder: Path) -> list[str] | None:
 
 
 def _encoded(ds: Any, i: int) -> tuple[bytes, str]:
-    """The bytes of sample i as stored: an image file's own bytes (its format kept), else a lossless PNG."""
-    if isinstance(ds, FileDataset):
-        p = Path(ds.paths[i])
-        ext = p.suffix.lower()
-        if ext in IMAGE_EXTS:
-            data = p.read_bytes()
-            read_image(io.BytesIO(data), ds.channels, name=str(p))  # an unreadable file is refused here
-            return data, ext
+    """The bytes of sample i as stored: an image file's own bytes (its format kept; a data set that keeps encoded
+    images says so with `raw(i)`, held-out subsets included), else a lossless PNG."""
+    raw = ds.raw(i) if hasattr(ds, "raw") else None
+    if raw is not None and raw[1].lower() in IMAGE_EXTS:
+        data, ext = raw
+        read_image(io.BytesIO(data), ds.channels, name=ds.describe(i))  # an unreadable file is refused here
+        return data, ext.lower()
     from PIL import Image
 
     x, _ = ds.get(i)
