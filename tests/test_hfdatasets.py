@@ -12,15 +12,14 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.helpers import digits_model
+from tests.helpers import assert_read_once_per_epoch, assert_resumes_bitwise, digits_model
 from vitkit.cli import main
 from vitkit.data.datasets import detect_kind, open_splits
 from vitkit.data.digits import LABELS, load_digits_split
 from vitkit.data.hfdatasets import HFImageDataset
 from vitkit.data.loader import StepLoader
 from vitkit.data.shards import ShardDataset
-from vitkit.data.transforms import EvalTransform, TrainTransform
-from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.data.transforms import EvalTransform
 
 datasets = pytest.importorskip("datasets")
 
@@ -97,15 +96,7 @@ def _saved(tmp_path, n: int = 400, bad: int | None = None) -> HFImageDataset:  #
 
 
 def test_every_row_once_per_epoch_across_two_ranks_and_two_workers(tmp_path) -> None:  # noqa: ANN001
-    ds = _saved(tmp_path)
-    pre = digits_model().preprocess
-    seen: list[int] = []
-    for rank in range(2):
-        loader = StepLoader(ds, 64, EvalTransform(pre), seed=3, rank=rank, world=2, num_workers=2)
-        for b in loader.iterate(0, loader.steps_per_epoch):
-            seen.extend(b.indices)
-    n = loader.steps_per_epoch * 64
-    assert len(seen) == n and len(set(seen)) == n
+    assert_read_once_per_epoch(_saved(tmp_path))
 
 
 def test_undecodable_row_is_skipped_and_named(tmp_path) -> None:  # noqa: ANN001
@@ -117,23 +108,4 @@ def test_undecodable_row_is_skipped_and_named(tmp_path) -> None:  # noqa: ANN001
 
 
 def test_training_on_a_saved_dataset_resumes_bitwise(tmp_path) -> None:  # noqa: ANN001
-    ds = _saved(tmp_path)
-
-    def trainer(out) -> Trainer:  # noqa: ANN001
-        torch.manual_seed(0)
-        model = digits_model(width=32, depth=1, num_heads=2, mlp_dim=64)
-        cfg = TrainConfig(steps=8, batch_size=32, lr=1e-3, warmup_steps=2, log_every=2, ckpt_every=4, seed=1,
-                          tensorboard=False)
-        tf = TrainTransform(model.preprocess, "affine", flip=False, randaugment=(2, 5))
-        return Trainer(model, cfg, StepLoader(ds, 32, tf, 1, num_workers=1), out, progress=False)
-
-    whole = trainer(tmp_path / "a")
-    whole.fit()
-    first = trainer(tmp_path / "b")
-    first.fit(stop_at=4)
-    first.save_state()
-    resumed = trainer(tmp_path / "b")
-    resumed.load_state()
-    resumed.fit()
-    for k, v in whole.model.state_dict().items():
-        assert torch.equal(v, resumed.model.state_dict()[k]), k
+    assert_resumes_bitwise(_saved(tmp_path), tmp_path)

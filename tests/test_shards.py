@@ -14,14 +14,13 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.helpers import digits_model
+from tests.helpers import assert_read_once_per_epoch, assert_resumes_bitwise, digits_model
 from vitkit.cli import main
 from vitkit.data.datasets import detect_kind, open_splits
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
 from vitkit.data.shards import ShardDataset, expand_pattern, pack
-from vitkit.data.transforms import EvalTransform, TrainTransform
-from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.data.transforms import EvalTransform
 
 
 def _digit_folder(root: Path, n: int = 60) -> Path:
@@ -74,15 +73,7 @@ def test_pack_then_read_keeps_every_image_and_label(tmp_path: Path, capsys) -> N
 def test_every_sample_once_per_epoch_across_two_ranks_and_two_workers(tmp_path: Path) -> None:
     train, _ = load_digits_split()
     pack(train, tmp_path, "train", shard_size=300)
-    ds = ShardDataset(str(tmp_path), channels=1)
-    pre = digits_model().preprocess
-    seen: list[int] = []
-    for rank in range(2):
-        loader = StepLoader(ds, 64, EvalTransform(pre), seed=3, rank=rank, world=2, num_workers=2)
-        for b in loader.iterate(0, loader.steps_per_epoch):
-            seen.extend(b.indices)
-    n = loader.steps_per_epoch * 64  # the last partial batch of an epoch is dropped, as always in training
-    assert len(seen) == n and len(set(seen)) == n  # nobody reads a sample twice, nothing of the epoch is missed
+    assert_read_once_per_epoch(ShardDataset(str(tmp_path), channels=1))
 
 
 def test_corrupt_member_is_skipped_and_named(tmp_path: Path) -> None:
@@ -109,26 +100,7 @@ def test_corrupt_member_is_skipped_and_named(tmp_path: Path) -> None:
 def test_training_on_shards_resumes_bitwise(tmp_path: Path) -> None:
     train, _ = load_digits_split()
     pack(train, tmp_path / "s", "train", shard_size=400)
-    ds = ShardDataset(str(tmp_path / "s"), channels=1)
-
-    def trainer(out: Path) -> Trainer:
-        torch.manual_seed(0)
-        model = digits_model(width=32, depth=1, num_heads=2, mlp_dim=64)
-        cfg = TrainConfig(steps=8, batch_size=32, lr=1e-3, warmup_steps=2, log_every=2, ckpt_every=4, seed=1,
-                          tensorboard=False)
-        tf = TrainTransform(model.preprocess, "affine", flip=False, randaugment=(2, 5))
-        return Trainer(model, cfg, StepLoader(ds, 32, tf, 1, num_workers=1), out, progress=False)
-
-    whole = trainer(tmp_path / "a")
-    whole.fit()
-    first = trainer(tmp_path / "b")
-    first.fit(stop_at=4)
-    first.save_state()
-    resumed = trainer(tmp_path / "b")
-    resumed.load_state()
-    resumed.fit()
-    for k, v in whole.model.state_dict().items():
-        assert torch.equal(v, resumed.model.state_dict()[k]), k
+    assert_resumes_bitwise(ShardDataset(str(tmp_path / "s"), channels=1), tmp_path)
 
 
 def test_i21k_recipe_trains_on_shards(tmp_path: Path) -> None:
@@ -151,3 +123,15 @@ def test_i21k_recipe_trains_on_shards(tmp_path: Path) -> None:
     ])
     res = run_experiment(cfg, tmp_path / "run", progress=False)
     assert res["steps"] == 2 and res["test"]["n"] == len(test)
+
+
+def test_batches_are_pinned_for_a_gpu(monkeypatch) -> None:  # noqa: ANN001
+    """`pin_memory=True` (set by the runner for a CUDA device) hands every batch over in page-locked memory; this CPU
+    machine cannot pin, so pinning is recorded instead of done."""
+    pinned: list[tuple] = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(tuple(t.shape)) or t)
+    train, _ = load_digits_split()
+    loader = StepLoader(train, 16, EvalTransform(digits_model().preprocess), pin_memory=True)
+    batches = list(loader.iterate(0, 3))
+    assert len(batches) == 3 and pinned == [(16, 1, 16, 16), (16,)] * 3
+    assert not StepLoader(train, 16, EvalTransform(digits_model().preprocess)).pin_memory

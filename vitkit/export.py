@@ -34,6 +34,18 @@ def _ort():
     return onnxruntime
 
 
+def _prepared(model: nn.Module, path: str | Path,
+              img_size: int | tuple[int, int] | None) -> tuple[Path, nn.Module, torch.Tensor]:
+    """(path with its folder made, an fp32 eval copy of `model` at `img_size` (E_pos resampled in 2D), an
+    example input of batch 2) for an export."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = copy.deepcopy(model).float().eval()
+    if img_size is not None:
+        model.set_img_size(img_size)
+    return path, model, torch.zeros(2, model.config.in_chans, *model.config.img_size)
+
+
 def export_onnx(
     model: VisionTransformer,
     path: str | Path,
@@ -46,13 +58,7 @@ def export_onnx(
 
     `img_size` moves a copy of the model to that resolution first (E_pos resampled in 2D).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    model = copy.deepcopy(model).float().eval()
-    if img_size is not None:
-        model.set_img_size(img_size)
-    cfg = model.config
-    x = torch.zeros(2, cfg.in_chans, *cfg.img_size)
+    path, model, x = _prepared(model, path, img_size)
     axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings
@@ -117,13 +123,7 @@ def export_aoti(model: nn.Module, path: str | Path, *, img_size: int | tuple[int
     runs with no vitkit code. Compiling takes seconds to minutes (a C++ build for this CPU)."""
     import torch._inductor
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    model = copy.deepcopy(model).float().eval()
-    if img_size is not None:
-        model.set_img_size(img_size)
-    cfg = model.config
-    x = torch.zeros(2, cfg.in_chans, *cfg.img_size)
+    path, model, x = _prepared(model, path, img_size)
     batch = torch.export.Dim("batch", min=1, max=max_batch)
     with torch.no_grad():
         program = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))

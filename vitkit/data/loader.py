@@ -10,6 +10,7 @@ their batch and named in `Batch.skipped`; the trainer counts and logs them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -42,6 +43,11 @@ class Batch:
     skipped: list[str] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)  # the data set index of each row of x
 
+    def pin_memory(self) -> "Batch":
+        """The batch in page-locked memory, so that copying it to a GPU can overlap compute (DataLoader calls this
+        in its pinning thread)."""
+        return dataclasses.replace(self, x=self.x.pin_memory(), y=self.y.pin_memory())
+
 
 def _decode_size_of(transform: SampleTransform) -> tuple[int, int] | None:
     """The decode size a vitkit transform declares (TrainTransform / EvalTransform), else None."""
@@ -66,6 +72,7 @@ class StepLoader:
         world: int = 1,
         num_workers: int = 0,
         decode_size: tuple[int, int] | None = None,
+        pin_memory: bool = False,
     ) -> None:
         n = len(dataset)
         if batch_size < 1 or (shuffle and n < batch_size):
@@ -74,6 +81,7 @@ class StepLoader:
             raise ValueError(f"the global batch {batch_size} is not divisible by the world size {world}")
         self.dataset, self.batch_size, self.transform, self.seed = dataset, batch_size, transform, seed
         self.shuffle, self.rank, self.world, self.num_workers = shuffle, rank, world, num_workers
+        self.pin_memory = pin_memory  # for a CUDA device: batches arrive page-locked (copies overlap compute)
         # files much larger than this are decoded smaller (JPEG draft / Pillow reduce); None: full size
         self.decode_size = decode_size if decode_size is not None else _decode_size_of(transform)
         # training drops the last partial batch of an epoch; a sequential pass keeps it
@@ -120,10 +128,11 @@ class StepLoader:
         """Batches of steps start..end-1 in order; with workers, loading overlaps the model's work."""
         if self.num_workers <= 0:
             for s in range(start, end):
-                yield self.load(s)
+                b = self.load(s)
+                yield b.pin_memory() if self.pin_memory and len(b.y) else b
             return
         dl = torch.utils.data.DataLoader(
             self, batch_size=None, sampler=range(start, end), num_workers=self.num_workers,
-            collate_fn=_identity, prefetch_factor=4,
+            collate_fn=_identity, prefetch_factor=4, pin_memory=self.pin_memory,
         )
         yield from dl

@@ -231,7 +231,9 @@ def read_image(
                 arr = np.array(im)  # uint8: the conversion to [0, 1] floats is done by torch below
     except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError,
             MemoryError, EOFError, TypeError, IndexError, ZeroDivisionError) as e:
-        msg = str(e)
+        # Pillow names an in-memory file by its repr (an address that changes every run): say what failed instead
+        msg = f"not an image in a readable format ({', '.join(SAFE_FORMATS)})" if isinstance(
+            e, UnidentifiedImageError) else str(e)
         raise ValueError(msg if msg.startswith(f"cannot read image {path_text}") else f"cannot read image {path_text}: {msg}") from e
     return _to_tensor(arr)
 

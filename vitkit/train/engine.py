@@ -360,7 +360,7 @@ class Trainer:
         if cfg.mixup or cfg.cutmix:  # on this rank's batch, from (seed, step, rank) alone: resume stays exact
             x, mix = mix_images(x, step_generator(cfg.seed, step, -1 - self.rank), cfg.mixup, cfg.cutmix,
                                 cfg.mix_switch_prob, cfg.mix_prob)
-        x, y = x.to(cfg.device), y.to(cfg.device)
+        x, y = x.to(cfg.device, non_blocking=True), y.to(cfg.device, non_blocking=True)  # pinned: copies overlap
         self.opt.zero_grad(set_to_none=True)
         total_loss, correct = 0.0, 0
         soft = None  # Mixup / CutMix targets (B, K), built once the number of classes is known

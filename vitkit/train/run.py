@@ -270,7 +270,7 @@ def run_experiment(
     tf = TrainTransform(model.preprocess, d["augment"], tuple(d["area"]), tuple(d["ratio"]), bool(d["flip"]),
                         tuple(d["randaugment"]), float(d["random_erasing"]))
     loader = StepLoader(train, tcfg.batch_size, tf, tcfg.seed, rank=dist.rank(), world=dist.world_size(),
-                        num_workers=int(d["num_workers"]))
+                        num_workers=int(d["num_workers"]), pin_memory=torch.device(tcfg.device).type == "cuda")
     eval_ds = splits.get(d["eval_split"])
     eval_fn = None
     trainer: Trainer
