@@ -171,3 +171,34 @@ def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None
             err = (run(x[:b]) - ref[:b]).abs().max().item()
             assert err < 1e-4 * ref.abs().max().item(), (fmt, b, err)
     assert main(["export", str(tmp_path / "m"), "--format", "aoti", "--int8"]) == 2
+
+
+def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    """A model the exporter cannot handle: `--runtime auto` says so and predicts in torch; an explicit runtime, or
+    int8 (which only onnxruntime runs), is refused with the reason, as one line."""
+    import vitkit.runtime
+
+    vitkit.save_pretrained(_trained(), tmp_path / "m")
+    _, test = load_digits_split()
+    from PIL import Image
+
+    monkeypatch.setattr(vitkit.runtime, "AUTO_MIN_IMAGES", 4)  # a job big enough for auto to export
+    for i in range(6):
+        f = tmp_path / "imgs" / f"{i:03d}.png"
+        f.parent.mkdir(exist_ok=True)
+        Image.fromarray((test.images[i, 0].numpy() * 255).round().astype("uint8")).save(f)
+
+    def refuse(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("Exporting the operator 'aten::made_up' to ONNX opset version 17 is not supported")
+
+    monkeypatch.setattr(vitkit.runtime, "export_onnx", refuse)
+    monkeypatch.setattr(vitkit.runtime, "runtime_available", lambda name: True)
+    base = ["predict", str(tmp_path / "imgs"), "--model", str(tmp_path / "m"), "--no-progress",
+            "--output", str(tmp_path / "p.csv")]
+    assert main([*base, "--precision", "fp32"]) == 0
+    err = capsys.readouterr().err
+    assert "could not run this model (Exporting the operator 'aten::made_up'" in err
+    assert "runtime: torch eager, fp32 (openvino failed on this model)" in err
+    for extra in (["--precision", "fp32", "--runtime", "onnxruntime"], ["--precision", "int8"]):
+        assert main([*base, *extra]) == 2
+        assert "runtime could not run this model (RuntimeError: Exporting the operator" in capsys.readouterr().err

@@ -6,9 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+import torch
 from torch import nn
 
-from vitkit.runtime import PRECISIONS, RUNTIMES, Predictor, build_predictor, resolve_precision, resolve_runtime
+from vitkit.runtime import (
+    PRECISIONS,
+    RUNTIMES,
+    SUPPORTED,
+    Predictor,
+    build_predictor,
+    resolve_precision,
+    resolve_runtime,
+)
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | None, default_precision: str) -> None:
@@ -34,12 +43,18 @@ def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | No
     if asked == "auto" and args.compile and runtime != "torch":
         runtime, rwhy = "torch", "--compile asks for torch.compile"
     if args.threads is not None:
-        import torch
-
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    net = build_predictor(model, precision, runtime, args.compile, device, args.threads,
-                          log=lambda m: print(m, file=sys.stderr))
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    try:
+        net = build_predictor(model, precision, runtime, args.compile, device, args.threads, log=log)
+    except Exception as e:  # noqa: BLE001 - an export or graph compiler refusing this model, reported below
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if asked != "auto" or runtime == "torch" or precision not in SUPPORTED["torch"]:
+            raise ValueError(f"the {runtime} runtime could not run this model ({type(e).__name__}: {reason})") from e
+        print(f"note: {runtime} could not run this model ({reason}); running it in torch", file=sys.stderr)
+        runtime, rwhy = "torch", f"{runtime} failed on this model"
+        net = build_predictor(model, precision, runtime, args.compile, device, args.threads, log=log)
     print(f"precision: {precision} ({why}); runtime: {net.description} ({rwhy})", file=sys.stderr)
     return net
