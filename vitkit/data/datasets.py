@@ -1,8 +1,8 @@
 """`open_splits`: the train / test (/ dev) data sets a config section or a `--data` value names.
 
 Sources: the bundled digits and lfw_subset, procedurally drawn glyphs (glyphs.py), WebDataset-style tar
-shards (shards.py), Hugging Face `datasets` on disk (hfdatasets.py: save_to_disk folders, Parquet), image folders, list files and CIFAR python batches (the types are in base.py). Nothing is
-downloaded.
+shards (shards.py), Hugging Face `datasets` on disk (hfdatasets.py: save_to_disk folders, Parquet), image
+folders, list files and CIFAR python batches (the types are in base.py). Nothing is downloaded.
 """
 
 from __future__ import annotations
