@@ -47,6 +47,13 @@ def test_saved_dataset_dict_reads_back_pixels_labels_and_class_names(tmp_path) -
     assert detect_kind(str(tmp_path / "dd")) == "hf"
     splits = open_splits({"name": "auto", "path": str(tmp_path / "dd"), "channels": 1})
     assert splits["train"].source.endswith("[train]") and splits["test"].source.endswith("[validation]")
+    from vitkit.train.run import describe_run
+
+    header = describe_run(digits_model(), splits, {"data": {"name": "hf", "path": str(tmp_path / "dd")},
+                                                   "train": {"batch_size": 8}, "schedule": {"steps": 1},
+                                                   "optim": {"name": "sgd", "lr": 0.1}, "model": {"pretrained": ""}},
+                          [])
+    assert f"splits: train = {tmp_path / 'dd'}[train], test = {tmp_path / 'dd'}[validation]" in header
     assert len(splits["train"]) == 120 and len(splits["test"]) == 30
     assert splits["train"].classes == list(LABELS)
     assert np.array_equal(splits["train"].labels, train.labels[:120])

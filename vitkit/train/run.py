@@ -219,6 +219,9 @@ def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, An
               f"data: {cfg['data']['name']} {cfg['data']['path']}".rstrip()) + f" ({sizes} images, "
              f"{len(splits['train'].classes)} classes)",
              f"training: {s['steps']} steps of batch {t['batch_size']}, {cfg['optim']['name']} lr {cfg['optim']['lr']:g}"]
+    named = {k: getattr(ds, "source", None) for k, ds in splits.items()}  # e.g. which splits of a DatasetDict
+    if any(named.values()) and not dry_run:
+        lines.insert(2, "splits: " + ", ".join(f"{k} = {v}" for k, v in named.items() if v))
     return "\n".join(lines + notes)
 
 
