@@ -67,6 +67,9 @@ def test_saved_dataset_dict_reads_back_pixels_labels_and_class_names(tmp_path) -
     assert main(["data", "pack", str(tmp_path / "dd"), str(tmp_path / "s"), "--channels", "1", "--no-progress"]) == 0
     shards = ShardDataset(str(tmp_path / "s" / "train-000000.tar"), channels=1)
     assert np.array_equal(shards.labels, train.labels[:120]) and shards.classes == list(LABELS)
+    (tmp_path / "dd" / "dataset_dict.json").write_text("{torn")
+    with pytest.raises(ValueError, match="dataset_dict.json: not a DatasetDict's split list"):
+        open_splits({"name": "hf", "path": str(tmp_path / "dd")})
 
 
 def test_parquet_with_other_column_names(tmp_path) -> None:  # noqa: ANN001

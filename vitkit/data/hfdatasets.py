@@ -83,7 +83,10 @@ def splits_of(path: str) -> list[str]:
     """The split names of a saved DatasetDict, [] for anything else."""
     p = Path(path)
     if p.is_dir() and (p / DICT_FILE).is_file():
-        return list(json.loads((p / DICT_FILE).read_text())["splits"])
+        try:
+            return [str(name) for name in json.loads((p / DICT_FILE).read_text())["splits"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{p / DICT_FILE}: not a DatasetDict's split list ({type(e).__name__}: {e})") from e
     return []
 
 
