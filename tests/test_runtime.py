@@ -45,6 +45,11 @@ def test_auto_runtime_follows_what_is_installed_and_the_job() -> None:
     assert everything("auto", "bf16", device="cuda")[0] == "torch"
     with pytest.raises(ValueError, match="int8 runs on the CPU"):
         everything("auto", "int8", device="cuda")
+    # from Python: "auto" is resolved by build_predictor itself, and the choices are logged
+    said: list[str] = []
+    net = vitkit.build_predictor(digits_model(), "auto", "auto", n_images=10, log=said.append)
+    assert (net.runtime, net.precision) == ("torch", resolve_precision("auto")[0])
+    assert said[0].startswith(f"precision: {net.precision} (") and "would cost more than it saves" in said[1]
     # the precision is the CPU's to decide, never int8 by itself
     assert resolve_precision("auto", "cpu", flags={"avx512_vnni", "amx_int8"})[0] == "fp32"
     assert resolve_precision("int8") == ("int8", "asked for")

@@ -10,13 +10,16 @@ from vitkit.models import (
     register_model,
     resample_posemb,
 )
+from vitkit.runtime import Predictor, build_predictor
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Predictor",
     "PreprocessConfig",
     "ViTConfig",
     "VisionTransformer",
+    "build_predictor",
     "create_model",
     "list_models",
     "load_pretrained",

@@ -143,11 +143,20 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
 
 def build_predictor(model: nn.Module, precision: str = "fp32", runtime: str = "torch", compile: bool = False,
                     device: str | torch.device = "cpu", threads: int | None = None,
-                    log: Callable[[str], None] | None = None) -> Predictor:
-    """`model` as a `Predictor` on `runtime` in `precision` (both resolved: see `resolve_precision` and
-    `resolve_runtime`). onnxruntime and OpenVINO run an ONNX export of `model` (fixed resolution, any batch),
-    written to a temporary folder; `log` is told how long that took. `threads`: intra-op threads (default:
-    torch's). `compile` applies to the torch runtime only."""
+                    log: Callable[[str], None] | None = None, n_images: int | None = None) -> Predictor:
+    """`model` as a `Predictor` on `runtime` in `precision`. "auto" for either is resolved here (`resolve_precision`,
+    `resolve_runtime` with `n_images`, the size of the job) and `log` is told what was chosen and why.
+    onnxruntime and OpenVINO run an ONNX export of `model` (fixed resolution, any batch), written to a temporary
+    folder; `log` is told how long that took. `threads`: intra-op threads (default: torch's). `compile` applies
+    to the torch runtime only."""
+    if precision == "auto":
+        precision, why = resolve_precision(precision, device)
+        if log:
+            log(f"precision: {precision} ({why})")
+    if runtime == "auto":
+        runtime, why = resolve_runtime(runtime, precision, device, n_images)
+        if log:
+            log(f"runtime: {runtime} ({why})")
     if precision not in SUPPORTED.get(runtime, ()):
         raise ValueError(f"runtime {runtime!r} does not run precision {precision!r}")
     if runtime == "torch":
