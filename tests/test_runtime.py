@@ -207,3 +207,16 @@ def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Pat
     for extra in (["--precision", "fp32", "--runtime", "onnxruntime"], ["--precision", "int8"]):
         assert main([*base, *extra]) == 2
         assert "runtime could not run this model (RuntimeError: Exporting the operator" in capsys.readouterr().err
+
+
+def test_a_predictor_stays_in_inference_mode_after_an_evaluation() -> None:
+    """`evaluate_batches` puts a model back in the mode it found it in; a Predictor is found in eval mode, so its
+    model's dropout stays off afterwards (it was switched on when the Predictor started in training mode)."""
+    from vitkit.evaluate import evaluate_batches
+
+    model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32, dropout=0.5)
+    net = build_predictor(model, "fp32", "torch")
+    x, y = torch.randn(4, 1, 16, 16), torch.tensor([0, 1, 2, 3])
+    evaluate_batches(net, [(x, y)])
+    assert not net.training and not net.module.training
+    assert torch.equal(net(x), net(x))  # no dropout draws

@@ -40,7 +40,6 @@ def evaluate_batches(
     bf16: bool = False,
     device: str = "cpu",
     classes_present: int | None = None,
-    dtype: torch.dtype = torch.float32,
 ) -> dict[str, float]:
     """Top-1, top-5 accuracy and mean cross-entropy over (model input, label) batches.
 
@@ -54,7 +53,7 @@ def evaluate_batches(
     n, m, top1, top5, loss = 0, 0, 0, 0, 0.0
     k5, own_targets = 0, False
     for x, y in batches:
-        x, y = x.to(device, dtype), y.to(device)
+        x, y = x.to(device), y.to(device)
         n += len(y)
         with bf16_autocast(device, bf16):
             out = model(x)
@@ -84,7 +83,6 @@ def evaluate_loader(
     device: str = "cpu",
     skipped: list[str] | None = None,
     label_map: np.ndarray | None = None,
-    dtype: torch.dtype = torch.float32,
 ) -> dict[str, float]:
     """`evaluate_batches` over a sequential `StepLoader` (or several, one after the other, as one set).
     Unreadable images are left out and their names appended to `skipped`; `label_map[data label]` is the
@@ -101,7 +99,7 @@ def evaluate_loader(
                 if len(b.y):
                     yield b.x, (lut[b.y] if lut is not None else b.y)
 
-    return evaluate_batches(model, batches(), bf16, device, classes_present=present, dtype=dtype)
+    return evaluate_batches(model, batches(), bf16, device, classes_present=present)
 
 
 def align_classes(model_labels: Sequence[str], num_classes: int, data_classes: Sequence[str], source: str,

@@ -124,6 +124,7 @@ class Predictor(nn.Module):
         super().__init__()
         self.fn, self.runtime, self.precision, self.description = fn, runtime, precision, description
         self.module = module  # the torch model, for the torch runtime (so .eval() / .to() reach it)
+        self.eval()  # built for inference: a caller that restores the previous mode (train(was_training)) keeps it
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
