@@ -92,6 +92,9 @@ def test_corrupt_member_is_skipped_and_named(tmp_path: Path) -> None:
     b = loader.load(0)
     assert len(b.y) == len(ds) - 1 and len(b.skipped) == 1
     assert b.skipped[0].startswith(f"cannot read image {shard}:bad_1.png")
+    (tmp_path / "classes.json").write_text('["zero"]')
+    with pytest.raises(ValueError, match="classes.json: 1 class names, but the labels go up to 9"):
+        ShardDataset(str(shard), channels=1)
     (tmp_path / "classes.json").unlink()
     with pytest.warns(UserWarning, match="classes are named by their index"):
         assert ShardDataset(str(shard), channels=1).classes[:2] == ["0", "1"]

@@ -8,6 +8,8 @@ have `raw(i) -> (bytes, extension)`, the image as stored (so `vitkit data pack` 
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -93,6 +95,18 @@ class Subset:
 
     def raw(self, i: int) -> tuple[bytes, str] | None:
         return self.base.raw(int(self.indices[i])) if hasattr(self.base, "raw") else None
+
+
+def class_names(names: Sequence[str] | None, labels: np.ndarray, where: str, unnamed: str) -> list[str]:
+    """The class names for integer `labels`: `names`, refused (naming `where`) when fewer than the largest label
+    needs; without names, the indices as names and a warning that says so, after `unnamed` (why there are none)."""
+    k = int(labels.max()) + 1
+    if names is not None:
+        if len(names) < k:
+            raise ValueError(f"{where}: {len(names)} class names, but the labels go up to {k - 1}")
+        return list(names)
+    warnings.warn(f"{unnamed}: the {k} classes are named by their index (0, 1, ...)", UserWarning, stacklevel=3)
+    return [str(i) for i in range(k)]
 
 
 def holdout(ds: Dataset, fraction: float, seed: int = 0) -> tuple[Subset, Subset]:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import glob
 import io
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from vitkit.data.base import class_names
 from vitkit.data.preprocess import read_image
 
 DICT_FILE, SINGLE_FILE = "dataset_dict.json", "state.json"
@@ -131,15 +131,9 @@ class HFImageDataset:
         if classes is not None and own is not None and own != list(classes):
             raise ValueError(f"{self.source}: its class names ({', '.join(own[:5])}, ...) differ from the training "
                              f"split's ({', '.join(list(classes)[:5])}, ...)")
-        names = list(classes) if classes is not None else own
-        k = int(self.labels.max()) + 1
-        if names is not None and len(names) < k:
-            raise ValueError(f"{self.source}: {len(names)} class names, but column {self.label_column!r} holds label "
-                             f"{k - 1}")
-        if names is None:  # an assumption is stated, never silent
-            warnings.warn(f"{self.source}: column {self.label_column!r} is not a ClassLabel: the {k} classes are "
-                          "named by their index (0, 1, ...)", UserWarning, stacklevel=2)
-        self.classes = list(names) if names is not None else [str(i) for i in range(k)]
+        self.classes = class_names(classes if classes is not None else own, self.labels,
+                                   f"{self.source} (column {self.label_column!r})",
+                                   f"{self.source}: column {self.label_column!r} is not a ClassLabel")
         # vitkit decodes: the rows give the stored bytes (or a file path), never a PIL image from `datasets`
         self.ds = ds.select_columns([self.image_column]).cast_column(self.image_column, ds_lib.Image(decode=False))
         self.channels, self.max_pixels = channels, max_pixels

@@ -18,7 +18,6 @@ import io
 import json
 import re
 import tarfile
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitkit.data.base import class_names
 from vitkit.data.preprocess import read_image
 from vitkit.utils.atomic import atomic_write_text
 
@@ -118,16 +118,10 @@ class ShardDataset:
         if not entries:
             raise ValueError(f"no image samples in the shards of {pattern!r}")
         self.entries, self.labels = entries, np.asarray(labels, dtype=np.int64)
-        k = int(self.labels.max()) + 1
         names = classes if classes is not None else _read_classes(self.shards[0].parent)
-        if names is not None and len(names) < k:
-            raise ValueError(f"{self.shards[0].parent / CLASSES_FILE}: {len(names)} class names, but the shards hold "
-                             f"label {k - 1}")
-        self.named = names is not None
-        if not self.named:  # an assumption is stated, never silent
-            warnings.warn(f"no {CLASSES_FILE} beside {self.shards[0]}: the {k} classes are named by their index "
-                          "(0, 1, ...)", UserWarning, stacklevel=2)
-        self.classes = list(names) if names is not None else [str(i) for i in range(k)]
+        self.named = names is not None  # else an assumption, stated (never silent)
+        self.classes = class_names(names, self.labels, str(self.shards[0].parent / CLASSES_FILE),
+                                   f"no {CLASSES_FILE} beside {self.shards[0]}")
         self._files: dict[int, Any] = {}
 
     @staticmethod
