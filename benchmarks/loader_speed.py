@@ -18,12 +18,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from vitkit.bench.loader import loader_rate, train_rate
+from vitkit.bench.loader import measure_pipeline, train_rate
 from vitkit.bench.machine import machine_info
 from vitkit.data.folders import image_folder
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.shards import ShardDataset, pack
-from vitkit.data.transforms import TrainTransform
 
 
 def make_photos(root: Path, n: int, side: int = 256) -> None:
@@ -51,16 +49,13 @@ def main() -> None:
         folder, _ = image_folder(str(root / "folder"), 3)
         pack(folder, root / "shards", "train", shard_size=128)
         shards = ShardDataset(str(root / "shards"), 3)
-        pre = PreprocessConfig(img_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3)
         steps = args.images // args.batch - 1
         rows = []
         for source, ds in (("image folder", folder), ("tar shards", shards)):
-            for ra in ((0, 0.0), (2, 10.0)):
-                tf = TrainTransform(pre, "inception", flip=True, randaugment=ra)
-                for workers in (0, 1, 2):
-                    rate = loader_rate(ds, tf, args.batch, workers, steps)
-                    rows.append({"source": source, "randaugment": list(ra), "workers": workers, "img_per_s": rate})
-                    print(f"{source:12s} RandAugment{ra} workers {workers}: {rate:7.1f} img/s", flush=True)
+            for r in measure_pipeline(ds, 224, args.batch, workers=(0, 1, 2), steps=steps):
+                rows.append({"source": source, **r})
+                print(f"{source:12s} RandAugment{tuple(r['randaugment'])} workers {r['workers']}: "
+                      f"{r['img_per_s']:7.1f} img/s", flush=True)
         vit = train_rate("vit_ti16", args.batch, num_classes=4, steps=5)
         print(f"ViT-Ti/16 training step at 224 px, batch {args.batch}: {vit:.1f} img/s", flush=True)
     doc = {"date": time.strftime("%Y-%m-%d"), "machine": machine_info(), "images": args.images, "batch": args.batch,

@@ -92,13 +92,18 @@ def ort_session(path: str | Path, threads: int | None = None, spin: bool = True)
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
+def _ov():  # noqa: ANN202 - optional dependency
+    try:
+        import openvino
+    except ImportError as e:
+        raise ValueError("OpenVINO is not installed: pip install 'vitkit[openvino]'") from e
+    return openvino
+
+
 def openvino_compile(path: str | Path, precision: str = "fp32", threads: int | None = None):  # noqa: ANN201
     """An OpenVINO CPU model compiled from an ONNX file or IR `.xml`, computing in `precision`
     (fp32 or bf16: OpenVINO's inference precision hint), latency mode, `threads` inference threads."""
-    try:
-        import openvino as ov
-    except ImportError as e:
-        raise ValueError("the openvino runtime is not installed: pip install 'vitkit[openvino]'") from e
+    ov = _ov()
     cfg = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision]}
     if threads:
         cfg["INFERENCE_NUM_THREADS"] = int(threads)
@@ -107,10 +112,7 @@ def openvino_compile(path: str | Path, precision: str = "fp32", threads: int | N
 
 def export_openvino(onnx_path: str | Path, path: str | Path) -> Path:
     """OpenVINO IR (`path` .xml + .bin, fp32 weights) converted from an ONNX export."""
-    try:
-        import openvino as ov
-    except ImportError as e:
-        raise ValueError("OpenVINO export needs openvino: pip install 'vitkit[openvino]'") from e
+    ov = _ov()
     path = Path(path).with_suffix(".xml")
     ov.save_model(ov.convert_model(str(onnx_path)), str(path), compress_to_fp16=False)
     return path
@@ -166,7 +168,7 @@ def exported_runner(path: str | Path, precision: str = "fp32",
         compiled = openvino_compile(path, precision, threads)
         return lambda x: torch.from_numpy(np.asarray(compiled(x.float().cpu().numpy())[0]))
     sess = ort_session(path, threads=threads, spin=False)
-    return lambda x: torch.from_numpy(sess.run(None, {INPUT_NAME: x.float().cpu().numpy()})[0])
+    return lambda x: onnx_logits(sess, x.cpu())
 
 
 @torch.no_grad()

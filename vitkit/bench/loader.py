@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from vitkit.bench.suite import Case, make_step
+from vitkit.bench.timing import time_interleaved
 from vitkit.data.base import Dataset
 from vitkit.data.loader import StepLoader
 from vitkit.data.preprocess import PreprocessConfig
@@ -31,19 +33,11 @@ def loader_rate(ds: Dataset, tf: TrainTransform, batch: int, workers: int, steps
 
 
 def train_rate(model_name: str, batch: int, img_size: int = 224, num_classes: int = 1000, steps: int = 3) -> float:
-    """Training-step img/s (forward, backward, AdamW step; fp32) of `model_name` on random inputs."""
+    """Training-step img/s (forward, backward, AdamW step; fp32) of `model_name` on random inputs: the median of
+    `steps` timed steps after one untimed (the benchmark suite's training step)."""
     model = create_model(model_name, img_size=img_size, num_classes=num_classes)
-    opt = torch.optim.AdamW(model.parameters(), 1e-3)
-    x, y = torch.randn(batch, 3, img_size, img_size), torch.randint(0, num_classes, (batch,))
-    t0 = 0.0
-    for i in range(steps + 1):
-        if i == 1:  # the first step (allocation, thread-pool start) is not counted
-            t0 = time.perf_counter()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return batch * steps / (time.perf_counter() - t0)
+    step, _ = make_step(model, Case(model_name, img_size, batch, "train"), "fp32", torch.device("cpu"), num_classes)
+    return batch / time_interleaved({"train": step}, warmup=1, repeats=steps)["train"].median
 
 
 def measure_pipeline(ds: Dataset, img_size: int = 224, batch: int = 64, workers: Sequence[int] | None = None,

@@ -147,7 +147,7 @@ def _impls(case: Case, peers: list[str], compile_: bool) -> list[tuple[str, str]
     return out
 
 
-def _make_step(
+def make_step(
     model: nn.Module, case: Case, precision: str, device: torch.device, num_classes: int
 ) -> tuple[Callable[[], Any], Callable[[], list[torch.Tensor]]]:
     """A zero-argument callable doing one inference batch or one training step, and one listing
@@ -208,7 +208,7 @@ def run_case(case: Case, sc: SuiteConfig, peaks: dict[str, float], log: Callable
         res.params = sum(p.numel() for p in model.parameters())
         if impl == COMPILED:
             model = torch.compile(model)
-        step, resident = _make_step(model, case, prec, device, cfg.num_classes)
+        step, resident = make_step(model, case, prec, device, cfg.num_classes)
         if sc.measure_memory and impl != COMPILED:
             step()  # the optimizer allocates its state on the first step
             res.peak_mb = peak_memory(step, resident(), device) / 2**20
