@@ -134,10 +134,13 @@ def export_aoti(model: nn.Module, path: str | Path, *, img_size: int | tuple[int
 
 
 def load_aoti(path: str | Path) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The compiled model of an AOTInductor package written by `export_aoti`."""
+    """The compiled model of an AOTInductor package written by `export_aoti`, taking fp32 images of any layout."""
     import torch._inductor
 
-    return torch._inductor.aoti_load_package(str(path))
+    fn = torch._inductor.aoti_load_package(str(path))
+    # the package assumes the example input's row-major strides; a (B, 1, H, W) tensor can be "contiguous"
+    # with other strides (one channel from a channels-last array), and would be read wrongly: copy to them
+    return lambda x: fn(x.float().clone(memory_format=torch.contiguous_format))
 
 
 def onnx_logits(session, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:  # noqa: ANN001
@@ -160,10 +163,7 @@ def exported_runner(path: str | Path, precision: str = "fp32",
     `.xml` (OpenVINO IR, computing in `precision`) or `.pt2` (AOTInductor); `threads` intra-op threads."""
     path = Path(path)
     if path.suffix == ".pt2":
-        fn = load_aoti(path)
-        # the package assumes the example input's row-major strides; a (B, 1, H, W) tensor can be "contiguous"
-        # with other strides (one channel from a channels-last array), and would be read wrongly: copy to them
-        return lambda x: fn(x.float().clone(memory_format=torch.contiguous_format))
+        return load_aoti(path)
     if path.suffix == ".xml":
         compiled = openvino_compile(path, precision, threads)
         return lambda x: torch.from_numpy(np.asarray(compiled(x.float().cpu().numpy())[0]))
