@@ -1,7 +1,7 @@
 """DDP and FSDP on CPU: 2 gloo processes, each on half of the global batch, end with the same weights
 as one process with the same global batch; the checkpoints they write (full, unsharded state) resume
 in a 1-process run, and a 1-process checkpoint resumes under FSDP; the same across world sizes with tar shards
-read by loader workers."""
+read by loader workers; with `train.world_invariant`, bitwise equal across world sizes."""
 
 from __future__ import annotations
 
@@ -209,3 +209,52 @@ def test_fsdp_run_evaluates_and_saves_like_one_process(tmp_path: Path) -> None:
     d_eval = max([d_eval] + [abs(a["eval_loss"] - b["eval_loss"]) for a, b in zip(*logged)])
     assert d_w < 1e-5 and d_eval < 1e-5, (d_w, d_eval)
     print(f"FSDP(2) recipe run vs 1 process: saved weights max |dw| {d_w:.2e}, eval |d| {d_eval:.2e}")
+
+
+# world-invariant reduction: 4 micro-batches of 8, with dropout and Mixup/CutMix drawn per micro-batch
+INV = dict(CFG, grad_accum=4, world_invariant=True, mixup=0.2, cutmix=1.0)
+
+
+def _inv_trainer(out: Path, cfg: dict) -> Trainer:
+    torch.manual_seed(0)
+    return digits_trainer(digits_model(width=32, depth=2, num_heads=2, mlp_dim=64, dropout=0.1), TrainConfig(**cfg),
+                          out)
+
+
+def _inv_worker(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str) -> None:
+    with _group(rank, world, store):
+        if resume_from:  # a 1-process checkpoint finished by 2 processes
+            t = _inv_trainer(Path(out), cfg)
+            t.load_state(resume_from)
+            t.fit()
+        else:
+            _inv_trainer(Path(out), cfg).fit(stop_at=N)
+
+
+def _same_bits(a: dict, b: dict) -> list[str]:
+    return [k for k in a if not torch.equal(a[k], b[k])]
+
+
+def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Path) -> None:
+    """With train.world_invariant, 2 processes and 1 process (one thread each) end with the same bits, and a
+    checkpoint resumed with the other world size finishes with the bits of the uninterrupted 1-process run (the
+    default DDP reduction agrees only to rounding: 1.2e-7 in the test above)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the workers: a matmul's summation order may depend on the thread count
+    try:
+        two = torch.load(_spawn(tmp_path, "two", INV, "", worker=_inv_worker) / "train_state.pt", weights_only=True)
+        single = _inv_trainer(tmp_path / "one", INV)
+        single.fit(stop_at=N)  # (writes one/train_state.pt at step N)
+        assert two["step"] == N
+        assert _same_bits(two["model"], single.model.state_dict()) == [], "2 processes differ from 1 at step N"
+        into_two = _spawn(tmp_path, "into_two", INV, str(tmp_path / "one" / "train_state.pt"), worker=_inv_worker)
+        resumed = _inv_trainer(tmp_path / "two", INV)  # the 2-process checkpoint finished by 1 process
+        resumed.load_state()
+        resumed.fit()
+        single.fit()
+    finally:
+        torch.set_num_threads(threads)
+    final = single.model.state_dict()
+    assert _same_bits(resumed.model.state_dict(), final) == []
+    finished_by_two = torch.load(into_two / "train_state.pt", weights_only=True)
+    assert finished_by_two["step"] == 2 * N and _same_bits(finished_by_two["model"], final) == []

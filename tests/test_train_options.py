@@ -96,6 +96,28 @@ def test_run_config_switches_reach_the_engine(tmp_path: Path) -> None:
     model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
     with pytest.raises(ValueError, match="parallel mode 'zero3'"):
         digits_trainer(model, TrainConfig(parallel="zero3"), tmp_path)
+    assert train_config(load_config(None, ["train.world_invariant=true"])).world_invariant is True
+    with pytest.raises(ValueError, match="world_invariant works with parallel = ddp"):
+        TrainConfig(world_invariant=True, parallel="fsdp")
+
+
+def test_world_invariant_reduction(tmp_path: Path, monkeypatch) -> None:
+    """With one micro-batch in one process the world-invariant path is the default path, bit for bit; a world
+    size that does not divide grad_accum is refused, naming both."""
+    def run(invariant: bool) -> dict:
+        torch.manual_seed(0)
+        model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32, dropout=0.1)
+        cfg = TrainConfig(steps=3, batch_size=16, lr=1e-3, warmup_steps=1, mixup=0.2, cutmix=1.0, clip_norm=1.0,
+                          world_invariant=invariant, tensorboard=False)
+        digits_trainer(model, cfg, tmp_path / str(invariant)).fit()
+        return model.state_dict()
+
+    plain, invariant = run(False), run(True)
+    assert [k for k in plain if not torch.equal(plain[k], invariant[k])] == []
+    monkeypatch.setattr("vitkit.distributed.world_size", lambda: 3)
+    with pytest.raises(ValueError, match="grad_accum divisible by the number of processes: grad_accum 4, 3 processes"):
+        digits_trainer(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32),
+                       TrainConfig(batch_size=24, grad_accum=4, world_invariant=True), tmp_path / "three")
 
 
 def test_layer_wise_lr_decay_gives_the_documented_rates(tmp_path: Path) -> None:

@@ -225,8 +225,8 @@ def test_logged_loss_is_weighted_by_examples(tmp_path: Path) -> None:
     losses = []
     real = t.train_step
 
-    def spy(step, x, y):
-        r = real(step, x, y)
+    def spy(step, x, y, positions):
+        r = real(step, x, y, positions)
         losses.append(r[0])
         return r
 

@@ -3,9 +3,12 @@
 The global batch of step s holds positions [s*B, (s+1)*B) of the permutation of epoch s // (N // B),
 drawn from (seed, epoch); the image at batch position p is augmented with a generator seeded from
 (seed, s, p). A batch is therefore a pure function of (seed, step): it does not depend on the number
-of workers, on where a run was resumed, or on the world size (rank r takes positions r, r+W, ...,
-so the union of the ranks' batches is the one-process batch). Unreadable images are dropped from
-their batch and named in `Batch.skipped`; the trainer counts and logs them.
+of workers, on where a run was resumed, or on the world size: rank r of W takes the r-th of W equal,
+contiguous blocks of positions, so the union of the ranks' batches is the one-process batch, and a
+micro-batch of gradient accumulation (a block of positions too) lies on one rank whenever W divides
+their number. A sequential pass (no shuffling) deals positions r, r+W, ... instead, which evens out
+its last, partial batch. Unreadable images are dropped from their batch and named in `Batch.skipped`;
+the trainer counts and logs them.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Batch:
     step: int
     skipped: list[str] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)  # the data set index of each row of x
+    positions: list[int] = field(default_factory=list)  # the position of each row of x in the global batch
 
     def pin_memory(self) -> "Batch":
         """The batch in page-locked memory, so that copying it to a GPU can overlap compute (DataLoader calls this
@@ -97,10 +101,11 @@ class StepLoader:
         if epoch != self._perm_epoch:
             self._perm, self._perm_epoch = epoch_permutation(len(self.dataset), self.seed, epoch), epoch
         idx = self._perm[i * self.batch_size : (i + 1) * self.batch_size].tolist()
-        return list(enumerate(idx))[self.rank :: self.world]
+        share = self.batch_size // self.world
+        return list(enumerate(idx))[self.rank * share : (self.rank + 1) * share]
 
     def load(self, step: int) -> Batch:
-        imgs, gens, ys, skipped, kept = [], [], [], [], []
+        imgs, gens, ys, skipped, kept, at = [], [], [], [], [], []
         for p, j in self.positions(step):
             try:
                 img, label = self.dataset.get(j, self.decode_size)
@@ -111,12 +116,13 @@ class StepLoader:
             gens.append(step_generator(self.seed, step, 2 + p))
             ys.append(label)
             kept.append(j)
+            at.append(p)
         if not imgs:
             return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), step, skipped)
         # same-size images go through the transform as one batch (bitwise what one by one gives, faster)
         batched = self.transform.batch(imgs, gens) if isinstance(self.transform, (TrainTransform, EvalTransform)) else None
         x = batched if batched is not None else torch.stack([self.transform(i, g) for i, g in zip(imgs, gens)])
-        return Batch(x, torch.tensor(ys, dtype=torch.long), step, skipped, kept)
+        return Batch(x, torch.tensor(ys, dtype=torch.long), step, skipped, kept, at)
 
     def __len__(self) -> int:
         return self.steps_per_epoch

@@ -9,7 +9,8 @@ Data comes from one kind of loader, a `vitkit.data.loader.StepLoader` that yield
 step (in-memory arrays or files, workers, per-sample augmentation).
 Under `torch.distributed` (see vitkit.distributed) the model is wrapped in DDP, or sharded by FSDP2
 with `parallel="fsdp"`; each rank trains on its shard of the global batch, and only rank 0 writes
-logs and checkpoints (always the full, unsharded state).
+logs and checkpoints (always the full, unsharded state). With `world_invariant` the gradient is
+reduced in micro-batch order instead, so any world size that divides `grad_accum` gives the same bits.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class TrainConfig:
     steps: int = _key("schedule.steps", 1000)
     batch_size: int = _key("train.batch_size", 512, "the global batch (all processes, all micro-batches)")
     grad_accum: int = _key("train.grad_accum", 1, "micro-batches per step; the global batch stays batch_size")
+    world_invariant: bool = _key("train.world_invariant", False, "bitwise the same run under any number of "
+                                 "processes that divides grad_accum (each micro-batch's gradient is computed whole "
+                                 "on one rank, then the gradients are summed in micro-batch order); DDP only")
     optimizer: str = _key("optim.name", "adamw", "adamw | adam | sgd")
     lr: float = _key("optim.lr", 1e-3)
     betas: tuple[float, float] = _key("optim.betas", (0.9, 0.999))
@@ -149,6 +153,8 @@ class TrainConfig:
             raise ValueError(f"parallel mode {self.parallel!r} is unknown; choose one of {', '.join(dist.PARALLEL)}")
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
+        if self.world_invariant and self.parallel == "fsdp":
+            raise ValueError("train.world_invariant works with parallel = ddp (FSDP reduces sharded gradients itself)")
         dist.check_device(self.device)
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,6 +196,9 @@ class Trainer:
         freeze(model, cfg.train_blocks)  # before DDP / FSDP wrap: they see only what trains
         self.rank, self.world = dist.rank(), dist.world_size()
         self.is_main = self.rank == 0
+        if cfg.world_invariant and cfg.grad_accum % self.world:
+            raise ValueError(f"train.world_invariant needs grad_accum divisible by the number of processes: "
+                             f"grad_accum {cfg.grad_accum}, {self.world} processes")
         self.out = Path(out_dir)
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -345,63 +354,127 @@ class Trainer:
             self._tb.flush()
 
     # ------------------------------------------------------------------ the loop
-    def train_step(self, step: int, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int]:
+    def train_step(self, step: int, x: torch.Tensor, y: torch.Tensor,
+                   positions: list[int] | None = None) -> tuple[float, float, int]:
         """One optimisation step on this rank's batch (all micro-batches); returns (loss, accuracy, examples).
 
         The loss of each micro-batch is weighted by its share of the batch, so accumulating k
-        micro-batches gives the gradient of the whole batch's mean loss (as one big batch would)."""
+        micro-batches gives the gradient of the whole batch's mean loss (as one big batch would).
+        With `world_invariant`, `positions` (each row's place in the global batch) say which micro-batch
+        a row belongs to; see `_world_invariant_grads`."""
         cfg, model = self.cfg, self.model
         lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_steps, cfg.schedule, cfg.min_lr)
         for g in self.opt.param_groups:
             g["lr"] = lr * g.get("lr_scale", 1.0)  # layer-wise decay scales each depth's group
         self.lr = lr
-        torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * self.rank)  # dropout / drop-path draws
-        mix = Mix()
-        if cfg.mixup or cfg.cutmix:  # on this rank's batch, from (seed, step, rank) alone: resume stays exact
-            x, mix = mix_images(x, step_generator(cfg.seed, step, -1 - self.rank), cfg.mixup, cfg.cutmix,
-                                cfg.mix_switch_prob, cfg.mix_prob)
-        x, y = x.to(cfg.device, non_blocking=True), y.to(cfg.device, non_blocking=True)  # pinned: copies overlap
         self.opt.zero_grad(set_to_none=True)
-        total_loss, correct = 0.0, 0
-        soft = None  # Mixup / CutMix targets (B, K), built once the number of classes is known
-        chunks = list(zip(x.chunk(cfg.grad_accum), y.chunk(cfg.grad_accum)))
-        start = 0
-        for i, (xm, ym) in enumerate(chunks):
-            sync = i == len(chunks) - 1 or not hasattr(self.forward_model, "no_sync")
-            ctx = contextlib.nullcontext() if sync else self.forward_model.no_sync()
-            with ctx:
-                with bf16_autocast(cfg.device, cfg.bf16):
-                    out = self.forward_model(xm)
-                dist_logits = None
-                if isinstance(out, TwoHeads):  # DeiT's class and distillation heads
-                    out, dist_logits = out.logits, out.dist_logits
-                # a model that brings its own targets (masked patch prediction) returns (logits, targets)
-                logits, target = out if isinstance(out, tuple) else (out, ym)
-                if mix.kind != "none" and not isinstance(out, tuple):
-                    soft = mix.targets(y, logits.shape[-1]) if soft is None else soft
-                    target = soft[start : start + len(ym)]
+        if cfg.world_invariant:
+            total_loss, correct = self._world_invariant_grads(step, x, y, positions)
+        else:
+            torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * self.rank)  # dropout / drop-path draws
+            mix = Mix()
+            if cfg.mixup or cfg.cutmix:  # on this rank's batch, from (seed, step, rank) alone: resume stays exact
+                x, mix = self._mix(x, step, -1 - self.rank)
+            x, y = x.to(cfg.device, non_blocking=True), y.to(cfg.device, non_blocking=True)  # pinned: copies overlap
+            total_loss, correct, start = 0.0, 0, 0
+            chunks = list(zip(x.chunk(cfg.grad_accum), y.chunk(cfg.grad_accum)))
+            for i, (xm, ym) in enumerate(chunks):
+                sync = i == len(chunks) - 1 or not hasattr(self.forward_model, "no_sync")
+                with contextlib.nullcontext() if sync else self.forward_model.no_sync():
+                    loss, right = self._forward_backward(xm, ym, mix, y, start, len(ym) / len(y))
                 start += len(ym)
-                if self.teacher is not None:
-                    with bf16_autocast(cfg.device, cfg.bf16):
-                        t_logits = self.teacher(xm)  # (float32: the Teacher returns float)
-                    loss = distillation_loss(logits, dist_logits, t_logits, target, cfg.distill,
-                                             cfg.distill_alpha, cfg.distill_tau, cfg.label_smoothing)
-                else:  # with a distillation token and no teacher, both heads learn the labels
-                    heads = [logits] if dist_logits is None else [logits, dist_logits]
-                    loss = sum(F.cross_entropy(h.float(), target, label_smoothing=cfg.label_smoothing)
-                               for h in heads) / len(heads)
-                if dist_logits is not None:  # accuracy of the inference output: the two heads' mean
-                    logits = (logits + dist_logits) / 2
-                (loss * (len(ym) / len(y))).backward()
-            total_loss += loss.item() * len(ym) / len(y)
-            hard = target if target.ndim == 1 else ym  # accuracy against the images' own labels under mixing
-            correct += (logits.argmax(-1) == hard).float().mean().item() * len(ym)
+                total_loss += loss * len(ym) / len(y)
+                correct += right
         if cfg.clip_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
         self.opt.step()
         if self.ema is not None:
             self.ema.update(model)
         return total_loss, correct / len(y), len(y)
+
+    def _mix(self, x: torch.Tensor, step: int, stream: int) -> tuple[torch.Tensor, Mix]:
+        cfg = self.cfg
+        return mix_images(x, step_generator(cfg.seed, step, stream), cfg.mixup, cfg.cutmix, cfg.mix_switch_prob,
+                          cfg.mix_prob)
+
+    def _forward_backward(self, xm: torch.Tensor, ym: torch.Tensor, mix: Mix, mix_y: torch.Tensor, start: int,
+                          weight: float) -> tuple[float, float]:
+        """Forward and backward of one micro-batch (rows start.. of the mixed batch whose labels are `mix_y`), its
+        loss scaled by `weight`; returns the unscaled loss and the number of correct top-1 predictions."""
+        cfg = self.cfg
+        with bf16_autocast(cfg.device, cfg.bf16):
+            out = self.forward_model(xm)
+        dist_logits = None
+        if isinstance(out, TwoHeads):  # DeiT's class and distillation heads
+            out, dist_logits = out.logits, out.dist_logits
+        # a model that brings its own targets (masked patch prediction) returns (logits, targets)
+        logits, target = out if isinstance(out, tuple) else (out, ym)
+        if mix.kind != "none" and not isinstance(out, tuple):  # Mixup / CutMix soft targets (rows, K)
+            target = mix.targets(mix_y, logits.shape[-1])[start : start + len(ym)]
+        if self.teacher is not None:
+            with bf16_autocast(cfg.device, cfg.bf16):
+                t_logits = self.teacher(xm)  # (float32: the Teacher returns float)
+            loss = distillation_loss(logits, dist_logits, t_logits, target, cfg.distill, cfg.distill_alpha,
+                                     cfg.distill_tau, cfg.label_smoothing)
+        else:  # with a distillation token and no teacher, both heads learn the labels
+            heads = [logits] if dist_logits is None else [logits, dist_logits]
+            loss = sum(F.cross_entropy(h.float(), target, label_smoothing=cfg.label_smoothing)
+                       for h in heads) / len(heads)
+        if dist_logits is not None:  # accuracy of the inference output: the two heads' mean
+            logits = (logits + dist_logits) / 2
+        (loss * weight).backward()
+        hard = target if target.ndim == 1 else ym  # accuracy against the images' own labels under mixing
+        return loss.item(), (logits.argmax(-1) == hard).float().sum().item()
+
+    def _world_invariant_grads(self, step: int, x: torch.Tensor, y: torch.Tensor,
+                               positions: list[int] | None) -> tuple[float, float]:
+        """Set the gradient of the global batch's mean loss so that it does not depend on the world size.
+
+        Micro-batch k of the global batch (positions k*m.., m = batch_size / grad_accum) lies whole on one rank
+        (the loader gives each rank a contiguous block). Its gradient is computed alone, with dropout drawn
+        from (seed, step, k) and Mixup/CutMix within the micro-batch, and the rows of all ranks are gathered
+        and summed in the order k = 0, 1, ... -- the floating-point sum a single process accumulating the same
+        micro-batches forms. Costs grad_accum gradient copies per rank; returns this rank's (loss, correct)."""
+        cfg = self.cfg
+        if positions is None or len(positions) != len(y):
+            raise ValueError("train.world_invariant needs the position of every row of the batch in the global batch")
+        m = cfg.batch_size // cfg.grad_accum
+        local = cfg.grad_accum // self.world
+        micro = torch.tensor(positions) // m
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if len({p.dtype for p in params}) > 1:
+            raise ValueError(f"train.world_invariant needs the trained parameters in one dtype, got "
+                             f"{sorted(str(d) for d in {p.dtype for p in params})}")
+        # this rank's micro-batch gradients, one zeroed row each; backward adds straight into views of its row
+        mine = torch.zeros(local, sum(p.numel() for p in params), dtype=params[0].dtype, device=cfg.device)
+        n_global = int(dist.sum_across([float(len(y))], cfg.device)[0])
+        total_loss, correct = 0.0, 0.0
+        no_sync = getattr(self.forward_model, "no_sync", contextlib.nullcontext)  # the reduction is ours
+        for i in range(local):
+            k = self.rank * local + i
+            sel = (micro == k).nonzero().flatten()
+            if len(sel) == 0:  # every image of this micro-batch was unreadable: it adds nothing
+                continue
+            torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * k)  # dropout / drop-path draws
+            xm, ym, mix = x[sel], y[sel], Mix()
+            if cfg.mixup or cfg.cutmix:
+                xm, mix = self._mix(xm, step, -1 - k)
+            xm, ym = xm.to(cfg.device), ym.to(cfg.device)
+            _point_grads(params, mine[i])
+            with no_sync():
+                loss, right = self._forward_backward(xm, ym, mix, ym, 0, len(ym) / n_global)
+            total_loss += loss * len(ym) / len(y)
+            correct += right
+        parts = [mine]
+        if self.world > 1:
+            parts = [mine if r == self.rank else torch.empty_like(mine) for r in range(self.world)]
+            torch.distributed.all_gather(parts, mine)
+        rows = [row for part in parts for row in part]  # rank r holds micro-batches r*local.. : k order
+        grad = rows[0]
+        for row in rows[1:]:
+            grad += row
+        _point_grads(params, grad)
+        return total_loss, correct
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The full weights; under FSDP every rank must call it and only rank 0 gets them."""
@@ -440,7 +513,7 @@ class Trainer:
                     bar.write(f"skipped unreadable image ({self.skipped_images} so far): {msg}")
             if len(batch.y) == 0:
                 raise ValueError(f"every image of the batch of step {self.step} was unreadable")
-            loss, acc, n = self.train_step(self.step, batch.x, batch.y)
+            loss, acc, n = self.train_step(self.step, batch.x, batch.y, batch.positions)
             if loss != loss:  # NaN
                 raise FloatingPointError(f"loss became NaN at step {self.step}; lower optim.lr or set optim.clip_norm")
             self.step += 1
@@ -478,6 +551,14 @@ class Trainer:
         if self.ema is not None and self.step >= cfg.steps:  # the averaged weights are the result (appendix B.1.1)
             self.ema.copy_to(self.model)  # (not at a stop_at pause: training goes on from the raw weights)
         return last
+
+
+def _point_grads(params: list[nn.Parameter], flat: torch.Tensor) -> None:
+    """Make each parameter's .grad a view of its slice of `flat` (a backward pass then adds into it)."""
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
 
 
 def metric_lines(path: str | Path) -> list[tuple[int, str, dict[str, Any] | None]]:
