@@ -5,6 +5,7 @@ RandAugment + random erasing, Mixup / CutMix, dropout, and a corrupt image that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -22,7 +23,7 @@ from safetensors.torch import load_file
 
 from vitkit.data.digits import load_digits_split
 
-STEPS = 60
+STEPS = 100  # the first checkpoint is at step 10: the rest leaves a kill ~1 s to land mid-run
 
 CONFIG = """
 [model]
@@ -145,3 +146,55 @@ def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str) -> Non
     assert skipped and all("broken.png" in m for r in skipped for m in r["skipped_images"])
     assert json.loads((tmp_path / "full" / "result.json").read_text())["skipped_images"] == skipped[-1]["skipped_total"]
     assert "broken.png" in out_full or "skipped" in out_full
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes started by `pid`, and theirs (from /proc: torchrun puts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> None:
+    """With train.world_invariant, a run on tar shards launched by torchrun with 2 processes, SIGKILLed after a
+    checkpoint and resumed by 1 process, ends with the bits of an uninterrupted 1-process run (the same
+    augmentation, Mixup / CutMix, dropout and corrupt member as above; one thread per process)."""
+    root = make_digit_folder(tmp_path / "digits")
+    text = CONFIG.format(root=root, steps=STEPS).replace(f'name = "folder"\npath = "{root}"',
+                                                        _shards_of(root, tmp_path / "shards"))
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(text.replace("[train]\n", "[train]\ngrad_accum = 2\nworld_invariant = true\n"))
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+                "vitkit.cli"]
+    killed = subprocess.Popen(torchrun + _train_cmd(cfg, tmp_path / "killed")[3:], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    state = tmp_path / "killed" / "train_state.pt"
+    deadline = time.time() + 180
+    while not state.exists() and killed.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(random.uniform(0.0, 0.4))
+    for pid in _descendants(killed.pid) + [killed.pid]:  # both workers and the launcher, at once
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _, err = killed.communicate()
+    assert killed.returncode == -signal.SIGKILL, f"the 2-process run ended before it could be killed: {err[-2000:]}"
+    saved_step = torch.load(state, weights_only=True)["step"]
+    assert 10 <= saved_step < STEPS and saved_step % 10 == 0
+
+    full = subprocess.run(_train_cmd(cfg, tmp_path / "full"), env=env, capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr[-2000:]
+    resumed = subprocess.run(_train_cmd(cfg, tmp_path / "killed", "--resume"), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a = load_file(tmp_path / "full" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert [k for k in a if not torch.equal(a[k], b[k])] == [], f"differs after resuming step {saved_step} in 1 process"
