@@ -34,27 +34,26 @@ def _sets(steps: int, grad_accum: int, invariant: bool, extra: list[str]) -> lis
             "model.dropout=0.1", "train.mixup=0.2", "train.cutmix=1.0"]
 
 
-def _rank(rank: int, world: int, store: str, out: str, sets: list[str]) -> None:
+def _rank(rank: int, world: int, store: str, out: str, cfg: dict) -> None:
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        run_experiment(load_config("digits_demo", sets), out, progress=False, save=True)
+        run_experiment(cfg, out, progress=False, save=True)
     finally:
         dist.shutdown()
 
 
 def _train(tmp: Path, name: str, sets: list[str], world: int) -> tuple[float, dict]:
     """(seconds per training step, as the run logged it: the whole run's steps, no evaluation; the weights)."""
-    out = tmp / name
+    out, cfg = tmp / name, load_config("digits_demo", sets)
     if world == 1:
         torch.set_num_threads(1)
-        run_experiment(load_config("digits_demo", sets), out, progress=False, save=True)
+        run_experiment(cfg, out, progress=False, save=True)
     else:
-        mp.start_processes(_rank, args=(world, str(tmp / f"{name}.store"), str(out), sets), nprocs=world,
+        mp.start_processes(_rank, args=(world, str(tmp / f"{name}.store"), str(out), cfg), nprocs=world,
                            start_method="spawn", join=True)
     last = [r for r in read_metrics(out / "metrics.jsonl") if "img_per_s" in r][-1]
-    batch = load_config("digits_demo", sets)["train"]["batch_size"]
-    return batch / last["img_per_s"], load_file(out / "model" / "model.safetensors")
+    return cfg["train"]["batch_size"] / last["img_per_s"], load_file(out / "model" / "model.safetensors")
 
 
 def main() -> None:

@@ -11,10 +11,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
-from helpers import digits_model, digits_trainer
+from helpers import differing_keys, digits_model, digits_trainer
 from safetensors.torch import load_file
 
 from vitkit import distributed as dist
@@ -119,14 +120,17 @@ def _shard_trainer(out: Path, cfg: dict, shards: str) -> Trainer:
     return Trainer(model, TrainConfig(**cfg), loader, out, progress=False)
 
 
-def _shard_worker(rank: int, world: int, store: str, out: str, cfg: dict, shards: str, resume_from: str) -> None:
+def _pause_or_finish(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str, make: Any,
+                     *make_args: Any) -> None:
+    """Train the trainer `make(out, cfg, *make_args)` builds to step N, or, given `resume_from`, finish that
+    state's run (a 1-process checkpoint finished by 2 processes)."""
     with _group(rank, world, store):
-        if resume_from:  # a 1-process checkpoint finished by 2 processes
-            t = _shard_trainer(Path(out), cfg, shards)
+        t = make(Path(out), cfg, *make_args)
+        if resume_from:
             t.load_state(resume_from)
             t.fit()
         else:
-            _shard_trainer(Path(out), cfg, shards).fit(stop_at=N)
+            t.fit(stop_at=N)
 
 
 def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
@@ -135,14 +139,14 @@ def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
     train, _ = load_digits_split()
     pack(train, tmp_path / "s", "train", shard_size=400)
     shards = str(tmp_path / "s")
-    two = torch.load(_spawn(tmp_path, "two", CFG, shards, "", worker=_shard_worker) / "train_state.pt",
-                     weights_only=True)
+    two = torch.load(_spawn(tmp_path, "two", CFG, "", _shard_trainer, shards, worker=_pause_or_finish) /
+                     "train_state.pt", weights_only=True)
     single = _shard_trainer(tmp_path / "one", CFG, shards)
     single.fit(stop_at=N)
     single.save_state()
     d_two = _delta(two["model"], single.model.state_dict())
-    into_two = _spawn(tmp_path, "into_two", CFG, shards, str(tmp_path / "one" / "train_state.pt"),
-                      worker=_shard_worker)
+    into_two = _spawn(tmp_path, "into_two", CFG, str(tmp_path / "one" / "train_state.pt"), _shard_trainer, shards,
+                      worker=_pause_or_finish)
     resumed = _shard_trainer(tmp_path / "two", CFG, shards)
     resumed.load_state()
     resumed.fit()
@@ -221,20 +225,6 @@ def _inv_trainer(out: Path, cfg: dict) -> Trainer:
                           out)
 
 
-def _inv_worker(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str) -> None:
-    with _group(rank, world, store):
-        if resume_from:  # a 1-process checkpoint finished by 2 processes
-            t = _inv_trainer(Path(out), cfg)
-            t.load_state(resume_from)
-            t.fit()
-        else:
-            _inv_trainer(Path(out), cfg).fit(stop_at=N)
-
-
-def _same_bits(a: dict, b: dict) -> list[str]:
-    return [k for k in a if not torch.equal(a[k], b[k])]
-
-
 def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Path) -> None:
     """With train.world_invariant, 2 processes and 1 process (one thread each) end with the same bits, and a
     checkpoint resumed with the other world size finishes with the bits of the uninterrupted 1-process run (the
@@ -242,12 +232,13 @@ def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Pat
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the workers: a matmul's summation order may depend on the thread count
     try:
-        two = torch.load(_spawn(tmp_path, "two", INV, "", worker=_inv_worker) / "train_state.pt", weights_only=True)
+        two = torch.load(_spawn(tmp_path, "two", INV, "", _inv_trainer, worker=_pause_or_finish) / "train_state.pt", weights_only=True)
         single = _inv_trainer(tmp_path / "one", INV)
         single.fit(stop_at=N)  # (writes one/train_state.pt at step N)
         assert two["step"] == N
-        assert _same_bits(two["model"], single.model.state_dict()) == [], "2 processes differ from 1 at step N"
-        into_two = _spawn(tmp_path, "into_two", INV, str(tmp_path / "one" / "train_state.pt"), worker=_inv_worker)
+        assert differing_keys(two["model"], single.model.state_dict()) == [], "2 processes differ from 1 at step N"
+        into_two = _spawn(tmp_path, "into_two", INV, str(tmp_path / "one" / "train_state.pt"), _inv_trainer,
+                          worker=_pause_or_finish)
         resumed = _inv_trainer(tmp_path / "two", INV)  # the 2-process checkpoint finished by 1 process
         resumed.load_state()
         resumed.fit()
@@ -255,6 +246,6 @@ def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Pat
     finally:
         torch.set_num_threads(threads)
     final = single.model.state_dict()
-    assert _same_bits(resumed.model.state_dict(), final) == []
+    assert differing_keys(resumed.model.state_dict(), final) == []
     finished_by_two = torch.load(into_two / "train_state.pt", weights_only=True)
-    assert finished_by_two["step"] == 2 * N and _same_bits(finished_by_two["model"], final) == []
+    assert finished_by_two["step"] == 2 * N and differing_keys(finished_by_two["model"], final) == []

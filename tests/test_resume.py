@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import differing_keys
 from PIL import Image
 from safetensors.torch import load_file
 
@@ -100,52 +101,33 @@ def _shards_of(root: Path, out: Path) -> str:
     return f'name = "shards"\npath = "{out}/train-{{000000..000002}}.tar"\ntest_path = "{out}/test-000000.tar"'
 
 
-@pytest.mark.parametrize("source", ["folder", "shards"])
-def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str) -> None:
+def _run_config(tmp_path: Path, source: str, extra_train: str = "") -> Path:
+    """run.toml: CONFIG on the digit folder, or on the same images packed into shards; `extra_train`: more
+    [train] lines."""
     root = make_digit_folder(tmp_path / "digits")
-    cfg = tmp_path / "run.toml"
-    text = CONFIG.format(root=root, steps=STEPS)
+    text = CONFIG.format(root=root, steps=STEPS).replace("[train]\n", "[train]\n" + extra_train)
     if source == "shards":
         text = text.replace(f'name = "folder"\npath = "{root}"', _shards_of(root, tmp_path / "shards"))
+    cfg = tmp_path / "run.toml"
     cfg.write_text(text)
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    full = subprocess.Popen(_train_cmd(cfg, tmp_path / "full"), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    killed = subprocess.Popen(_train_cmd(cfg, tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    state = tmp_path / "killed" / "train_state.pt"
+    return cfg
+
+
+def _kill_after_first_checkpoint(run: subprocess.Popen, state: Path) -> int:
+    """SIGKILL `run` and every process it started at a random moment after its first checkpoint `state` is
+    written; the step of the state it left."""
     deadline = time.time() + 120
-    while not state.exists() and killed.poll() is None and time.time() < deadline:
+    while not state.exists() and run.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     time.sleep(random.uniform(0.0, 0.4))  # a random step after the first checkpoint
-    killed.send_signal(signal.SIGKILL)
-    assert killed.wait() == -signal.SIGKILL, "the run ended before it could be killed"
+    for pid in _descendants(run.pid) + [run.pid]:  # (torchrun's workers too) at once
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _, err = run.communicate()
+    assert run.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {(err or '')[-2000:]}"
     saved_step = torch.load(state, weights_only=True)["step"]
     assert 10 <= saved_step < STEPS and saved_step % 10 == 0
-
-    resumed = subprocess.run(_train_cmd(cfg, tmp_path / "killed", "--resume"), env=env, capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    out_full, _ = full.communicate()
-    assert full.returncode == 0, out_full[-2000:]
-
-    a = load_file(tmp_path / "full" / "model" / "model.safetensors")
-    b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), f"{k} differs after resume from step {saved_step}"
-
-    # the logged losses agree line by line: same data order, same augmentation, same dropout
-    def losses(run: str) -> list[tuple[int, float]]:
-        recs = [json.loads(ln) for ln in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-        return [(r["step"], r["loss"]) for r in recs if "loss" in r]
-
-    assert losses("full") == losses("killed") and len(losses("full")) == STEPS // 5
-    # the corrupt file was skipped, counted and named, never crashing the run
-    recs = [json.loads(ln) for ln in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
-    skipped = [r for r in recs if "skipped_images" in r]
-    assert skipped and all("broken.png" in m for r in skipped for m in r["skipped_images"])
-    assert json.loads((tmp_path / "full" / "result.json").read_text())["skipped_images"] == skipped[-1]["skipped_total"]
-    assert "broken.png" in out_full or "skipped" in out_full
+    return saved_step
 
 
 def _descendants(pid: int) -> list[int]:
@@ -163,32 +145,50 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("source", ["folder", "shards"])
+def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str) -> None:
+    cfg = _run_config(tmp_path, source)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    full = subprocess.Popen(_train_cmd(cfg, tmp_path / "full"), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    killed = subprocess.Popen(_train_cmd(cfg, tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    saved_step = _kill_after_first_checkpoint(killed, tmp_path / "killed" / "train_state.pt")
+
+    resumed = subprocess.run(_train_cmd(cfg, tmp_path / "killed", "--resume"), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    out_full, _ = full.communicate()
+    assert full.returncode == 0, out_full[-2000:]
+
+    a = load_file(tmp_path / "full" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
+    assert differing_keys(a, b) == [], f"differs after resume from step {saved_step}"
+
+    # the logged losses agree line by line: same data order, same augmentation, same dropout
+    def losses(run: str) -> list[tuple[int, float]]:
+        recs = [json.loads(ln) for ln in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["loss"]) for r in recs if "loss" in r]
+
+    assert losses("full") == losses("killed") and len(losses("full")) == STEPS // 5
+    # the corrupt file was skipped, counted and named, never crashing the run
+    recs = [json.loads(ln) for ln in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    skipped = [r for r in recs if "skipped_images" in r]
+    assert skipped and all("broken.png" in m for r in skipped for m in r["skipped_images"])
+    assert json.loads((tmp_path / "full" / "result.json").read_text())["skipped_images"] == skipped[-1]["skipped_total"]
+    assert "broken.png" in out_full or "skipped" in out_full
+
+
 def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> None:
     """With train.world_invariant, a run on tar shards launched by torchrun with 2 processes, SIGKILLed after a
     checkpoint and resumed by 1 process, ends with the bits of an uninterrupted 1-process run (the same
     augmentation, Mixup / CutMix, dropout and corrupt member as above; one thread per process)."""
-    root = make_digit_folder(tmp_path / "digits")
-    text = CONFIG.format(root=root, steps=STEPS).replace(f'name = "folder"\npath = "{root}"',
-                                                        _shards_of(root, tmp_path / "shards"))
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(text.replace("[train]\n", "[train]\ngrad_accum = 2\nworld_invariant = true\n"))
+    cfg = _run_config(tmp_path, "shards", "grad_accum = 2\nworld_invariant = true\n")
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
                 "vitkit.cli"]
     killed = subprocess.Popen(torchrun + _train_cmd(cfg, tmp_path / "killed")[3:], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    state = tmp_path / "killed" / "train_state.pt"
-    deadline = time.time() + 180
-    while not state.exists() and killed.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    time.sleep(random.uniform(0.0, 0.4))
-    for pid in _descendants(killed.pid) + [killed.pid]:  # both workers and the launcher, at once
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    _, err = killed.communicate()
-    assert killed.returncode == -signal.SIGKILL, f"the 2-process run ended before it could be killed: {err[-2000:]}"
-    saved_step = torch.load(state, weights_only=True)["step"]
-    assert 10 <= saved_step < STEPS and saved_step % 10 == 0
+    saved_step = _kill_after_first_checkpoint(killed, tmp_path / "killed" / "train_state.pt")
 
     full = subprocess.run(_train_cmd(cfg, tmp_path / "full"), env=env, capture_output=True, text=True)
     assert full.returncode == 0, full.stderr[-2000:]
@@ -196,5 +196,4 @@ def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> N
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a = load_file(tmp_path / "full" / "model" / "model.safetensors")
     b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
-    assert a.keys() == b.keys()
-    assert [k for k in a if not torch.equal(a[k], b[k])] == [], f"differs after resuming step {saved_step} in 1 process"
+    assert differing_keys(a, b) == [], f"differs after resuming step {saved_step} in 1 process"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import digits_model, digits_trainer
+from helpers import differing_keys, digits_model, digits_trainer
 
 from vitkit.train import run
 from vitkit.train.config import load_config, train_config
@@ -113,7 +113,7 @@ def test_world_invariant_reduction(tmp_path: Path, monkeypatch) -> None:
         return model.state_dict()
 
     plain, invariant = run(False), run(True)
-    assert [k for k in plain if not torch.equal(plain[k], invariant[k])] == []
+    assert differing_keys(plain, invariant) == []
     monkeypatch.setattr("vitkit.distributed.world_size", lambda: 3)
     with pytest.raises(ValueError, match="grad_accum divisible by the number of processes: grad_accum 4, 3 processes"):
         digits_trainer(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32),

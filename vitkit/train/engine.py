@@ -442,9 +442,10 @@ class Trainer:
         local = cfg.grad_accum // self.world
         micro = torch.tensor(positions) // m
         params = [p for p in self.model.parameters() if p.requires_grad]
-        if len({p.dtype for p in params}) > 1:
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) > 1:
             raise ValueError(f"train.world_invariant needs the trained parameters in one dtype, got "
-                             f"{sorted(str(d) for d in {p.dtype for p in params})}")
+                             f"{sorted(map(str, dtypes))}")
         # this rank's micro-batch gradients, one zeroed row each; backward adds straight into views of its row
         mine = torch.zeros(local, sum(p.numel() for p in params), dtype=params[0].dtype, device=cfg.device)
         n_global = int(dist.sum_across([float(len(y))], cfg.device)[0])
