@@ -118,6 +118,36 @@ def export_openvino(onnx_path: str | Path, path: str | Path) -> Path:
     return path
 
 
+EXPORT_SUFFIXES = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}
+
+
+def output_paths(fmt: str, out: str | Path, int8: bool = False) -> list[Path]:
+    """Every file an export of format `fmt` to `out` writes: the OpenVINO IR's `.bin` beside its `.xml`, and the
+    int8 ONNX file beside the fp32 one."""
+    out = Path(out)
+    paths = [out] + ([out.with_suffix(".bin")] if fmt == "openvino" else [])
+    return paths + ([out.with_suffix(".int8.onnx")] if int8 else [])
+
+
+def _earlier_export(f: Path) -> bool:
+    """A file an earlier export wrote (so writing it again destroys no input)."""
+    return f.suffix in EXPORT_SUFFIXES.values() or (f.suffix == ".bin" and f.with_suffix(".xml").is_file()
+                                                    and f.with_suffix(".xml").read_bytes()[:200].lstrip().startswith(b"<?xml"))
+
+
+def refuse_overwriting_inputs(outputs: list[Path], source: Path | None) -> None:
+    """A ValueError when an output would replace the source checkpoint or one of its files (never allowed, with or
+    without --overwrite): a source file itself, or a file of a source folder that no earlier export wrote."""
+    if source is None or not source.exists():
+        return
+    inputs = [source] if source.is_file() else [f for f in source.iterdir() if f.is_file() and not _earlier_export(f)]
+    for out in outputs:
+        for f in inputs:
+            if out.resolve() == f.resolve():
+                raise ValueError(f"the export would write {out}, which is the checkpoint's own file {f}: an export "
+                                 "never replaces its input; choose another --out")
+
+
 def export_aoti(model: nn.Module, path: str | Path, *, img_size: int | tuple[int, int] | None = None,
                 max_batch: int = 1024) -> Path:
     """`torch.export` of `model` (eval, fp32; batch 1..`max_batch` dynamic) compiled ahead of time by

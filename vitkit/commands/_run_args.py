@@ -24,13 +24,11 @@ def add_run_arguments(p: argparse.ArgumentParser, default_config: str | None, ki
 def prepare(args: argparse.Namespace, extra: list[str] = ()) -> dict[str, Any]:
     import os
 
-    import torch
-
     from vitkit.train.config import load_config
     from vitkit.train.run import default_run_dir
+    from vitkit.utils.hardware import set_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     if args.from_scratch:
         extra = [*extra, "model.require_pretrained=false"]
     cfg = load_config(args.config, [*extra, *args.overrides])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
 from torch import nn
 
 from vitkit.runtime import (
@@ -42,10 +41,9 @@ def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | No
     runtime, rwhy = resolve_runtime(asked, precision, device, n_images=n_images)
     if asked == "auto" and args.compile and runtime != "torch":
         runtime, rwhy = "torch", "--compile asks for torch.compile"
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    from vitkit.utils.hardware import set_threads
+
+    set_threads(args.threads)
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
         net = build_predictor(model, precision, runtime, args.compile, device, args.threads, log=log)

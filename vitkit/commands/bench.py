@@ -9,8 +9,6 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 HELP = "benchmark inference/training speed against HF and timm (table of ratios)"
 
 
@@ -79,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
         run_suite,
     )
     from vitkit.bench.precision import PRECISIONS
+    from vitkit.utils.hardware import set_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     device = resolve_device(args.device)
     peers = list(PEERS) if args.peers is None else [p for p in args.peers if p != "none"]
     unknown = [p for p in peers if p not in PEERS]

@@ -25,33 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from tqdm.auto import tqdm
-
-    from vitkit.data.datasets import data_config, open_splits
-    from vitkit.data.shards import pack
+    from vitkit.data.shards import pack_source
     from vitkit.utils import check_int
 
     if args.action != "pack":
         raise ValueError("name an action: vitkit data pack SRC OUT")
     check_int("--shard-size", args.shard_size)
-    out = Path(args.out)
-    old = sorted(out.glob("*.tar")) if out.is_dir() else []
-    if old and not args.overwrite:
-        raise FileExistsError(f"{out} already holds {len(old)} shard(s); choose another folder or pass --overwrite")
-    for f in old:
-        f.unlink()
-    splits = open_splits(data_config(args.src, args.channels))
-    skipped: list[str] = []
-    for split in ("train", "test"):
-        ds = splits[split]
-        bar = tqdm(range(len(ds)), desc=f"pack {split}", unit="img", disable=args.no_progress)
-        before = len(skipped)
-        shards = pack(ds, out, split, args.shard_size, bar, skipped)
-        names = f"{shards[0].name}" + (f" .. {shards[-1].name}" if len(shards) > 1 else "") if shards else ""
-        print(f"{split}: {len(ds) - (len(skipped) - before)} samples -> {len(shards)} shard(s) {names}")
+    skipped = pack_source(args.src, args.out, args.shard_size, args.channels, args.overwrite, not args.no_progress)
     for msg in skipped:
         print(f"skipped unreadable image: {msg}")
-    print(f"classes: {out / 'classes.json'} ({len(splits['train'].classes)} classes)")
     return 1 if skipped else 0

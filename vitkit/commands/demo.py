@@ -33,13 +33,12 @@ def demo_overrides(steps: int | None, seed: int, bf16: bool) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from vitkit.train.config import load_config
     from vitkit.train.run import run_experiment
+    from vitkit.utils.hardware import set_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     cfg = load_config(RECIPE, demo_overrides(args.steps, args.seed, args.bf16))
     print(f"vitkit demo: recipe {RECIPE} (the same run as `vitkit train --config recipes/{RECIPE}.toml`)")
     res = run_experiment(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite, header=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from vitkit.commands._load_args import add_load_arguments, load_hints
 
 HELP = "export a model to ONNX (optional int8), OpenVINO IR or an AOTInductor package, checked against PyTorch"
-SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}  # vitkit.export.EXPORT_SUFFIXES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,15 +49,25 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
 
     from vitkit.bench.exports import bench_exports
-    from vitkit.export import check_parity, export_aoti, export_onnx, export_openvino, quantize_int8
+    from vitkit.export import (
+        check_parity,
+        export_aoti,
+        export_onnx,
+        export_openvino,
+        output_paths,
+        quantize_int8,
+        refuse_overwriting_inputs,
+    )
 
     if args.int8 and args.format != "onnx":
         raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
-    model, src = _load(args.source, load_hints(args))
-    model = model.float().eval()
+    src = Path(args.source)
     out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
     if out.suffix != SUFFIX[args.format]:
         raise ValueError(f"--out {out}: a {args.format} export is a {SUFFIX[args.format]} file")
+    refuse_overwriting_inputs(output_paths(args.format, out, args.int8), src if src.exists() else None)
+    model, src = _load(args.source, load_hints(args))
+    model = model.float().eval()
     if args.img_size:
         model.set_img_size(args.img_size)
     if args.format == "onnx":

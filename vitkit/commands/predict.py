@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from vitkit.data.base import FileDataset
+    from vitkit.data.preprocess import max_image_pixels
     from vitkit.distributed import check_device
     from vitkit.evaluate import eval_loader
     from vitkit.formats import load_pretrained
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
+    max_image_pixels(args.max_pixels)  # --max-pixels 0 or a bad $VITKIT_MAX_IMAGE_PIXELS: refused before any work
     if args.output and not args.output.endswith((".csv", ".jsonl")):
         raise ValueError(f"--output {args.output}: write a .csv or a .jsonl file")
     model = load_pretrained(args.model, **load_hints(args))

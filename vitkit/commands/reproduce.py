@@ -29,7 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from vitkit.reproduce import SCALES, run_experiments
 
@@ -38,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"name the experiments to run ({', '.join(NAMES)}) or pass --all")
     if args.all and args.experiments:
         raise ValueError("give experiment names or --all, not both")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from vitkit.utils.hardware import set_threads
+
+    set_threads(args.threads)
     scale = SCALES["smoke" if args.smoke else "full"]
     out = args.out if args.out != "runs/reproduce" or not args.smoke else "runs/reproduce-smoke"
     results = run_experiments(names, out, scale, progress=not args.no_progress)

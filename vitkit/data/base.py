@@ -9,6 +9,7 @@ have `raw(i) -> (bytes, extension)`, the image as stored (so `vitkit data pack` 
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,8 +17,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from vitkit.data.preprocess import read_image
+from vitkit.data.preprocess import max_file_bytes, max_image_pixels, read_image
 from vitkit.data.splits import stratified_holdout
+from vitkit.utils.files import read_regular_file
 
 
 class Dataset(Protocol):
@@ -73,7 +75,8 @@ class FileDataset:
 
     def raw(self, i: int) -> tuple[bytes, str]:
         """The file's bytes as stored, and its extension (for repacking without re-encoding)."""
-        return Path(self.paths[i]).read_bytes(), Path(self.paths[i]).suffix
+        limit = max_image_pixels(self.max_pixels)
+        return read_regular_file(self.paths[i], max_file_bytes(limit), "image"), Path(self.paths[i]).suffix
 
 
 class Subset:
@@ -100,11 +103,22 @@ class Subset:
 def class_names(names: Sequence[str] | None, labels: np.ndarray, where: str, unnamed: str) -> list[str]:
     """The class names for integer `labels`: `names`, refused (naming `where`) when fewer than the largest label
     needs; without names, the indices as names and a warning that says so, after `unnamed` (why there are none)."""
+    if len(labels) and int(labels.min()) < 0:
+        raise ValueError(f"{where}: label {int(labels.min())} is negative; labels are class indices 0, 1, ...")
     k = int(labels.max()) + 1
     if names is not None:
         if len(names) < k:
             raise ValueError(f"{where}: {len(names)} class names, but the labels go up to {k - 1}")
+        dup = sorted(n for n, c in Counter(names).items() if c > 1)
+        if dup:
+            raise ValueError(f"{where}: class names appear twice: {', '.join(map(str, dup[:5]))}")
         return list(names)
+    present = np.unique(labels)
+    if len(present) < k:  # without names the classes are 0..max: a label far beyond the others is refused
+        missing = sorted(set(range(min(k, len(present) + 6))) - set(present.tolist()))[:5]
+        raise ValueError(f"{where}: the labels jump (max {k - 1}, but only {len(present)} distinct values; e.g. "
+                         f"{', '.join(map(str, missing))} never occur{' ...' if len(missing) == 5 else ''}); without "
+                         f"class names they must be 0..K-1 ({unnamed})")
     warnings.warn(f"{unnamed}: the {k} classes are named by their index (0, 1, ...)", UserWarning, stacklevel=3)
     return [str(i) for i in range(k)]
 

@@ -54,20 +54,36 @@ class SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{self.source}: refusing a persistent reference in a CIFAR batch")
 
 
-def _check_plain(obj: Any, source: Path) -> None:
-    """Refuse object arrays (and anything else that is not plain data) anywhere in the loaded tree."""
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            raise ValueError(f"{source}: an array of Python objects (dtype {obj.dtype}) is not CIFAR data")
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_plain(k, source)
-            _check_plain(v, source)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _check_plain(v, source)
-    elif not isinstance(obj, (bytes, str, int, float, bool, np.generic, type(None))):
-        raise ValueError(f"{source}: unexpected {type(obj).__name__} in a CIFAR batch")
+MAX_DEPTH = 8  # a CIFAR batch is a dict of lists: depth 2
+MAX_NODES = 10_000_000  # CIFAR-100's train batch holds ~150k values
+
+
+def _check_plain(obj: Any, source: Path, max_nodes: int = MAX_NODES) -> None:
+    """Refuse object arrays (and anything else that is not plain data) anywhere in the loaded tree, walked without
+    recursion and within bounds: at most `max_nodes` values, MAX_DEPTH levels, and no container met twice (a
+    "billion laughs" pickle shares one list many times over, so a few KB would unfold into 2^60 values)."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    nodes = 0
+    while stack:
+        x, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            raise ValueError(f"{source}: more than {max_nodes:,} values in a CIFAR batch")
+        if isinstance(x, np.ndarray):
+            if x.dtype.hasobject:
+                raise ValueError(f"{source}: an array of Python objects (dtype {x.dtype}) is not CIFAR data")
+        elif isinstance(x, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise ValueError(f"{source}: containers nested over {MAX_DEPTH} deep; a CIFAR batch is a dict of lists")
+            if id(x) in seen:
+                raise ValueError(f"{source}: one container referenced twice (a self-expanding pickle?); a CIFAR batch "
+                                 "holds plain lists")
+            seen.add(id(x))
+            items = [v for kv in x.items() for v in kv] if isinstance(x, dict) else x
+            stack.extend((v, depth + 1) for v in items)
+        elif not isinstance(x, (bytes, str, int, float, bool, np.generic, type(None))):
+            raise ValueError(f"{source}: unexpected {type(x).__name__} in a CIFAR batch")
 
 
 def safe_unpickle(path: Path) -> dict:

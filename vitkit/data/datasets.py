@@ -19,6 +19,7 @@ from vitkit.data.folders import image_folder, list_file
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.data.hfdatasets import HFImageDataset, is_hf_path, splits_of
 from vitkit.data.lfw import load_lfw_subset
+from vitkit.data.preprocess import max_image_pixels
 from vitkit.data.shards import ShardDataset, is_shard_pattern, split_patterns
 
 __all__ = ["ArrayDataset", "Dataset", "FileDataset", "Subset", "data_config", "detect_kind", "holdout",
@@ -79,6 +80,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     a random subset of that many training images, as the paper's Fig. 4 does; subsets of one seed nest).
     """
     name, path = cfg.get("name", "auto"), str(cfg.get("path", "") or "")
+    max_image_pixels(int(cfg.get("max_pixels", 0) or 0) or None)  # a bad $VITKIT_MAX_IMAGE_PIXELS fails here, once
     if name == "auto":
         if not path:
             raise ValueError("data.path is not set: point at an image folder, a CIFAR folder or a list file")

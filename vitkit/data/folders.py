@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitkit.data.base import FileDataset
+import numpy as np
+
+from vitkit.data.base import FileDataset, class_names
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -18,14 +20,27 @@ def _scan(root: Path, channels: int, classes: list[str] | None = None, max_pixel
     elif set(dirs) - set(classes):
         raise ValueError(f"{root}: class folders {sorted(set(dirs) - set(classes))} are not among the training classes")
     paths, labels = [], []
+    real_root = root.resolve()
     for c in dirs:
+        if (root / c).is_symlink():
+            _check_inside(root / c, real_root, root)
         for f in sorted((root / c).rglob("*")):
             if f.suffix.lower() in IMAGE_EXTENSIONS and f.is_file():
+                if f.is_symlink():
+                    _check_inside(f, real_root, root)
                 paths.append(str(f))
                 labels.append(classes.index(c))
     if not paths:
         raise ValueError(f"{root}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in the class folders")
     return FileDataset(paths, labels, classes, channels, max_pixels)
+
+
+def _check_inside(link: Path, real_root: Path, root: Path) -> None:
+    """A symlink in a data folder must point inside it: one that leaves it would read files nobody asked for."""
+    target = link.resolve()
+    if target != real_root and real_root not in target.parents:
+        raise ValueError(f"{link} is a symlink to {target}, outside the data folder {root}: vitkit reads only files "
+                         "inside the folder it is given; copy the data in, or point at the real folder")
 
 
 def image_folder(
@@ -67,8 +82,11 @@ def list_file(
     names = [r[1] for r in rows]
     if classes is None:
         if all(s.lstrip("-").isdigit() for s in names):
-            k = max(int(s) for s in names) + 1
-            classes = [str(i) for i in range(k)]
+            try:
+                ints = np.array([int(s) for s in names], dtype=np.int64)
+            except OverflowError as e:
+                raise ValueError(f"{path}: a label is too large to be a class index ({e})") from e
+            classes = class_names(None, ints, str(path), f"{path} gives class indices, not names")
         else:
             classes = sorted(set(names))
     index = {c: i for i, c in enumerate(classes)}

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from vitkit.data.base import class_names
-from vitkit.data.preprocess import read_image
+from vitkit.data.preprocess import max_file_bytes, max_image_pixels, read_image
+from vitkit.utils.files import inside, read_regular_file
 
 DICT_FILE, SINGLE_FILE = "dataset_dict.json", "state.json"
 
@@ -137,6 +138,8 @@ class HFImageDataset:
         # vitkit decodes: the rows give the stored bytes (or a file path), never a PIL image from `datasets`
         self.ds = ds.select_columns([self.image_column]).cast_column(self.image_column, ds_lib.Image(decode=False))
         self.channels, self.max_pixels = channels, max_pixels
+        p = Path(path)  # the data root: image paths stored in rows must resolve inside it
+        self.root = (p if p.is_dir() else Path(_parquet_files(path)[0]).parent).resolve()
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -146,10 +149,12 @@ class HFImageDataset:
         if isinstance(cell, dict) and cell.get("bytes") is not None:
             return cell["bytes"]
         if isinstance(cell, dict) and cell.get("path"):
-            try:
-                return Path(cell["path"]).read_bytes()
-            except OSError as e:
-                raise ValueError(f"cannot read image {self.describe(i)}: {e}") from e
+            f = Path(cell["path"])
+            f = (f if f.is_absolute() else self.root / f).resolve()
+            if not inside(f, self.root):
+                raise ValueError(f"cannot read image {self.describe(i)}: its path {cell['path']!r} lies outside the "
+                                 f"dataset's folder {self.root}; vitkit reads only files inside the data it is given")
+            return read_regular_file(f, max_file_bytes(max_image_pixels(self.max_pixels)), "image")
         raise ValueError(f"cannot read image {self.describe(i)}: no image bytes or path")
 
     def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:

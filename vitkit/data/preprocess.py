@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitkit.utils.files import read_regular_file
+
 
 @dataclass
 class PreprocessConfig:
@@ -111,6 +113,28 @@ def max_image_pixels(value: int | None = None) -> int:
     return int(value)
 
 
+def _sample_bytes(mode: str) -> int:
+    """Bytes per sample of a Pillow mode: 2 for 16-bit, 4 for 32-bit integer or float, else 1."""
+    return 2 if mode.startswith("I;16") else 4 if mode in ("I", "F") else 1
+
+
+def max_file_bytes(limit: int) -> int:
+    """The largest image file read under the pixel limit `limit` (checked before reading): 8 bytes a pixel, the
+    most any stored format needs (16-bit RGBA uncompressed), plus 1 MiB of headers."""
+    return 8 * limit + (1 << 20)
+
+
+def _check_decoded_size(w: int, h: int, mode: str, limit: int, path_text: str) -> None:
+    """The pixel limit counts bytes per sample: a 16-bit image counts each pixel twice, a 32-bit or float one four
+    times, as that is what decoding and rescaling it costs beside an 8-bit image."""
+    per = _sample_bytes(mode)
+    if w * h * per > limit:
+        what = (f"{w * h:,} pixels" if per == 1 else
+                f"{w * h:,} pixels of {per} bytes a sample (mode {mode}) count as {w * h * per:,}")
+        raise ValueError(f"cannot read image {path_text}: {w}x{h} = {what}, over the limit of {limit:,} pixels (a "
+                         f"decompression bomb?); raise it with ${MAX_PIXELS_ENV} or the command's --max-pixels")
+
+
 def _to_unit_array(im: Any, path: str | Path) -> np.ndarray:
     """Pixels of a single-band high-bit-depth image as floats in [0, 1], scaled by the format's range.
 
@@ -119,17 +143,19 @@ def _to_unit_array(im: Any, path: str | Path) -> np.ndarray:
     clipped. Pillow's own conversion to 8 bits clips instead, which turns most 16-bit images white."""
     a = np.asarray(im)
     if im.mode.startswith("I;16"):
-        return a.astype(np.float32) / 65535.0
+        return np.multiply(a, np.float32(1 / 65535.0), dtype=np.float32)
     if im.mode == "I":
-        bits = 16 if im.format == "PNG" else 32
+        bits = 16 if im.format in ("PNG", "PPM") else 32  # Pillow scales a PGM of any maxval > 255 to 16 bits
         tags = getattr(im, "tag_v2", None)
         if tags is not None and 258 in tags:
             b = tags[258]
             bits = int(b[0] if isinstance(b, tuple) else b)
         top = 65535.0 if bits <= 16 else float(2**31 - 1)
-        return np.clip(a.astype(np.float64) / top, 0.0, 1.0).astype(np.float32)
+        out = np.multiply(a, np.float32(1 / top), dtype=np.float32)  # float32 throughout: no float64 copy
+        return np.clip(out, 0.0, 1.0, out=out)
     if im.mode == "F":
-        return np.clip(np.nan_to_num(a.astype(np.float32)), 0.0, 1.0)
+        out = np.nan_to_num(np.array(a, dtype=np.float32), copy=False)
+        return np.clip(out, 0.0, 1.0, out=out)
     raise ValueError(f"cannot read image {path}: unsupported mode {im.mode}")
 
 
@@ -187,15 +213,18 @@ def read_image(
     path_text = name if name is not None else str(path)
 
     limit = max_image_pixels(max_pixels)
-    if _simplejpeg() is not None:
+    if hasattr(path, "read"):
         try:
-            data = path.read() if hasattr(path, "read") else Path(path).read_bytes()
+            data = path.read()
         except OSError as e:
             raise ValueError(f"cannot read image {path_text}: {e}") from e
+    else:  # a regular file under the size cap, checked before reading (not a FIFO, not /dev/zero)
+        data = read_regular_file(path, max_file_bytes(limit), "image")
+    if _simplejpeg() is not None:
         fast = _fast_jpeg(data, channels, min_size, limit, path_text)
         if fast is not None:
             return _to_tensor(fast)
-        path = io.BytesIO(data)
+    path = io.BytesIO(data)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -206,11 +235,7 @@ def read_image(
                 Image.MAX_IMAGE_PIXELS = old
         with im:
             w, h = im.size
-            if w * h > limit:
-                raise ValueError(
-                    f"cannot read image {path_text}: {w}x{h} = {w * h:,} pixels is over the limit of {limit:,} "
-                    f"(a decompression bomb?); raise it with ${MAX_PIXELS_ENV} or the command's --max-pixels"
-                )
+            _check_decoded_size(w, h, im.mode, limit, path_text)
             factor = min(w // min_size[1], h // min_size[0]) if min_size else 1
             if factor >= 2 and im.format == "JPEG":
                 im.draft(im.mode, (max(w // factor, 1), max(h // factor, 1)))

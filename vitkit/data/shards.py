@@ -26,12 +26,17 @@ import numpy as np
 import torch
 
 from vitkit.data.base import class_names
-from vitkit.data.preprocess import read_image
+from vitkit.data.preprocess import max_file_bytes, max_image_pixels, read_image
 from vitkit.utils.atomic import atomic_write_text
+from vitkit.utils.files import FolderLock, inside, overlapping, read_regular_file
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".gif")
 CLASSES_FILE = "classes.json"
+MANIFEST_FILE = "manifest.json"  # written last by `vitkit data pack`: its absence marks an interrupted pack
 _BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+_DIGITS = re.compile(r"[0-9]{1,12}")
+MAX_LABEL_BYTES = 4096  # a .cls / .json label member
+MAX_TAR_META_BYTES = 16 << 10  # a PAX / GNU long-name header
 
 
 def is_shard_pattern(path: str) -> bool:
@@ -70,11 +75,38 @@ def expand_pattern(pattern: str) -> list[Path]:
 def split_patterns(path: str) -> tuple[str, str | None]:
     """(train pattern, test pattern or None) for a `data.path` of shards: a folder written by `vitkit data pack`
     (train-*.tar and test-*.tar side by side) gives both, so the test shards are never trained on; anything
-    else is the training shards alone."""
+    else is the training shards alone. A pack folder must hold its manifest (written last): one without it is
+    an interrupted pack and is refused, and shards that differ from the manifest are refused by name."""
     p = Path(path)
     if p.is_dir() and any(p.glob("train-*.tar")):
+        if (p / CLASSES_FILE).is_file():  # written by `vitkit data pack`, so it must be complete
+            check_manifest(p)
         return str(p / "train-*.tar"), (str(p / "test-*.tar") if any(p.glob("test-*.tar")) else None)
     return path, None
+
+
+def check_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of a pack folder, checked against the shards there (names and byte sizes)."""
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder}: no {MANIFEST_FILE}, so its `vitkit data pack` did not finish (killed or failed "
+                         "mid-pack); pack it again (--overwrite), or name the shards by pattern to read them anyway")
+    try:
+        doc = json.loads(read_regular_file(path, 64 << 20, "manifest"))
+        listed = {str(k): int(v) for k, v in doc["shards"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a pack manifest ({type(e).__name__}: {e})") from e
+    present = {f.name: f.stat().st_size for f in folder.glob("*.tar")}
+    for name, size in listed.items():
+        if name not in present:
+            raise ValueError(f"{folder}: shard {name} of {MANIFEST_FILE} is missing")
+        if present[name] != size:
+            raise ValueError(f"{folder / name}: {present[name]:,} bytes, the manifest says {size:,} (cut short or "
+                             "changed since it was packed)")
+    extra = sorted(set(present) - set(listed))
+    if extra:
+        raise ValueError(f"{folder}: shards not in {MANIFEST_FILE}: {', '.join(extra[:5])}")
+    return doc
 
 
 def _split_key(name: str) -> tuple[str, str]:
@@ -94,19 +126,29 @@ class ShardDataset:
         self.channels, self.max_pixels = channels, max_pixels
         entries: list[tuple[int, int, int, str]] = []  # (shard, offset, size, member name)
         labels: list[int] = []
+        max_image = max_file_bytes(max_image_pixels(max_pixels))
         for si, shard in enumerate(self.shards):
             samples: dict[str, dict[str, Any]] = {}
+            check_tar_headers(shard)  # before tarfile parses anything: bounded headers, no sparse, not cut short
             try:
                 with tarfile.open(shard, "r:") as tar:  # uncompressed tar: members can be read by offset
                     for info in tar:
                         if not info.isfile():
                             continue
+                        if info.issparse():
+                            raise ValueError(f"{shard}:{info.name}: a sparse member; shards hold plain files")
                         key, ext = _split_key(info.name)
                         rec = samples.setdefault(key, {})
                         if ext in IMAGE_EXTS:
+                            if info.size > max_image:
+                                raise ValueError(f"{shard}:{info.name}: {info.size:,} bytes is over the image file "
+                                                 f"limit of {max_image:,} (raise the pixel limit to admit it)")
                             rec["image"] = (info.offset_data, info.size, info.name)
                         elif ext in (".cls", ".json"):
-                            rec[ext] = tar.extractfile(info).read()  # labels are a few bytes
+                            if info.size > MAX_LABEL_BYTES:
+                                raise ValueError(f"{shard}:{info.name}: a label of {info.size:,} bytes (at most "
+                                                 f"{MAX_LABEL_BYTES:,})")
+                            rec[ext] = tar.extractfile(info).read(MAX_LABEL_BYTES)
             except tarfile.TarError as e:
                 raise ValueError(f"{shard}: not a readable tar shard ({e})") from e
             for key, rec in samples.items():
@@ -126,13 +168,21 @@ class ShardDataset:
 
     @staticmethod
     def _label(rec: dict[str, Any], shard: Path, key: str) -> int:
-        try:
-            if ".cls" in rec:
-                return int(rec[".cls"].decode().strip())
-            if ".json" in rec:
-                return int(json.loads(rec[".json"])["label"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{shard}:{key}: the label is not a class index ({e})") from e
+        """The class index of a sample: `.cls` holds plain decimal digits; `.json` an integer "label" (not 1.9,
+        not true, not -100: an ignore index would silently drop the sample from the loss)."""
+        if ".cls" in rec:
+            text = rec[".cls"].decode("ascii", errors="replace").strip()
+            if not _DIGITS.fullmatch(text):
+                raise ValueError(f"{shard}:{key}.cls: the label {text[:40]!r} is not a class index (0, 1, ...)")
+            return int(text)
+        if ".json" in rec:
+            try:
+                label = json.loads(rec[".json"])["label"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{shard}:{key}.json: no readable \"label\" ({type(e).__name__}: {e})") from e
+            if not isinstance(label, int) or isinstance(label, bool) or label < 0:
+                raise ValueError(f"{shard}:{key}.json: the label {label!r} is not a class index (0, 1, ...)")
+            return label
         raise ValueError(f"{shard}:{key}: an image without a label (.cls or .json with \"label\")")
 
     def __len__(self) -> int:
@@ -162,12 +212,55 @@ class ShardDataset:
         return self._read(i), _split_key(self.entries[i][3])[1]
 
 
+def _tar_number(field: bytes, where: str) -> int:
+    if field[:1] in (b"\x80", b"\xff"):  # GNU base-256
+        n = int.from_bytes(field[1:], "big")
+        return -n if field[:1] == b"\xff" else n
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else 0
+    except ValueError as e:
+        raise ValueError(f"{where}: a tar header with an unreadable size field {field!r}") from e
+
+
+def check_tar_headers(shard: Path, max_meta: int = MAX_TAR_META_BYTES) -> None:
+    """Walk the 512-byte headers of an uncompressed tar without parsing them with `tarfile`: refuse extended
+    headers (PAX, GNU long names) over `max_meta` bytes (Python 3.11's tarfile parses PAX headers in quadratic
+    time, CVE-2024-6232), GNU sparse members, a member whose data runs past the end of the file, and a file without
+    the end-of-archive block (a shard cut at a member boundary, which `tarfile` reads as shorter without a word)."""
+    total = shard.stat().st_size
+    with open(shard, "rb") as f:
+        off = 0
+        while True:
+            f.seek(off)
+            header = f.read(512)
+            if len(header) < 512:
+                raise ValueError(f"{shard}: the tar ends without its end-of-archive block after {off:,} bytes (cut "
+                                 "short: copied or written incompletely?)")
+            if header == b"\0" * 512:
+                return
+            where = f"{shard} (header at byte {off:,})"
+            size = _tar_number(header[124:136], where)
+            kind = header[156:157]
+            if size < 0:
+                raise ValueError(f"{where}: a negative member size")
+            if kind in (b"x", b"g", b"L", b"K") and size > max_meta:
+                raise ValueError(f"{where}: an extended header of {size:,} bytes (at most {max_meta:,}; real shards "
+                                 "need a few hundred)")
+            if kind == b"S":
+                raise ValueError(f"{where}: a GNU sparse member; shards hold plain files")
+            if off + 512 + size > total:
+                raise ValueError(f"{where}: a member of {size:,} bytes runs past the end of the file ({total:,} "
+                                 "bytes): the shard is cut short")
+            off += 512 + (size + 511) // 512 * 512
+
+
 def _read_classes(folder: Path) -> list[str] | None:
     path = folder / CLASSES_FILE
     if not path.is_file():
         return None
     try:
-        names = json.loads(path.read_text())
+        names = json.loads(read_regular_file(path, 64 << 20, "class list"))
     except ValueError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -235,3 +328,54 @@ def pack(ds: Any, out: str | Path, prefix: str, shard_size: int, indices: Iterab
         tar.close()
         tmp.replace(shards[-1])
     return shards
+
+
+def _source_root(src: str) -> Path | None:
+    """The file or folder a `data pack` source reads from (None for a named set such as digits)."""
+    if src in ("digits", "lfw"):
+        return None
+    cut = min([i for i in (src.find("{"), src.find("*")) if i >= 0], default=-1)
+    return Path(src[:cut]).parent if cut >= 0 else Path(src)
+
+
+def pack_source(src: str, out: str | Path, shard_size: int, channels: int = 3, overwrite: bool = False,
+                progress: bool = True, log: Any = print) -> list[str]:
+    """`vitkit data pack`: write the train and test splits of any source vitkit reads as shards in `out`, then
+    the manifest (last, atomically). The destination is locked for the job; one that is, contains or lies inside
+    the source is refused before anything is touched. Returns the names of the skipped unreadable images."""
+    from tqdm.auto import tqdm
+
+    from vitkit.data.datasets import data_config, open_splits
+
+    out = Path(out)
+    root = _source_root(src)
+    if root is not None and root.exists() and (overlapping(out, root) if root.is_dir() else inside(root, out)):
+        raise ValueError(f"the destination {out} is, holds or lies inside the source {src}: packing there would "
+                         "delete or mix in the data being read; choose a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(20, "the pack destination is a file", str(out))
+    with FolderLock(out, "pack destination"):
+        old = sorted(out.glob("*.tar"))
+        if old and not overwrite:
+            raise FileExistsError(f"{out} already holds {len(old)} shard(s); choose another folder or pass --overwrite")
+        splits = open_splits(data_config(src, channels))
+        (out / MANIFEST_FILE).unlink(missing_ok=True)  # first: a pack killed from here on leaves no manifest
+        for f in old:
+            f.unlink()
+        skipped: list[str] = []
+        written: dict[str, int] = {}
+        counts: dict[str, int] = {}
+        for split in ("train", "test"):
+            ds = splits[split]
+            bar = tqdm(range(len(ds)), desc=f"pack {split}", unit="img", disable=not progress)
+            before = len(skipped)
+            shards = pack(ds, out, split, shard_size, bar, skipped)
+            counts[split] = len(ds) - (len(skipped) - before)
+            written.update({f.name: f.stat().st_size for f in shards})
+            names = f"{shards[0].name}" + (f" .. {shards[-1].name}" if len(shards) > 1 else "") if shards else ""
+            log(f"{split}: {counts[split]} samples -> {len(shards)} shard(s) {names}")
+        manifest = {"format": "vitkit-shards", "shards": written, "samples": counts,
+                    "classes": len(splits["train"].classes), "source": str(src)}
+        atomic_write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
+        log(f"classes: {out / CLASSES_FILE} ({len(splits['train'].classes)} classes)")
+    return skipped

@@ -8,7 +8,6 @@ Loaders register in `LOADERS` as (name, detector, loader), tried in order; saver
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from vitkit.formats.npz import is_npz, load_npz, save_npz
 from vitkit.formats.timm import is_timm, load_timm, save_timm
 from vitkit.models.resnet import ResNetV2
 from vitkit.models.vit import VisionTransformer
+from vitkit.utils.files import read_json
 
 Detector = Callable[[Path], bool]
 Loader = Callable[[Path, dict[str, Any]], nn.Module]
@@ -45,8 +45,8 @@ def detect_format(path: str | Path) -> str:
         raise FileNotFoundError(f"no checkpoint at {p}")
     if p.is_dir() and (p / "config.json").is_file():  # a folder format: its config must be readable JSON
         try:
-            doc = json.loads((p / "config.json").read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+            doc = read_json(p / "config.json", "checkpoint config")  # bounded: size, depth, a regular file
+        except (OSError, ValueError) as e:
             raise ValueError(f"{p / 'config.json'}: cannot read the checkpoint's config ({e})") from e
         if not isinstance(doc, dict):
             raise ValueError(f"{p / 'config.json'}: expected a JSON object, found {type(doc).__name__}")

@@ -142,7 +142,8 @@ def torch_load_weights(path: Path) -> dict[str, torch.Tensor]:
     """`torch.load(weights_only=True)`: never runs pickled code; a non-weights pickle is a clear error."""
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError,
+            KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError, MemoryError) as e:
         raise ValueError(f"{path}: {pickle_refusal(e)}") from e
     return unwrap_state(obj, path)
 
@@ -158,7 +159,9 @@ def pickle_refusal(e: BaseException) -> str:
                 "and vitkit never unpickles those (that could run code). Save the weights as a dict of tensors "
                 "or as .safetensors")
     first = text.splitlines()[0] if text else type(e).__name__
-    return f"not a weights-only PyTorch checkpoint (truncated or another format?): {first}"
+    if re.search(r"weights_only|allow_pickle|unpickl", first, re.IGNORECASE):  # torch's advice to unpickle: never
+        first = type(e).__name__
+    return f"not a weights-only PyTorch checkpoint (truncated, or another format?): {first}"
 
 
 def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:

@@ -146,6 +146,7 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
             raise ValueError(f"{path}: pooler_act {doc.get('pooler_act')!r}; the representation layer is tanh")
         rep = int(state[f"{base}pooler.dense.weight"].shape[0])
     choices.pick("pooling", "token")  # HF's ViT always pools its class token
+    _check_sizes_against_tensors(doc, state, base, path)
     return ViTConfig(
         img_size=to_pair(doc.get("image_size", 224), f"{path}: image_size"),
         patch_size=ph,
@@ -161,6 +162,20 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
         ln_eps=float(value("layer_norm_eps", 1e-12, "ln_eps")),
         gelu=gelu,
     )
+
+
+def _check_sizes_against_tensors(doc: dict[str, Any], state: dict[str, torch.Tensor], base: str, path: Path) -> None:
+    """config.json's depth and width must be the tensors' own, checked before a model is built from them (a
+    `num_hidden_layers: 100000` would otherwise allocate gigabytes first)."""
+    prefix = f"{base}encoder.layer."
+    layers = {k[len(prefix):].split(".", 1)[0] for k in state if k.startswith(prefix)}
+    depth = doc.get("num_hidden_layers", 12)
+    if layers and (not isinstance(depth, int) or len(layers) != depth):
+        raise ValueError(f"{path}: num_hidden_layers is {depth!r} but the weights hold {len(layers)} layers")
+    cls = state.get(f"{base}embeddings.cls_token")
+    width = doc.get("hidden_size", 768)
+    if cls is not None and cls.shape[-1] != width:
+        raise ValueError(f"{path}: hidden_size is {width!r} but the weights are {cls.shape[-1]} wide")
 
 
 def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> PreprocessConfig:

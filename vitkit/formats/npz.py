@@ -12,6 +12,7 @@ numerics are the original's (tanh GELU, LayerNorm eps 1e-6, as the original code
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -139,13 +140,60 @@ def _npz_file(path: Path) -> Path | None:
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     """All arrays of an .npz file, without ever unpickling (object arrays or pickles are an error)."""
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path}: not an .npz archive (a zip of .npy arrays); a single .npy or another file type?")
+    check_npz_sizes(path)
     try:
         with np.load(path, allow_pickle=False) as f:
             if not isinstance(f, np.lib.npyio.NpzFile):
                 raise ValueError("a single .npy array, not an .npz archive of named arrays")
             return {k: f[k] for k in f.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        raise ValueError(f"{path}: not a readable .npz of plain arrays (pickled data is refused): {e}") from e
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, IndexError, TypeError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "pickle" in why.lower():  # NumPy's advice to unpickle: never
+            why = "it holds pickled Python objects, which vitkit never unpickles (that could run code)"
+        raise ValueError(f"{path}: not a readable .npz of plain arrays: {why}") from e
+
+
+MAX_CHECKPOINT_BYTES_ENV = "VITKIT_MAX_CHECKPOINT_BYTES"
+DEFAULT_MAX_CHECKPOINT_BYTES = 8 << 30  # ViT-H/14 in fp32 is 2.5 GB
+
+
+def check_npz_sizes(path: Path, limit: int | None = None) -> None:
+    """Before any array is read: every member's .npy header must describe exactly the bytes the member holds, and
+    all of them together at most `limit` (default 8 GiB, or $VITKIT_MAX_CHECKPOINT_BYTES): a zip bomb or a header
+    announcing a huge array is refused without allocating it."""
+    if limit is None:
+        env = os.environ.get(MAX_CHECKPOINT_BYTES_ENV, "").strip()
+        try:
+            limit = int(env) if env else DEFAULT_MAX_CHECKPOINT_BYTES
+        except ValueError as e:
+            raise ValueError(f"${MAX_CHECKPOINT_BYTES_ENV}={env!r} is not a whole number of bytes") from e
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+            total = sum(i.file_size for i in infos)
+            if total > limit:
+                raise ValueError(f"{path}: its arrays unpack to {total:,} bytes, over the limit of {limit:,} (a zip "
+                                 f"bomb?); raise it with ${MAX_CHECKPOINT_BYTES_ENV}")
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    continue
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(f)
+                    header = f.tell()
+                if dtype.hasobject:
+                    raise ValueError(f"{path}: array {info.filename} holds Python objects, which vitkit never "
+                                     "unpickles (that could run code)")
+                need = int(np.prod(shape, dtype=object)) * dtype.itemsize + header
+                if need != info.file_size:
+                    raise ValueError(f"{path}: array {info.filename} announces shape {tuple(shape)} {dtype} "
+                                     f"({need:,} bytes) but holds {info.file_size:,} bytes")
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a readable .npz archive ({type(e).__name__}: {e})") from e
 
 
 def _strip_prefix(arrays: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:

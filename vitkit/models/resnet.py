@@ -248,7 +248,9 @@ class BiTConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.layers, (list, tuple)) or not self.layers:
             raise ValueError(f"layers must be a list of units per stage, got {self.layers!r}")
-        self.layers = tuple(check_int("layers[]", n) for n in self.layers)
+        if len(self.layers) > 16:
+            raise ValueError(f"layers: {len(self.layers)} stages (a BiT ResNet has 4)")
+        self.layers = tuple(check_int("layers[]", n, high=1024) for n in self.layers)
         root_width(self.width_factor)
         check_int("num_classes", self.num_classes, low=0)
         check_int("in_chans", self.in_chans)

@@ -44,6 +44,13 @@ Gelu = Literal["tanh", "exact"]
 GELU_APPROXIMATE: dict[str, str] = {"tanh": "tanh", "exact": "none"}
 
 
+# Sanity bounds, checked before anything is built (a config of depth 100000 would take minutes and gigabytes
+# first); far above every published ViT (ViT-22B: depth 48, width 6144, MLP 24576).
+MAX_SIZES = {"img_size": 1 << 16, "patch_size": 1 << 12, "in_chans": 1 << 10, "width": 1 << 16, "depth": 1 << 10,
+             "num_heads": 1 << 12, "mlp_dim": 1 << 18, "num_classes": 1 << 24, "num_registers": 1 << 10}
+MAX_PARAMETERS = 10**11
+
+
 @dataclass
 class ViTConfig:
     """Plain-data description of a ViT; round-trips through JSON (`to_dict` / `from_dict`)."""
@@ -84,11 +91,16 @@ class ViTConfig:
         """Every value is checked here, so a bad config fails before any work, naming the field."""
         self.img_size = to_pair(self.img_size, "img_size")
         check_int("img_size", min(self.img_size))
+        check_int("img_size", max(self.img_size), high=MAX_SIZES["img_size"])
         for key in ("patch_size", "in_chans", "width", "depth", "num_heads", "mlp_dim"):
-            check_int(key, getattr(self, key))
-        check_int("num_classes", self.num_classes, low=0)
+            check_int(key, getattr(self, key), high=MAX_SIZES[key])
+        check_int("num_classes", self.num_classes, low=0, high=MAX_SIZES["num_classes"])
         if self.representation_size is not None:
-            check_int("representation_size", self.representation_size)
+            check_int("representation_size", self.representation_size, high=MAX_SIZES["width"])
+        est = self.depth * (4 * self.width**2 + 2 * self.width * self.mlp_dim)
+        if est > MAX_PARAMETERS:
+            raise ValueError(f"depth {self.depth} x width {self.width} (MLP {self.mlp_dim}) makes ~{est:.2e} encoder "
+                             f"parameters, over vitkit's sanity bound of {MAX_PARAMETERS:.0e} (ViT-22B has 2.2e10)")
         for key in ("dropout", "attn_dropout", "drop_path"):
             check_range(key, getattr(self, key), 0.0, 1.0)
         check_range("ln_eps", self.ln_eps, 0.0, 1.0, low_open=True)
@@ -102,7 +114,7 @@ class ViTConfig:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         check_choice("pooling", self.pooling, ("token", "gap", "map"))
         check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", "sincos2d"))
-        check_int("num_registers", self.num_registers, low=0)
+        check_int("num_registers", self.num_registers, low=0, high=MAX_SIZES["num_registers"])
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
         check_choice("block", self.block, ("global", "axial"))
         if self.posemb_placement != "input" and self.posemb not in ("learn1d", "learn2d"):

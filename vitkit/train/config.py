@@ -205,6 +205,9 @@ def train_config(cfg: dict[str, Any]) -> TrainConfig:
         raise ValueError(".".join(fields[name]) + msg[len(name):] if name in fields else msg) from e
 
 
+GLYPH_MEMORY = 4 << 30  # bytes of glyph images a run may draw and hold
+
+
 def check_sections(cfg: dict[str, Any]) -> None:
     """The [data], [mpp] and [train] values that TrainConfig and ViTConfig do not cover; a ValueError
     names the first bad key. Called before any data is read."""
@@ -234,13 +237,17 @@ def check_sections(cfg: dict[str, Any]) -> None:
     check_int("data.subset", d["subset"], low=0)
     check_int("data.subset_seed", d["subset_seed"], low=0)
     check_int("data.glyph_images", d["glyph_images"])
-    check_int("data.glyph_classes", d["glyph_classes"], low=2)
-    check_int("data.glyph_size", d["glyph_size"], low=4)
+    check_int("data.glyph_classes", d["glyph_classes"], low=2, high=1 << 20)
+    check_int("data.glyph_size", d["glyph_size"], low=4, high=1024)
+    if d["glyph_images"] * d["glyph_size"] ** 2 > GLYPH_MEMORY:  # drawn up front and held in memory
+        raise ValueError(f"data.glyph_images = {d['glyph_images']:,} images of {d['glyph_size']}x{d['glyph_size']} "
+                         f"px need {d['glyph_images'] * d['glyph_size'] ** 2:,} bytes in memory, over the "
+                         f"{GLYPH_MEMORY:,} allowed (at most {GLYPH_MEMORY // d['glyph_size'] ** 2:,} images)")
     check_int("data.glyph_seed", d["glyph_seed"], low=0)
     ra = d["randaugment"]
     if not isinstance(ra, list) or len(ra) != 2:
         raise ValueError(f"data.randaugment must be [num_ops, magnitude], got {ra!r}")
-    check_int("data.randaugment[0]", ra[0], low=0)
+    check_int("data.randaugment[0]", ra[0], low=0, high=16)  # RandAugment applies 1-3 operations
     check_range("data.randaugment[1]", ra[1], 0.0, 30.0, high_open=False)
     check_range("data.random_erasing", d["random_erasing"], 0.0, 1.0, high_open=False)
     if d["augreg"] and d["augreg"] not in AUGREG:

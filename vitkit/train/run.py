@@ -9,6 +9,7 @@ split; saves the model in vitkit's format with its preprocessing; writes curves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ from vitkit.train.distill import Teacher
 from vitkit.train.engine import TrainConfig, Trainer, plot_curves
 from vitkit.utils import check_int, to_pair
 from vitkit.utils.atomic import atomic_write_text
+from vitkit.utils.files import FolderLock
 
 _MODEL_CONTROL = set(DEFAULTS["model"])
 
@@ -190,9 +192,40 @@ def prepare_run_folder(out: Path, cfg: dict[str, Any], resume: bool, force: bool
     if present and not overwrite:
         raise FileExistsError(f"{out} already holds a run ({', '.join(present)}); continue it with --resume, "
                               "replace it with --overwrite, or choose another --out")
-    for f in present:
-        p = out / f
+    doomed = _written_by_vitkit(out, present)
+    for p in doomed:
         shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+# What vitkit writes inside the folders of a run: the model folder's files (save_pretrained) and TensorBoard's
+# event files. `--overwrite` removes these and a folder left empty by that, never anything else of the user's.
+_FOLDER_FILES = {"model": ("config.json", "model.safetensors", ".config.json.*.tmp", ".model.safetensors.*.tmp"),
+                 "tb": ("events.out.tfevents.*",)}
+
+
+def _written_by_vitkit(out: Path, present: list[str]) -> list[Path]:
+    """The paths `--overwrite` removes from `out`, or a FileExistsError naming what vitkit did not write there
+    (a user's own `model/` or `tb/` folder is never deleted, and nothing is removed when one is refused)."""
+    doomed: list[Path] = []
+    for name in present:
+        p = out / name
+        if name not in _FOLDER_FILES:
+            if p.is_dir() and not p.is_symlink():
+                raise FileExistsError(f"{p} is a folder, where a run keeps its file {name}; vitkit did not write "
+                                      "it, so --overwrite leaves it: move it, or choose another --out")
+            doomed.append(p)
+            continue
+        if p.is_symlink() or not p.is_dir():
+            raise FileExistsError(f"{p} is not a folder vitkit wrote; --overwrite leaves it: move it, or choose "
+                                  "another --out")
+        ours = {f for pattern in _FOLDER_FILES[name] for f in p.glob(pattern) if f.is_file() and not f.is_symlink()}
+        foreign = sorted(f.name for f in p.iterdir() if f not in ours)
+        if foreign:
+            raise FileExistsError(f"{p} holds files vitkit did not write ({', '.join(foreign[:5])}"
+                                  f"{', ...' if len(foreign) > 5 else ''}); --overwrite removes only a run's own "
+                                  "files: move them, or choose another --out")
+        doomed.append(p)
+    return doomed
 
 
 def default_run_dir(cfg_ref: str | None, kind: str = "train") -> Path:
@@ -241,10 +274,20 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train as `cfg` says; returns {"steps", "train_s", "dev", "test", "model_dir", ...}.
 
-    `out` must be a new (or empty) folder unless `resume` or `overwrite`. A dry run saves no checkpoint
+    `out` must be a new (or empty) folder unless `resume` or `overwrite`; it is locked for the life of the run
+    (a second run on it is refused with the holder's pid). A dry run saves no checkpoint
     and no model unless `save=True`. `header=True` prints what is trained on what before starting.
     `evaluators` ({name: fn(model) -> metrics}) run beside the eval split every `train.eval_every` steps,
     on the (EMA) weights of the model being trained; their metrics are logged as `eval_<name>_<key>`."""
+    with contextlib.ExitStack() as held:
+        return _run(cfg, Path(out), resume, dry_run, progress, final_test, force, overwrite, save, header,
+                    evaluators, held)
+
+
+def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: bool, final_test: bool, force: bool,
+         overwrite: bool, save: bool | None, header: bool,
+         evaluators: Mapping[str, Callable[[nn.Module], dict[str, float]]] | None,
+         held: contextlib.ExitStack) -> dict[str, Any]:
     if dry_run:
         cfg = _dry_run_config(cfg, dry_run)
     save = (not dry_run) if save is None else save
@@ -254,10 +297,12 @@ def run_experiment(
         raise ValueError(f"{cfg.get('description') or 'this recipe'}: a fine-tuning recipe needs model.pretrained "
                          "(vitkit finetune --model PATH, or --set model.pretrained=PATH); to train it from a random "
                          "init instead, say so with --from-scratch")
-    out = Path(out)
     device = dist.init_from_env(cfg["train"]["device"])
     cfg = merge(cfg, {"train": {"device": device}})
     if dist.rank() == 0:
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(20, "the run folder is a file", str(out))
+        held.enter_context(FolderLock(out, "run folder"))
         prepare_run_folder(out, cfg, resume, force, overwrite)
     dist.barrier()
     splits = _splits(cfg, dry_run)

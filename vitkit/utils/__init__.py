@@ -22,10 +22,11 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_int(key: str, v: Any, low: int = 1) -> int:
-    """`v` as a whole number >= `low`, or a ValueError naming `key` (floats such as 16.0 are refused)."""
-    if not _is_int(v) or v < low:
+def check_int(key: str, v: Any, low: int = 1, high: int | None = None) -> int:
+    """`v` as a whole number in [`low`, `high`], or a ValueError naming `key` (floats such as 16.0 are refused)."""
+    if not _is_int(v) or v < low or (high is not None and v > high):
         want = "a positive whole number" if low == 1 else f"a whole number >= {low}"
+        want += f" of at most {high:,}" if high is not None else ""
         raise ValueError(f"{key} must be {want}, got {v!r}")
     return int(v)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -24,3 +25,16 @@ def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:
     Without them oneDNN emulates bf16 GEMMs by converting to fp32, which is slower than fp32.
     """
     return bool((cpu_flags() if flags is None else flags) & NATIVE_BF16_FLAGS)
+
+
+def set_threads(n: int | None, flag: str = "--threads") -> None:
+    """torch's intra-op thread count, `n` between 1 and this machine's cores (a huge count makes OpenMP crash);
+    None keeps torch's choice. A ValueError names `flag` and the bound."""
+    if n is None:
+        return
+    import torch
+
+    cores = os.cpu_count() or 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
+        raise ValueError(f"{flag} must be a whole number from 1 to {cores} (this machine's cores), got {n!r}")
+    torch.set_num_threads(n)

@@ -1,0 +1,378 @@
+"""Hostile and faulty input, round 2: nothing of the user's is lost, nothing hangs or blows up, nothing is read
+that was not asked for. Each test builds the crafted input an audit found a hole with; hangs and blow-ups are
+bounded here by a timeout or a memory measurement, so a regression fails instead of stalling CI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.helpers import digits_model
+from vitkit.cli import main
+from vitkit.data.cifar import safe_unpickle
+from vitkit.data.datasets import open_splits
+from vitkit.data.folders import image_folder, list_file
+from vitkit.data.preprocess import read_image
+from vitkit.data.shards import ShardDataset, check_tar_headers
+from vitkit.formats import save_pretrained
+from vitkit.utils.files import FolderLock, read_regular_file
+
+TINY = ["--set", "model.width=16", "--set", "model.depth=1", "--set", "model.num_heads=2", "--set",
+        "model.mlp_dim=32", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
+        "train.batch_size=8", "--set", "train.tensorboard=false", "--set", "data.num_workers=0"]
+
+
+def _folder(root: Path, n: int = 12, classes: int = 3) -> Path:
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        d = root / f"c{i % classes}"
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (10, 10), dtype=np.uint8)).save(d / f"{i:03d}.png")
+    return root
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ----------------------------------------------------------------------------- 1. never destroy the user's data
+def test_export_never_overwrites_its_source(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    src = tmp_path / "ckpt" / "model.bin"  # a checkpoint named as OpenVINO names its weights
+    src.parent.mkdir()
+    src.write_bytes(b"the user's only copy of the weights")
+    assert main(["export", str(src), "--format", "openvino"]) == 2
+    assert "never replaces its input" in capsys.readouterr().err
+    assert src.read_bytes() == b"the user's only copy of the weights"
+    assert main(["export", str(src), "--format", "onnx", "--out", str(tmp_path / "ckpt" / "model.bin.onnx"),
+                 "--no-check"]) == 2  # not a checkpoint vitkit reads, but nothing else was written or lost either
+    assert src.read_bytes() == b"the user's only copy of the weights"
+    # a vitkit folder holding a file that an OpenVINO export would write over
+    folder = tmp_path / "vk"
+    save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), folder)
+    (folder / "model.bin").write_bytes(b"user data")
+    assert main(["export", str(folder), "--format", "openvino"]) == 2
+    assert (folder / "model.bin").read_bytes() == b"user data"
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "contains"])
+def test_pack_refuses_a_destination_overlapping_its_source(tmp_path: Path, where: str, capsys) -> None:  # noqa: ANN001
+    src = _folder(tmp_path / "data" / "src")
+    before = _tree(tmp_path / "data")
+    dest = {"same": src, "inside": src / "shards", "contains": tmp_path / "data"}[where]
+    assert main(["data", "pack", str(src), str(dest), "--overwrite", "--no-progress"]) == 2
+    assert "is, holds or lies inside the source" in capsys.readouterr().err
+    assert _tree(tmp_path / "data") == before
+
+
+def test_pack_of_shards_onto_themselves_keeps_them(tmp_path: Path) -> None:
+    src = _folder(tmp_path / "src")
+    assert main(["data", "pack", str(src), str(tmp_path / "s"), "--channels", "1", "--no-progress"]) == 0
+    before = _tree(tmp_path / "s")
+    assert main(["data", "pack", str(tmp_path / "s"), str(tmp_path / "s"), "--overwrite", "--no-progress"]) == 2
+    assert main(["data", "pack", str(tmp_path / "s" / "train-*.tar"), str(tmp_path / "s"), "--overwrite",
+                 "--no-progress"]) == 2
+    assert _tree(tmp_path / "s") == before
+
+
+def test_overwrite_removes_only_what_vitkit_wrote(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY]
+    assert main(args) == 0
+    assert main([*args, "--overwrite"]) == 0  # a run's own files (model/, metrics, ...) are replaced
+    (out / "model" / "notes.txt").write_text("my notes")  # a user's file in a folder named model/
+    assert main([*args, "--overwrite"]) == 2
+    assert "files vitkit did not write (notes.txt)" in capsys.readouterr().err
+    assert (out / "model" / "notes.txt").read_text() == "my notes" and (out / "model" / "config.json").is_file()
+    (out / "model" / "notes.txt").unlink()
+    (out / "tb").mkdir()
+    (out / "tb" / "plan.md").write_text("mine")
+    assert main([*args, "--overwrite"]) == 2
+    assert (out / "tb" / "plan.md").read_text() == "mine" and (out / "model" / "model.safetensors").is_file()
+
+
+def test_a_run_folder_and_a_pack_destination_are_locked_while_in_use(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    with FolderLock(out, "run folder"):  # another job holds it (the lock is per open file, as across processes)
+        assert main(["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY]) == 2
+        err = capsys.readouterr().err
+        assert f"in use by another vitkit job (pid {os.getpid()})" in err
+        assert not (out / "run_config.json").exists()
+        dest = tmp_path / "shards"
+        with FolderLock(dest, "pack destination"):
+            assert main(["data", "pack", str(_folder(tmp_path / "src")), str(dest), "--no-progress"]) == 2
+            assert f"pid {os.getpid()}" in capsys.readouterr().err
+            assert not list(dest.glob("*.tar"))
+    assert main(["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY]) == 0
+
+
+def test_two_train_jobs_started_together_one_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "vitkit", "train", "--config", "digits_pretrain", "--out", str(out), "--no-progress",
+           "--threads", "1", *TINY]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(c for c, _ in results)
+    assert codes == [0, 2], results
+    loser = next(err for c, err in results if c == 2)
+    assert "in use by another vitkit job" in loser or "already holds a run" in loser
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines if "loss" in json.loads(x)] == sorted(
+        {json.loads(x)["step"] for x in lines if "loss" in json.loads(x)})  # one writer: no interleaved steps
+
+
+# ----------------------------------------------------------------------------- 2. bounded work for bounded input
+def _pickle_bytes(body: bytes) -> bytes:
+    return b"\x80\x02" + body + b"."
+
+
+def test_cifar_pickle_bombs_are_refused_quickly(tmp_path: Path) -> None:
+    laughs = bytearray(b"]q\x00")  # one list, then 60 lists each holding the previous one twice: 2^60 leaves
+    for i in range(60):
+        laughs += b"(h" + bytes([i]) + b"h" + bytes([i]) + b"lq" + bytes([i + 1]) + b"0"
+    laughs += b"}(C\x04datah" + bytes([60]) + b"u"
+    (tmp_path / "laughs").write_bytes(_pickle_bytes(bytes(laughs)))
+    wide = bytearray(b"]q\x00(" + b"h\x00" * 1000 + b"lq\x01(" + b"h\x01" * 1000 + b"lq\x02")
+    wide += b"}(C\x04datah\x02u"  # depth 3, but one 1000-list shared 1000 times: 10^6 values from 4 KB
+    (tmp_path / "wide").write_bytes(_pickle_bytes(bytes(wide)))
+    (tmp_path / "deep").write_bytes(_pickle_bytes(b"}(C\x04data" + b"(" * 200_000 + b"l" * 200_000 + b"u"))
+    for name, match in (("laughs", "nested over|referenced twice"), ("wide", "referenced twice"),
+                        ("deep", "nested over")):
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError, match=match):
+            safe_unpickle(tmp_path / name)
+        assert time.perf_counter() - t0 < 5, name
+
+
+def _pax_bomb(path: Path, size: int) -> Path:
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("a.cls")
+        info.pax_headers = {"comment": "x" * size}
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"0"))
+    return path
+
+
+def test_tar_shards_with_hostile_headers_are_refused_before_tarfile_parses_them(tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="an extended header of 1,000,0.. bytes"):
+        ShardDataset(str(_pax_bomb(tmp_path / "pax.tar", 1_000_000)))
+    assert time.perf_counter() - t0 < 5
+    check_tar_headers(_pax_bomb(tmp_path / "small.tar", 200))  # an ordinary PAX header passes
+    # a GNU sparse member announcing 3 GB of label in a tiny file
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("x.cls")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"0"))
+    raw = bytearray(buf.getvalue())
+    raw[156:157] = b"S"
+    raw[148:156] = b" " * 8
+    raw[148:155] = f"{sum(raw[:512]):06o}\0".encode()
+    (tmp_path / "sparse.tar").write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="sparse member"):
+        ShardDataset(str(tmp_path / "sparse.tar"))
+
+
+def _shard(path: Path, members: dict[str, bytes], end: bool = True) -> Path:
+    buf = io.BytesIO()
+    tar = tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT)
+    for name, data in members.items():
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    raw = buf.getvalue()  # before close(): no end-of-archive blocks yet
+    tar.close()
+    path.write_bytes(buf.getvalue() if end else raw)
+    return path
+
+
+def _png_bytes(value: int = 100) -> bytes:
+    b = io.BytesIO()
+    Image.new("L", (8, 8), value).save(b, format="PNG")
+    return b.getvalue()
+
+
+def test_shard_labels_and_truncation_are_refused_by_name(tmp_path: Path) -> None:
+    png = _png_bytes()
+    good = {"a.png": png, "a.cls": b"0", "b.png": png, "b.cls": b"1"}
+    assert len(ShardDataset(str(_shard(tmp_path / "ok.tar", good)), channels=1)) == 2
+    for bad, match in ((b"-100", "'-100' is not a class index"), (b"0_1", "'0_1' is not a class index")):
+        with pytest.raises(ValueError, match=match):
+            ShardDataset(str(_shard(tmp_path / "cls.tar", {**good, "b.cls": bad})), channels=1)
+    for label in ("1.9", "true", "-1", "1e999"):
+        members = {"a.png": png, "a.json": f'{{"label": {label}}}'.encode()}
+        with pytest.raises(ValueError, match="a.json: the label .* is not a class index"):
+            ShardDataset(str(_shard(tmp_path / "json.tar", members)), channels=1)
+    with pytest.raises(ValueError, match="a label of 5,000 bytes"):
+        ShardDataset(str(_shard(tmp_path / "big.tar", {**good, "b.cls": b"0" * 5000})), channels=1)
+    with pytest.raises(ValueError, match="without its end-of-archive block"):  # cut at a member boundary
+        ShardDataset(str(_shard(tmp_path / "cut.tar", good, end=False)), channels=1)
+    cut = tmp_path / "cut2.tar"
+    cut.write_bytes((tmp_path / "ok.tar").read_bytes()[:1100])  # cut inside a member
+    with pytest.raises(ValueError, match="runs past the end of the file|end-of-archive"):
+        ShardDataset(str(cut), channels=1)
+    (tmp_path / "classes.json").write_text('["cat", "dog", "cat"]')
+    with pytest.raises(ValueError, match="class names appear twice: cat"):
+        ShardDataset(str(tmp_path / "ok.tar"), channels=1)
+    (tmp_path / "classes.json").write_text('["cat"]')
+    with pytest.raises(ValueError, match="1 class names, but the labels go up to 1"):
+        ShardDataset(str(tmp_path / "ok.tar"), channels=1)
+
+
+def test_an_interrupted_or_changed_pack_is_refused(tmp_path: Path) -> None:
+    src = _folder(tmp_path / "src")
+    assert main(["data", "pack", str(src), str(tmp_path / "p"), "--shard-size", "4", "--channels", "1",
+                 "--no-progress"]) == 0
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert sum(manifest["samples"].values()) == 12 and len(manifest["shards"]) == 4
+    assert len(open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})["train"]) == 10
+    last = tmp_path / "p" / "train-000002.tar"
+    last.write_bytes(last.read_bytes()[:-1024])  # a truncated copy
+    with pytest.raises(ValueError, match="train-000002.tar: .* bytes, the manifest says"):
+        open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})
+    (tmp_path / "p" / "manifest.json").unlink()  # as a pack killed before its end leaves it
+    with pytest.raises(ValueError, match="no manifest.json, so its `vitkit data pack` did not finish"):
+        open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})
+
+
+def test_paths_that_are_not_regular_files_are_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"/dev/zero 0\n{fifo} 1\n")
+    ds = list_file(listing, channels=1)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="/dev/zero: it is a device, not a regular file"):
+        ds.get(0)
+    with pytest.raises(ValueError, match="pipe.png: it is a FIFO, not a regular file"):
+        ds.get(1)
+    with pytest.raises(ValueError, match="it is a FIFO"):
+        ds.raw(1)
+    assert time.perf_counter() - t0 < 5
+    big = tmp_path / "big.png"
+    big.write_bytes(_png_bytes() + b"\0" * 4096)
+    with pytest.raises(ValueError, match="bytes is over the limit of 1,049,...|over the limit"):
+        read_regular_file(big, 1024, "image")
+    with pytest.raises(ValueError, match="over the limit"):
+        read_image(big, 1, max_pixels=1)  # 8 bytes a pixel + 1 MiB: the file is checked before it is read
+
+
+def test_a_label_far_beyond_the_others_is_refused_not_expanded(tmp_path: Path) -> None:
+    png = tmp_path / "a.png"
+    png.write_bytes(_png_bytes())
+    (tmp_path / "list.txt").write_text(f"{png} 0\n{png} 300000000\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="the labels jump \\(max 300000000, but only 2 distinct"):
+        list_file(tmp_path / "list.txt", channels=1)
+    (tmp_path / "list.txt").write_text(f"{png} 0\n{png} 99999999999999999999999\n")
+    with pytest.raises(ValueError, match="too large to be a class index"):
+        list_file(tmp_path / "list.txt", channels=1)
+    with pytest.raises(ValueError, match="the labels jump"):
+        ShardDataset(str(_shard(tmp_path / "j.tar", {"a.png": _png_bytes(), "a.cls": b"0", "b.png": _png_bytes(),
+                                                     "b.cls": b"299999999"})), channels=1)
+    assert time.perf_counter() - t0 < 5
+
+
+def _png_header_only(path: Path, side: int, bit_depth: int) -> Path:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", side, side, bit_depth, 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                     + chunk(b"IEND", b""))
+    return path
+
+
+def test_a_high_bit_depth_image_counts_its_bytes_against_the_limit(tmp_path: Path) -> None:
+    # 13000 x 13000 16-bit grey: under the default pixel limit (179M) in pixels, over it in samples of 2 bytes
+    f = _png_header_only(tmp_path / "deep.png", 13_000, 16)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="169,000,000 pixels of 2 bytes a sample \\(mode I.*\\) count as 338,000,000"):
+        read_image(f, 3)
+    assert time.perf_counter() - t0 < 2
+    _png_header_only(tmp_path / "ok.png", 13_000, 8)  # the same pixels at 8 bits stay under the byte limit
+    with pytest.raises(ValueError) as e:
+        read_image(tmp_path / "ok.png", 1)  # (its data is cut short: unreadable, but not for its size)
+    assert "over the limit" not in str(e.value)
+
+
+def test_16_bit_pgm_honours_its_maxval(tmp_path: Path) -> None:
+    for maxval in (65535, 1000):
+        a = np.array([[0, maxval // 2], [maxval, maxval // 4]])
+        (tmp_path / "p5.pgm").write_bytes(f"P5 2 2 {maxval}\n".encode() + a.astype(">u2").tobytes())
+        (tmp_path / "p2.pgm").write_text(f"P2 2 2 {maxval}\n" + " ".join(map(str, a.ravel())))
+        for name in ("p5.pgm", "p2.pgm"):
+            x = read_image(tmp_path / name, 1)[0]
+            torch.testing.assert_close(x, torch.tensor(a / maxval, dtype=torch.float32), atol=2e-3, rtol=0)
+
+
+def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    folder = tmp_path / "vk"
+    save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), folder)
+    img = tmp_path / "x.png"
+    img.write_bytes(_png_bytes())
+    assert main(["predict", str(img), "--model", str(folder), "--threads", "100000"]) == 2
+    assert f"--threads must be a whole number from 1 to {os.cpu_count()}" in capsys.readouterr().err
+    assert main(["predict", str(img), "--model", str(folder), "--max-pixels", "0"]) == 2
+    assert "pixel limit must be >= 1" in capsys.readouterr().err
+    monkeypatch.setenv("VITKIT_MAX_IMAGE_PIXELS", "abc")
+    assert main(["eval", "--model", str(folder), "--data", str(_folder(tmp_path / "data"))]) == 2
+    assert "VITKIT_MAX_IMAGE_PIXELS='abc' is not a whole number" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- 3. read only what was asked for
+def test_symlinks_out_of_an_image_folder_are_refused(tmp_path: Path) -> None:
+    root = _folder(tmp_path / "data")
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(_png_bytes())
+    (root / "c0" / "leak.png").symlink_to(secret)
+    with pytest.raises(ValueError, match="leak.png is a symlink to .*secret.png, outside the data folder"):
+        image_folder(root, 1)
+    (root / "c0" / "leak.png").unlink()
+    (root / "c0" / "inside.png").symlink_to(root / "c1" / "001.png")  # a link inside the folder is fine
+    outside = tmp_path / "elsewhere"
+    _folder(outside, n=3, classes=1)
+    (root / "c9").symlink_to(outside / "c0", target_is_directory=True)
+    with pytest.raises(ValueError, match="c9 is a symlink to .*elsewhere/c0, outside the data folder"):
+        image_folder(root, 1)
+    (root / "c9").unlink()
+    assert len(image_folder(root, 1)[0]) == 13
+
+
+def test_hf_dataset_paths_resolve_inside_the_dataset(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(_png_bytes(7))
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "inside.png").write_bytes(_png_bytes(9))
+    rows = {"image": [{"bytes": None, "path": str(secret)}, {"bytes": None, "path": "../secret.png"},
+                      {"bytes": None, "path": "inside.png"}], "label": [0, 1, 0]}
+    feats = datasets.Features({"image": datasets.Image(decode=False), "label": datasets.ClassLabel(names=["a", "b"])})
+    import pyarrow.parquet as pq
+
+    pq.write_table(datasets.Dataset.from_dict(rows, features=feats).data.table, tmp_path / "hf" / "d.parquet")
+    cfg = {"name": "hf", "path": str(tmp_path / "hf" / "d.parquet"), "channels": 1, "hf_cache": str(tmp_path / "c"),
+           "holdout": 0.0}
+    from vitkit.data.hfdatasets import HFImageDataset
+
+    ds = HFImageDataset(cfg["path"], channels=1, cache_dir=cfg["hf_cache"])
+    for i in (0, 1):
+        with pytest.raises(ValueError, match="lies outside the dataset's folder"):
+            ds.get(i)
+    assert ds.get(2)[0].mul(255).round().max().item() == 9
+    assert main(["data", "pack", cfg["path"], str(tmp_path / "out"), "--channels", "1", "--no-progress"]) == 1
+    packed = b"".join(p.read_bytes() for p in (tmp_path / "out").glob("*.tar"))
+    assert _png_bytes(7) not in packed and _png_bytes(9) in packed

@@ -1,0 +1,112 @@
+"""Reading only what was asked for, and never two writers on one folder.
+
+`read_regular_file` opens a path without blocking (a FIFO or `/dev/zero` named as an image is refused, not read
+forever), checks that it is a regular file and that its size is under a cap before reading a byte.
+`FolderLock` is an exclusive lock on a folder for the life of a job (a run folder, a pack destination): a
+second job on the same folder is refused with the holder's pid. `inside` / `overlapping` tell whether one path
+lies in another, so an output can be refused where it would overwrite or delete an input.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import stat
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+LOCK_NAME = ".vitkit.lock"
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of `path`, which must be a regular file of at most `max_bytes`; a ValueError naming the file
+    otherwise (a device, a FIFO, a folder, or a file over the cap, which is checked before anything is read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                    or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+            raise ValueError(f"cannot read {what} {path}: it is {kind}, not a regular file")
+        if st.st_size > max_bytes:
+            raise ValueError(f"cannot read {what} {path}: {st.st_size:,} bytes is over the limit of {max_bytes:,}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew while being read
+        raise ValueError(f"cannot read {what} {path}: more than {max_bytes:,} bytes")
+    return data
+
+
+def inside(child: str | os.PathLike[str], parent: str | os.PathLike[str]) -> bool:
+    """Whether `child` is `parent` or lies under it (both resolved: symlinks and `..` followed)."""
+    c, p = Path(child).resolve(), Path(parent).resolve()
+    return c == p or p in c.parents
+
+
+def overlapping(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether one of the two paths is, contains or lies inside the other."""
+    return inside(a, b) or inside(b, a)
+
+
+class FolderLock:
+    """An exclusive advisory lock (flock) on `folder/.vitkit.lock`, held until `release()` or process exit.
+
+    A second holder is refused with a `BlockingIOError` naming the folder and the holder's pid. The lock file
+    stays behind (an empty lock is harmless); the kernel drops the lock when its process dies, even by SIGKILL."""
+
+    def __init__(self, folder: str | os.PathLike[str], what: str = "folder") -> None:
+        self.folder, self.what = Path(folder), what
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / LOCK_NAME
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = ""
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            except OSError:
+                pass
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise BlockingIOError(errno.EWOULDBLOCK, f"{self.what} {self.folder} is in use by another vitkit job"
+                                  f" (pid {holder or 'unknown'}); wait for it to finish or choose another folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+MAX_JSON_BYTES = 64 << 20
+
+
+def read_json(path: str | os.PathLike[str], what: str = "JSON file", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """A JSON document from a regular file of at most `max_bytes`; a ValueError naming the file when it is not
+    readable JSON, including one nested too deep to parse (never a RecursionError from deep inside json)."""
+    data = read_regular_file(path, max_bytes, what)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{path}: the {what} is nested too deep to be a config") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: the {what} is not valid JSON ({e})") from e
