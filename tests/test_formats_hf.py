@@ -152,8 +152,11 @@ def test_errors(tmp_path: Path) -> None:
     ):
         vitkit.load_pretrained(tmp_path / "hf")
     (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(cfg, num_hidden_layers=3)))
-    with pytest.raises(ValueError, match=r"missing tensor 'vit\.encoder\.layer\.2\."):
+    with pytest.raises(ValueError, match=r"hf.*num_hidden_layers is 3 but the weights hold 2 layers"):
         vitkit.load_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(cfg, num_hidden_layers=100_000)))
+    with pytest.raises(ValueError, match=r"num_hidden_layers is 100000 but the weights hold 2 layers"):
+        vitkit.load_pretrained(tmp_path / "hf")  # refused before a 100000-block model is built
     (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(cfg, hidden_act="relu")))
     with pytest.raises(ValueError, match="hidden_act 'relu'"):
         vitkit.load_pretrained(tmp_path / "hf")

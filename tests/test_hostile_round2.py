@@ -300,7 +300,7 @@ def test_a_high_bit_depth_image_counts_its_bytes_against_the_limit(tmp_path: Pat
     # 13000 x 13000 16-bit grey: under the default pixel limit (179M) in pixels, over it in samples of 2 bytes
     f = _png_header_only(tmp_path / "deep.png", 13_000, 16)
     t0 = time.perf_counter()
-    with pytest.raises(ValueError, match="169,000,000 pixels of 2 bytes a sample \\(mode I.*\\) count as 338,000,000"):
+    with pytest.raises(ValueError, match="169,000,000 pixels of 2 bytes a sample \\(mode I.*\\), counted as 338,000,000, is over the limit"):
         read_image(f, 3)
     assert time.perf_counter() - t0 < 2
     _png_header_only(tmp_path / "ok.png", 13_000, 8)  # the same pixels at 8 bits stay under the byte limit
@@ -376,3 +376,190 @@ def test_hf_dataset_paths_resolve_inside_the_dataset(tmp_path: Path) -> None:
     assert main(["data", "pack", cfg["path"], str(tmp_path / "out"), "--channels", "1", "--no-progress"]) == 1
     packed = b"".join(p.read_bytes() for p in (tmp_path / "out").glob("*.tar"))
     assert _png_bytes(7) not in packed and _png_bytes(9) in packed
+
+
+def test_checkpoint_and_config_bombs_are_refused_before_anything_is_built(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import zipfile
+
+    from vitkit.formats.npz import check_npz_sizes
+
+    bomb = tmp_path / "bomb.npz"  # one member that unpacks to 16 GB of zeros, a few MB on disk
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        hdr = io.BytesIO()
+        np.lib.format.write_array_header_1_0(hdr, {"descr": "<f4", "fortran_order": False, "shape": (4 << 30,)})
+        with z.open("embedding/kernel.npy", "w", force_zip64=True) as f:
+            f.write(hdr.getvalue())
+            chunk = b"\0" * (64 << 20)
+            for _ in range(2):  # (only 128 MB written: the header's claim is what is checked)
+                f.write(chunk)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="announces shape \\(4294967296,\\) float32 \\(17,179,869,312 bytes\\)"):
+        check_npz_sizes(bomb)
+    with pytest.raises(ValueError, match="unpack to 134,217,856 bytes, over the limit of 1,000"):
+        check_npz_sizes(bomb, limit=1000)
+    assert time.perf_counter() - t0 < 10
+    text = tmp_path / "notes.npz"
+    text.write_text("just text")
+    with pytest.raises(ValueError, match="not an .npz archive .* another file type") as e:
+        torch_free = __import__("vitkit").load_pretrained(text)
+        del torch_free
+    assert "allow_pickle" not in str(e.value)
+    folder = tmp_path / "nested"
+    folder.mkdir()
+    (folder / "config.json").write_text("[" * 200_000 + "]" * 200_000)
+    (folder / "model.safetensors").write_bytes(b"")
+    assert main(["predict", str(tmp_path / "x.png"), "--model", str(folder)]) == 2
+    assert "nested too deep" in capsys.readouterr().err
+    from vitkit.models.vit import ViTConfig
+
+    t0 = time.perf_counter()
+    for key, value in (("depth", 100_000), ("depth", 10_000), ("width", 10**7), ("num_classes", 10**9)):
+        with pytest.raises(ValueError, match=f"{key} must be at most"):
+            ViTConfig(**{key: value, "num_heads": 1})
+    with pytest.raises(ValueError, match="sanity bound"):
+        ViTConfig(depth=1000, width=16384, num_heads=16, mlp_dim=65536)
+    assert time.perf_counter() - t0 < 2
+
+
+@pytest.mark.parametrize("override, match", [
+    ("model.depth=10000", "depth must be at most 1,024"),
+    ("data.randaugment=[1000000, 10]", "data.randaugment\\[0\\] must be at most 16"),
+    ("data.glyph_images=1000000000", "data.glyph_images = 1,000,000,000 images .* over the"),
+    ("data.crop_pct=0.0001", "data.crop_pct must be 0 \\(no crop\\) or in \\[0.05, 1\\]"),
+])
+def test_run_config_bounds_are_checked_in_moments(tmp_path: Path, override: str, match: str, capsys) -> None:  # noqa: ANN001
+    t0 = time.perf_counter()
+    assert main(["train", "--config", "digits_pretrain", "--out", str(tmp_path / "r"), "--set", override]) == 2
+    assert __import__("re").search(match, capsys.readouterr().err)
+    assert time.perf_counter() - t0 < 10
+    assert not (tmp_path / "r" / "run_config.json").exists()
+
+
+# ----------------------------------------------------------------------------- 4. no silent wrong results
+def test_non_finite_or_foreign_weights_and_preprocessing_are_refused(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import vitkit
+    from vitkit.formats.native import CONFIG_NAME, WEIGHTS_NAME
+
+    model = digits_model(depth=1, width=16, num_heads=2, mlp_dim=32)
+    good = tmp_path / "good"
+    save_pretrained(model, good)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(good / WEIGHTS_NAME)
+    for name, value in (("nan", float("nan")), ("inf", float("inf"))):
+        bad = tmp_path / name
+        save_pretrained(model, bad)
+        w = dict(weights)
+        w["head.weight"] = w["head.weight"].clone()
+        w["head.weight"][0, 0] = value
+        save_file(w, str(bad / WEIGHTS_NAME))
+        with pytest.raises(ValueError, match="'head.weight' holds 1 non-finite value"):
+            vitkit.load_pretrained(bad)
+    for dtype in (torch.int32, torch.bool, torch.complex64):
+        w = dict(weights)
+        w["head.bias"] = w["head.bias"].to(dtype)
+        save_file(w, str(tmp_path / "typed.safetensors"))
+        save_pretrained(model, tmp_path / "typed")
+        (tmp_path / "typed.safetensors").replace(tmp_path / "typed" / WEIGHTS_NAME)
+        with pytest.raises(ValueError, match=f"'head.bias' is {str(dtype)}"):
+            vitkit.load_pretrained(tmp_path / "typed")
+    for std in ("NaN", "0.0"):
+        doc = json.loads((good / CONFIG_NAME).read_text())
+        doc["preprocess"]["std"] = [float(std)]
+        save_pretrained(model, tmp_path / "std")
+        (tmp_path / "std" / CONFIG_NAME).write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match="every std a finite number > 0"):
+            vitkit.load_pretrained(tmp_path / "std")
+    img = tmp_path / "x.png"
+    img.write_bytes(_png_bytes())
+    from vitkit.evaluate import check_finite
+
+    with pytest.raises(FloatingPointError, match="non-finite logits .* for 1 of the inputs"):
+        check_finite(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]), "logits")
+    assert main(["predict", str(img), "--model", str(good), "--output", str(tmp_path / "p.jsonl")]) == 0
+    for line in (tmp_path / "p.jsonl").read_text().splitlines():
+        json.loads(line)  # strict JSON (no bare NaN)
+
+
+def test_a_hostile_training_state_is_refused(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY]
+    assert main(args) == 0
+    state = torch.load(out / "train_state.pt", weights_only=True)
+    for change, match in ((lambda s: s.update(step=10**18), "step 1000000000000000000 is not a step of this run"),
+                          (lambda s: s["model"].update({"head.weight": s["model"]["head.weight"].to(torch.int8)}),
+                           "'head.weight' is torch.int8")):
+        st = {**state, "model": dict(state["model"])}
+        change(st)
+        torch.save(st, out / "train_state.pt")
+        assert main([*args, "--resume"]) == 2
+        assert __import__("re").search(match, capsys.readouterr().err)
+
+
+def test_a_finished_run_resumed_changes_nothing_and_the_final_lines_are_written_once(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY]
+    assert main(args) == 0
+    log = (out / "metrics.jsonl").read_bytes()
+    assert main([*args, "--resume"]) == 0
+    assert "this run already finished" in capsys.readouterr().out
+    assert (out / "metrics.jsonl").read_bytes() == log
+    (out / "result.json").unlink()  # as a SIGKILL right after the final test line leaves it
+    assert main([*args, "--resume"]) == 0
+    assert (out / "metrics.jsonl").read_bytes() == log  # the final evaluation logged once, the same bytes
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_a_resume_on_changed_data_is_refused_unless_forced(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    data = _folder(tmp_path / "data", n=40, classes=2)
+    out = tmp_path / "run"
+    args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY,
+            "--set", f'data.path="{data}"',
+            "--set", 'data.name="folder"', "--set", "data.channels=1", "--set", "model.img_size=8",
+            "--set", "model.patch_size=4"]
+    assert main(args) == 0
+    Image.fromarray(np.zeros((10, 10), np.uint8)).save(data / "c0" / "new.png")
+    assert main([*args, "--resume"]) == 2
+    assert __import__("re").search(r"the training data changed since this state was saved \((\d+ examples then, \d+ now|the same number of "
+                                   r"examples, but other files, sizes or labels)\)",
+                                   capsys.readouterr().err)
+    assert main([*args, "--resume", "--force"]) == 0
+
+
+def test_num_classes_below_the_data_is_refused_before_the_run_folder_is_written(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY]
+    assert main([*args, "--set", "model.num_classes=3"]) == 2
+    assert "model.num_classes = 3, but the data has 10 classes" in capsys.readouterr().err
+    assert not (out / "run_config.json").exists()
+    assert main(args) == 0  # no --overwrite needed after the refusal
+
+
+def test_a_checkpoint_folder_is_replaced_as_a_whole(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import vitkit
+    import vitkit.formats as formats
+
+    a = digits_model(depth=1, width=16, num_heads=2, mlp_dim=32)
+    b = digits_model(depth=1, width=16, num_heads=2, mlp_dim=32)
+    torch.nn.init.normal_(b.head.weight)
+    b.preprocess.labels = [f"other{i}" for i in range(10)]
+    for fmt in ("vitkit", "hf", "timm"):
+        dest = tmp_path / fmt
+        save_pretrained(a, dest, format=fmt)
+        (dest / "notes.txt").write_text("mine")
+        before = _tree(dest)
+        real = formats.SAVERS[fmt]
+
+        def killed(model, out, real=real):  # noqa: ANN001, ANN202 - writes the weights, then dies
+            real(model, out)
+            raise KeyboardInterrupt("killed between the writes")
+
+        monkeypatch.setitem(formats.SAVERS, fmt, killed)
+        with pytest.raises(KeyboardInterrupt):
+            save_pretrained(b, dest, format=fmt)
+        assert _tree(dest) == before  # the old checkpoint, whole (and the user's file)
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        monkeypatch.setitem(formats.SAVERS, fmt, real)
+        save_pretrained(b, dest, format=fmt)
+        assert (dest / "notes.txt").read_text() == "mine"
+        torch.testing.assert_close(vitkit.load_pretrained(dest).head.weight, b.head.weight)

@@ -59,6 +59,7 @@ def evaluate_batches(
             out = model(x)
         own_targets = isinstance(out, tuple)
         logits, target = (out[0].float(), out[1]) if own_targets else (out.float(), y)
+        check_finite(logits, "logits")
         m += len(target)
         loss += F.cross_entropy(logits, target, reduction="sum").item()
         top1 += (logits.argmax(-1) == target).sum().item()
@@ -74,6 +75,14 @@ def evaluate_batches(
     elif out_classes > 5 and (classes_present is None or classes_present > 5):
         metrics["top5"] = top5 / m
     return metrics
+
+
+def check_finite(t: torch.Tensor, what: str) -> torch.Tensor:
+    """`t`, or a FloatingPointError when the model gave NaN or Inf: never a score or a prediction made of them."""
+    if not bool(torch.isfinite(t).all()):
+        raise FloatingPointError(f"the model gave non-finite {what} (NaN or Inf) for {int((~torch.isfinite(t)).any(-1).sum())} "
+                                 "of the inputs: its weights or the inputs are broken (a diverged run?)")
+    return t
 
 
 def evaluate_loader(

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitkit.evaluate import check_finite
 from vitkit.models.resnet import ResNetV2
 
 DEFAULT_L2 = 2.0**10
@@ -38,7 +39,7 @@ def extract_features(model: nn.Module, loader, representation: str = "pre_logits
             continue
         z = model.forward_features(b.x)
         f = model.forward_head(z, pre_logits=True) if representation == "pre_logits" else model.pool(z)
-        feats.append(f.float().numpy())
+        feats.append(check_finite(f.float(), "features").numpy())
         labels.append(b.y.numpy())
     return np.concatenate(feats).astype(np.float64), np.concatenate(labels)
 

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.data.shards import pack_source
+    from vitkit.data.pack import pack_source
     from vitkit.utils import check_int
 
     if args.action != "pack":

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.data.base import FileDataset
     from vitkit.data.preprocess import max_image_pixels
     from vitkit.distributed import check_device
-    from vitkit.evaluate import eval_loader
+    from vitkit.evaluate import check_finite, eval_loader
     from vitkit.formats import load_pretrained
     from vitkit.utils import check_int
 
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         failed += b.skipped
         readable = [paths[j] for j in b.indices]
         if len(b.y):
-            probs = net(b.x).softmax(-1).cpu()
+            probs = check_finite(net(b.x).float(), "logits").softmax(-1).cpu()
             top = probs.topk(k)
             for name, ps, ix in zip(readable, top.values.tolist(), top.indices.tolist()):
                 labels = [pp.labels[i] if i < len(pp.labels) else str(i) for i in ix]

@@ -8,6 +8,8 @@ have `raw(i) -> (bytes, extension)`, the image as stored (so `vitkit data pack` 
 
 from __future__ import annotations
 
+import hashlib
+import os
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -73,6 +75,10 @@ class FileDataset:
     def describe(self, i: int) -> str:
         return self.paths[i]
 
+    def fingerprint_parts(self) -> list[str]:
+        """Each file's path and size (a missing file counts as -1)."""
+        return [f"{p}:{os.stat(p).st_size if os.path.exists(p) else -1}" for p in self.paths]
+
     def raw(self, i: int) -> tuple[bytes, str]:
         """The file's bytes as stored, and its extension (for repacking without re-encoding)."""
         limit = max_image_pixels(self.max_pixels)
@@ -98,6 +104,9 @@ class Subset:
 
     def raw(self, i: int) -> tuple[bytes, str] | None:
         return self.base.raw(int(self.indices[i])) if hasattr(self.base, "raw") else None
+
+    def fingerprint_parts(self) -> list[str]:
+        return [fingerprint(self.base)["hash"], hashlib.sha256(self.indices.tobytes()).hexdigest()]
 
 
 def class_names(names: Sequence[str] | None, labels: np.ndarray, where: str, unnamed: str) -> list[str]:
@@ -133,3 +142,13 @@ def synthetic(num_classes: int, img_size: tuple[int, int], channels: int = 3, n:
     g = torch.Generator().manual_seed(seed)
     imgs = torch.randint(0, 256, (n, channels, *img_size), generator=g, dtype=torch.uint8)
     return ArrayDataset(imgs, np.arange(n) % num_classes, [str(i) for i in range(num_classes)], "synthetic")
+
+
+def fingerprint(ds: Dataset) -> dict[str, Any]:
+    """What a training state records of its data: the number of examples and a hash of the labels and, where a
+    data set has them (`fingerprint_parts`), its files and their sizes, so a resume on changed data (images added,
+    removed or replaced, which would silently re-carve a held-out split) is noticed."""
+    h = hashlib.sha256(np.ascontiguousarray(ds.labels, dtype=np.int64).tobytes())
+    for part in getattr(ds, "fingerprint_parts", lambda: [])():
+        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return {"n": len(ds), "hash": h.hexdigest()[:20]}

@@ -38,6 +38,11 @@ class PreprocessConfig:
         self.std = tuple(float(s) for s in self.std)
         if len(self.mean) != len(self.std):
             raise ValueError(f"mean has {len(self.mean)} entries but std has {len(self.std)}")
+        if not all(math.isfinite(m) for m in self.mean) or not all(math.isfinite(s) and s > 0 for s in self.std):
+            raise ValueError(f"preprocessing mean {list(self.mean)} / std {list(self.std)}: every mean must be finite "
+                             "and every std a finite number > 0 (else every input becomes NaN or Inf)")
+        if self.crop_pct is not None and not (isinstance(self.crop_pct, (int, float)) and 0.05 <= self.crop_pct <= 1):
+            raise ValueError(f"preprocessing crop_pct must be in [0.05, 1] (or none), got {self.crop_pct!r}")
 
     @property
     def channels(self) -> int:
@@ -130,8 +135,8 @@ def _check_decoded_size(w: int, h: int, mode: str, limit: int, path_text: str) -
     per = _sample_bytes(mode)
     if w * h * per > limit:
         what = (f"{w * h:,} pixels" if per == 1 else
-                f"{w * h:,} pixels of {per} bytes a sample (mode {mode}) count as {w * h * per:,}")
-        raise ValueError(f"cannot read image {path_text}: {w}x{h} = {what}, over the limit of {limit:,} pixels (a "
+                f"{w * h:,} pixels of {per} bytes a sample (mode {mode}), counted as {w * h * per:,},")
+        raise ValueError(f"cannot read image {path_text}: {w}x{h} = {what} is over the limit of {limit:,} (a "
                          f"decompression bomb?); raise it with ${MAX_PIXELS_ENV} or the command's --max-pixels")
 
 

@@ -44,10 +44,7 @@ def detect_format(path: str | Path) -> str:
     if not p.exists():
         raise FileNotFoundError(f"no checkpoint at {p}")
     if p.is_dir() and (p / "config.json").is_file():  # a folder format: its config must be readable JSON
-        try:
-            doc = read_json(p / "config.json", "checkpoint config")  # bounded: size, depth, a regular file
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{p / 'config.json'}: cannot read the checkpoint's config ({e})") from e
+        doc = read_json(p / "config.json", "checkpoint's config")  # bounded: size, depth, a regular file
         if not isinstance(doc, dict):
             raise ValueError(f"{p / 'config.json'}: expected a JSON object, found {type(doc).__name__}")
     for name, detect, _ in LOADERS:
@@ -112,4 +109,53 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit") -
         raise ValueError(f"a BiT ResNet is saved in vitkit's format (the {format} format holds ViTs only)")
     if not isinstance(model, (VisionTransformer, ResNetV2)):
         raise ValueError(f"save_pretrained writes vitkit's ViTs and BiT ResNets, got {type(model).__name__}")
-    return SAVERS[format](model, Path(out))
+    out = Path(out)
+    if (format == "npz" and out.suffix == ".npz") or (format == "timm" and out.suffix == ".safetensors"):
+        return SAVERS[format](model, out)  # one file, written atomically
+    return replace_folder(out, lambda tmp: SAVERS[format](model, tmp))
+
+
+# The files a checkpoint folder of any format holds: the only ones `replace_folder` may replace.
+CHECKPOINT_FILES = {"config.json", "model.safetensors", "preprocessor_config.json", "pytorch_model.bin", "model.npz"}
+
+
+def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
+    """Write a checkpoint folder as a whole: `write(tmp)` fills a new temporary folder beside `out`, which then
+    takes `out`'s place, so a kill at any point leaves the old checkpoint or the new one, never a mix of the two
+    (C's weights with D's old config.json). Other files of the user's in `out` are kept: hard-linked (else copied)
+    into the new folder before it takes the old one's place, so they exist at every moment; a sub-folder of the
+    user's is refused, not replaced. Returns `write`'s path, moved to `out`."""
+    import os
+    import shutil
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(20, "a checkpoint folder was to be written where a file is", str(out))
+    foreign = [f for f in out.iterdir() if f.name not in CHECKPOINT_FILES and not (
+        f.name.startswith(".") and f.name.endswith(".tmp"))] if out.is_dir() else []
+    dirs = sorted(f.name for f in foreign if f.is_dir() and not f.is_symlink())
+    if dirs:
+        raise FileExistsError(f"{out} holds folders that are not a checkpoint's ({', '.join(dirs[:5])}); a "
+                              "checkpoint folder is replaced as a whole: move them, or choose another folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old.tmp")
+    try:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)
+        written = write(tmp)
+        for f in foreign:  # the user's own files come along
+            if not (tmp / f.name).exists():
+                try:
+                    os.link(f, tmp / f.name, follow_symlinks=False)
+                except OSError:
+                    shutil.copy2(f, tmp / f.name, follow_symlinks=False)
+        if out.exists():
+            os.rename(out, old)
+        os.rename(tmp, out)
+    finally:
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+    return out / written.relative_to(tmp) if written != tmp else out

@@ -241,6 +241,19 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupt?): {e}") from e
 
 
+def check_tensor_values(key: str, t: torch.Tensor, ref: torch.Tensor, source: Path | str) -> None:
+    """A saved tensor must have a dtype the model's tensor can have been saved with (no int, bool or complex
+    weights cast silently) and, for floats, only finite values (NaN or Inf weights make every prediction NaN)."""
+    if ref.is_floating_point() != t.is_floating_point() or t.is_complex():
+        raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; a model's {ref.dtype} tensor is never saved as "
+                         "that (a damaged or foreign file?)")
+    if t.is_floating_point() and t.numel():
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:
+            raise ValueError(f"{source}: tensor {key!r} holds {bad:,} non-finite value(s) (NaN or Inf): a model "
+                             "with such weights predicts nothing meaningful")
+
+
 def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
     """`load_state_dict` that names the file and the first missing, unexpected or mis-shaped tensor."""
     own = model.state_dict()
@@ -251,6 +264,7 @@ def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], s
             raise ValueError(
                 f"{source}: tensor {key!r} has shape {tuple(state[key].shape)}, expected {tuple(ref.shape)}"
             )
+        check_tensor_values(key, state[key], ref, source)
     extra = sorted(set(state) - set(own))
     if extra:
         raise ValueError(f"{source}: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")

@@ -32,6 +32,7 @@ from vitkit.formats.common import (
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.files import read_json
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -184,17 +185,22 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
     if cfg.num_classes and len(id2label) == cfg.num_classes:
         labels = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(cfg.num_classes)]
     pre = PreprocessConfig(img_size=cfg.img_size, mean=(0.5,) * cfg.in_chans, std=(0.5,) * cfg.in_chans, labels=labels)
-    try:
-        proc = json.loads((folder / PREPROCESSOR_NAME).read_text())
-    except (OSError, ValueError):
+    if not (folder / PREPROCESSOR_NAME).exists():
         return pre
-    if proc.get("do_normalize", True):
-        pre.mean = tuple(float(m) for m in proc.get("image_mean", pre.mean))
-        pre.std = tuple(float(s) for s in proc.get("image_std", pre.std))
-    else:
-        pre.mean, pre.std = (0.0,) * cfg.in_chans, (1.0,) * cfg.in_chans
-    pre.interpolation = RESAMPLE.get(proc.get("resample"), pre.interpolation)
-    return pre
+    proc = read_json(folder / PREPROCESSOR_NAME, "preprocessor config")
+    if not isinstance(proc, dict):
+        raise ValueError(f"{folder / PREPROCESSOR_NAME}: expected a JSON object")
+    mean, std = pre.mean, pre.std
+    try:
+        if proc.get("do_normalize", True):
+            mean = tuple(float(m) for m in proc.get("image_mean", pre.mean))
+            std = tuple(float(s) for s in proc.get("image_std", pre.std))
+        else:
+            mean, std = (0.0,) * cfg.in_chans, (1.0,) * cfg.in_chans
+        return PreprocessConfig(img_size=cfg.img_size, mean=mean, std=std, labels=labels,
+                                interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation))
+    except (ValueError, TypeError) as e:  # validated as a whole: NaN or zero std, wrong lengths
+        raise ValueError(f"{folder / PREPROCESSOR_NAME}: {e}") from e
 
 
 def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:

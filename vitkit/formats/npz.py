@@ -141,7 +141,11 @@ def _npz_file(path: Path) -> Path | None:
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     """All arrays of an .npz file, without ever unpickling (object arrays or pickles are an error)."""
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path}: not an .npz archive (a zip of .npy arrays); a single .npy or another file type?")
+        with open(path, "rb") as f:
+            head = f.read(2)
+        what = ("a Python pickle, which vitkit never unpickles (that could run code)" if head[:1] == b"\x80" else
+                "a single .npy array" if head == b"\x93N" else "another file type")
+        raise ValueError(f"{path}: not an .npz archive (a zip of .npy arrays) but {what}")
     check_npz_sizes(path)
     try:
         with np.load(path, allow_pickle=False) as f:

@@ -226,6 +226,8 @@ def check_sections(cfg: dict[str, Any]) -> None:
         if a > b:
             raise ValueError(f"data.{key} must be [low, high] with low <= high, got {pair!r}")
     check_range("data.crop_pct", d["crop_pct"], 0.0, 1.0, high_open=False)
+    if 0 < d["crop_pct"] < 0.05:
+        raise ValueError(f"data.crop_pct must be 0 (no crop) or in [0.05, 1], got {d['crop_pct']!r}")
     for key in ("mean", "std"):
         vals = d[key] if isinstance(d[key], list) else [d[key]]
         for v in vals:

@@ -32,9 +32,10 @@ from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
 from vitkit.data.augment import Mix, mix_images
+from vitkit.data.base import fingerprint
 from vitkit.data.loader import StepLoader, step_generator
 from vitkit.evaluate import bf16_autocast
-from vitkit.formats.common import pickle_refusal
+from vitkit.formats.common import check_tensor_values, pickle_refusal
 from vitkit.models.vit import TwoHeads
 from vitkit.train.distill import KINDS, distillation_loss
 from vitkit.train.optim import EMA, SCHEDULES, build_optimizer, freeze, lr_at, param_groups
@@ -228,6 +229,7 @@ class Trainer:
         self.log_window = [0.0, 0.0, 0.0]
         self.metrics_path = self.out / "metrics.jsonl"
         self._tb: Any = None
+        self._resumed_at: int | None = None  # set by load_state
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -243,7 +245,13 @@ class Trainer:
             "ema": dist.full_tensors(self.ema.shadow) if self.ema else None,
             "skipped_images": self.skipped_images,
             "train_config": json.dumps(self.cfg.to_dict()),
+            "data": json.dumps(self._data_fingerprint()),
         }
+
+    def _data_fingerprint(self) -> dict[str, Any]:
+        if not hasattr(self, "_fingerprint"):  # computed once per run (a folder's files are stat'ed)
+            self._fingerprint = fingerprint(self.data.dataset)
+        return self._fingerprint
 
     def save_state(self) -> Path:
         """Write the resumable training state atomically (a crash leaves the previous one intact).
@@ -278,6 +286,11 @@ class Trainer:
         missing = [k for k in ("step", "model", "optimizer") if k not in st]
         if missing:
             raise ValueError(f"{path}: not a complete vitkit training state: missing {missing}")
+        step = st["step"]
+        if isinstance(step, torch.Tensor) and step.numel() == 1 and not step.is_floating_point():
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= self.cfg.steps:
+            raise ValueError(f"{path}: step {step!r} is not a step of this run (0..{self.cfg.steps})")
         self._check_resume_weights(st["model"], path)
         if not force and "train_config" in st:
             saved = json.loads(st["train_config"])
@@ -287,6 +300,14 @@ class Trainer:
             if diff:
                 raise ValueError(f"{path} was written by another training recipe ({'; '.join(diff)}); "
                                  "resume with the same settings, or accept them with --resume --force")
+        if not force and isinstance(st.get("data"), str):
+            then, now = json.loads(st["data"]), self._data_fingerprint()
+            if then != now:
+                what = (f"{then.get('n')} examples then, {now['n']} now" if then.get("n") != now["n"] else
+                        "the same number of examples, but other files, sizes or labels")
+                raise ValueError(f"{path}: the training data changed since this state was saved ({what}); a resume on "
+                                 "other data is not the same run (a held-out split would be re-carved): restore the "
+                                 "data, or accept the change with --resume --force")
         if self.sharded:
             dist.load_full_state(self.model, self.opt, st["model"], st["optimizer"])
         else:
@@ -303,8 +324,7 @@ class Trainer:
         # the global sums since the last log line, held by rank 0 (the others add nothing until the next line)
         window = [float(v) for v in st.get("log_window", [0.0, 0.0, 0.0])]
         self.log_window = window if self.is_main else [0.0, 0.0, 0.0]
-        if self.is_main:
-            self._truncate_metrics(self.step)
+        self._resumed_at = self.step  # the log is cut back to this step when training goes on (fit)
 
     def _check_resume_weights(self, saved: dict[str, Any], path: Path) -> None:
         """The saved weights must be this model's: a ValueError names missing, extra and mis-shaped tensors."""
@@ -312,12 +332,18 @@ class Trainer:
         if not isinstance(saved, dict):
             raise ValueError(f"{path}: 'model' is not a dict of tensors")
         got = {k: tuple(v.shape) for k, v in saved.items() if isinstance(v, torch.Tensor)}
+        bad = [k for k, v in saved.items() if not isinstance(v, torch.Tensor)][:3]
+        if bad:
+            raise ValueError(f"{path}: 'model' holds non-tensor entries ({', '.join(bad)})")
         problems = [f"missing {k}" for k in own if k not in got][:3]
         problems += [f"unexpected {k}" for k in got if k not in own][:3]
         problems += [f"{k} is {got[k]}, this model has {own[k]}" for k in own if k in got and got[k] != own[k]][:3]
         if problems:
             raise ValueError(f"{path} holds the weights of another architecture ({'; '.join(problems)}); "
                              "resume with the model it was trained with")
+        refs = self.model.state_dict()
+        for k, v in saved.items():
+            check_tensor_values(k, v, refs[k], path)
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop log lines written after the resumed step, so the log reads as one uninterrupted run.
@@ -330,7 +356,7 @@ class Trainer:
         for n, ln, rec in metric_lines(self.metrics_path):
             if rec is None:
                 tqdm.write(f"{self.metrics_path}:{n}: dropped a torn log line (a kill mid-write): {ln[:60]!r}")
-            elif rec.get("step", 0) <= step:
+            elif rec.get("step", 0) <= step and not rec.get("final"):  # the final evaluation is logged again
                 keep.append(ln)
         atomic_write_text(self.metrics_path, "".join(ln + "\n" for ln in keep))
 
@@ -495,6 +521,9 @@ class Trainer:
 
     def fit(self, stop_at: int | None = None) -> dict[str, Any]:
         """Train from `self.step` to `cfg.steps` (or `stop_at`); returns the last logged metrics."""
+        if self._resumed_at is not None and self.is_main:
+            self._truncate_metrics(self._resumed_at)  # lines written after the saved step are logged again
+        self._resumed_at = None
         cfg = self.cfg
         end = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
         self.model.train()

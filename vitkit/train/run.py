@@ -81,6 +81,9 @@ def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: d
     from vitkit.formats import adapt, load_pretrained
 
     k = int(mcfg["num_classes"]) or len(classes)
+    if k < len(classes):  # a label beyond the head would fail mid-run
+        raise ValueError(f"model.num_classes = {k}, but the data has {len(classes)} classes; leave it 0 to take the "
+                         "data's count")
     size = to_pair(mcfg["img_size"], "model.img_size")
     if mcfg["pretrained"]:
         hints = {k: mcfg[k] for k in ("num_heads", "gelu", "ln_eps") if k in mcfg}  # what the file may not record
@@ -356,6 +359,13 @@ def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: b
                       teacher=teacher)
     if resume:
         trainer.load_state(force=force)
+        done = out / "result.json"
+        if trainer.step >= tcfg.steps and done.is_file():  # nothing left to do: say so, change nothing
+            if dist.rank() == 0:
+                print(f"{out}: this run already finished ({trainer.step} of {tcfg.steps} steps, result.json written);"
+                      " nothing to resume", flush=True)
+            dist.barrier()
+            return json.loads(done.read_text())
     if trainer.is_main:
         atomic_write_text(out / "run_config.json", json.dumps(cfg, indent=2) + "\n")
     t0 = time.perf_counter()
@@ -381,7 +391,7 @@ def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: b
             res = evaluate_loader(trained, _eval_loader(splits[name], model.preprocess, d), tcfg.bf16, tcfg.device,
                                   skipped=skipped)
             result[name] = res
-            trainer.log({"step": trainer.step, "split": name, **{f"eval_{k}": v for k, v in res.items()},
+            trainer.log({"step": trainer.step, "split": name, "final": True, **{f"eval_{k}": v for k, v in res.items()},
                          **({"eval_skipped_images": skipped} if skipped else {})})
         if save:
             from vitkit.formats import save_pretrained

@@ -24,10 +24,11 @@ def _is_number(v: Any) -> bool:
 
 def check_int(key: str, v: Any, low: int = 1, high: int | None = None) -> int:
     """`v` as a whole number in [`low`, `high`], or a ValueError naming `key` (floats such as 16.0 are refused)."""
-    if not _is_int(v) or v < low or (high is not None and v > high):
+    if not _is_int(v) or v < low:
         want = "a positive whole number" if low == 1 else f"a whole number >= {low}"
-        want += f" of at most {high:,}" if high is not None else ""
         raise ValueError(f"{key} must be {want}, got {v!r}")
+    if high is not None and v > high:
+        raise ValueError(f"{key} must be at most {high:,}, got {v!r}")
     return int(v)
 
 

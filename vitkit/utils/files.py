@@ -107,6 +107,6 @@ def read_json(path: str | os.PathLike[str], what: str = "JSON file", max_bytes: 
     try:
         return json.loads(data)
     except RecursionError:
-        raise ValueError(f"{path}: the {what} is nested too deep to be a config") from None
+        raise ValueError(f"{path}: cannot read the {what} (nested too deep to be a config)") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: the {what} is not valid JSON ({e})") from e
+        raise ValueError(f"{path}: cannot read the {what} ({e})") from e
