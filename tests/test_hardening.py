@@ -244,8 +244,10 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, monkeypatch, 
                     "afile", "not a folder")
     # NaN loss from an absurd learning rate
     _one_line_error(_cli("train", "--config", "digits_pretrain", "--out", str(tmp_path / "nan"), "--no-progress",
-                         *[x for s in TINY + ["optim.lr=1e30", "optim.clip_norm=0", "schedule.steps=30"]
+                         *[x for s in TINY + ["optim.lr=100", "optim.clip_norm=0", "schedule.steps=30"]
                            for x in ("--set", s)]), "NaN", "optim.lr")
+    _one_line_error(_cli("train", "--config", "digits_pretrain", "--out", str(tmp_path / "nan2"), "--set",
+                         "optim.lr=1e300"), "optim.lr must be a number in (0, 100]", "1e+300")
     # a full disk while saving (the file-size limit makes every write past 64 KiB fail with EFBIG)
     def limit() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

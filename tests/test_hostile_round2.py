@@ -563,3 +563,59 @@ def test_a_checkpoint_folder_is_replaced_as_a_whole(tmp_path: Path, monkeypatch)
         save_pretrained(b, dest, format=fmt)
         assert (dest / "notes.txt").read_text() == "mine"
         torch.testing.assert_close(vitkit.load_pretrained(dest).head.weight, b.head.weight)
+
+
+# ----------------------------------------------------------------------------- 5. the error boundary
+@pytest.mark.parametrize("override, match", [
+    ('train.bf16="yes"', "bf16 must be true or false"),
+    ('train.compile="banana"', "compile must be true, false or a torch.compile backend"),
+    ("train.seed=1e14", "train.seed must be a whole number"),
+    ("train.seed=100000000000000", "train.seed must be at most 4,294,967,295"),
+    ("optim.lr=1e300", "optim.lr must be a number in \\(0, 100\\]"),
+    ("model.width=" + "[" * 5000 + "]" * 5000, "nested too deep|model.width"),
+])
+def test_user_mistakes_exit_2_naming_the_key_before_any_file_is_written(tmp_path: Path, override: str, match: str,
+                                                                        capsys) -> None:  # noqa: ANN001
+    assert main(["train", "--config", "digits_pretrain", "--out", str(tmp_path / "r"), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert __import__("re").search(match, err) and "vitkit's own failure" not in err, err
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_broken_npz_files_are_user_errors(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    folder = tmp_path / "vk"
+    (tmp_path / "x.png").write_bytes(_png_bytes())
+    for name, data in (("empty.npz", b""), ("cut.npz", b"PK\x03\x04" + b"\0" * 20), ("arr.npz", None)):
+        f = tmp_path / name
+        if data is None:
+            np.save(tmp_path / "arr.npy", np.zeros(3))
+            (tmp_path / "arr.npy").replace(f)
+        else:
+            f.write_bytes(data)
+        assert main(["predict", str(tmp_path / "x.png"), "--model", str(f)]) == 2, name
+        err = capsys.readouterr().err
+        assert name in err and "allow_pickle" not in err and "own failure" not in err, err
+    del folder
+
+
+def test_a_loader_worker_error_is_one_line_naming_the_original_error(capsys) -> None:  # noqa: ANN001
+    from torch.utils.data._utils import ExceptionWrapper
+
+    import vitkit.commands.eval as ev
+
+    def failing(args):  # noqa: ANN001, ANN202 - what torch raises in the main process for a worker's error
+        try:
+            raise ValueError("cannot read image /data/a.png: broken data stream")
+        except ValueError:
+            ExceptionWrapper(where="in DataLoader worker process 0").reraise()
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(ev, "run", failing)
+    try:
+        assert main(["eval", "--model", "x"]) == 2
+    finally:
+        mp.undo()
+    err = capsys.readouterr().err.strip()
+    assert err == ("vitkit eval: error: ValueError: cannot read image /data/a.png: broken data stream (caught "
+                   "valueerror in dataloader worker process 0)"), err
+    assert "Traceback" not in err

@@ -40,7 +40,13 @@ def _user_message(e: BaseException) -> tuple[str, int]:
 
     Mistakes in what the user gave (paths, values, files, configs) exit 2; anything else exits 1 and is
     marked as vitkit's own failure, to be reported with the traceback of --debug."""
-    msg = " ".join(str(e).split()) or type(e).__name__
+    text = str(e)
+    if "Original Traceback (most recent call last)" in text:  # torch's wrapper of a loader worker's error
+        head = text.split("\n", 1)[0].strip()
+        last = [ln.strip() for ln in text.splitlines() if ln.strip()][-1]
+        where = " ".join(head.split())
+        text = f"{last} ({where.rstrip('.').lower()})" if where else last
+    msg = " ".join(text.split()) or type(e).__name__
     if isinstance(e, (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, ZeroDivisionError)):
         return msg, 2
     if isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError)):

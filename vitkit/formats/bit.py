@@ -13,6 +13,7 @@ the resolution is not in the file (BiT pre-trained at 224 px: assumed and logged
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,12 @@ def is_bit_npz(path: Path) -> bool:
     """An .npz whose arrays include BiT's root conv (the file list is read, no array is loaded)."""
     if not (path.is_file() and path.suffix == ".npz"):
         return False
+    if not zipfile.is_zipfile(path):
+        return False  # the npz reader names what the file is
     try:
-        with np.load(path, allow_pickle=False) as f:
-            return ROOT in f.files
-    except (OSError, ValueError):
+        with zipfile.ZipFile(path) as z:
+            return f"{ROOT}.npy" in z.namelist()
+    except (OSError, ValueError, zipfile.BadZipFile):
         return False
 
 

@@ -101,6 +101,8 @@ def _read_toml(ref: str) -> tuple[dict[str, Any], str]:
         return tomllib.loads(text), where
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{where}: not valid TOML: {e}") from e
+    except RecursionError:
+        raise ValueError(f"{where}: nested too deep to be a recipe") from None
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -178,6 +180,8 @@ def parse_override(item: str) -> dict[str, Any]:
         v = tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         v = value.strip()
+    except RecursionError:
+        raise ValueError(f"--set {key.strip()}: the value is nested too deep") from None
     return {parts[0]: {parts[1]: v}}
 
 

@@ -48,6 +48,10 @@ def _key(key: str, default: Any, doc: str = "") -> Any:
     return field(default=default, metadata={"key": key, "doc": doc})
 
 
+MAX_LR = 100.0  # no schedule in use comes near; above it a run only makes NaNs
+COMPILE_BACKENDS = ("", "inductor", "aot_eager", "eager", "cudagraphs")
+
+
 @dataclass
 class TrainConfig:
     """Plain data describing one training run (serialised into the run folder as train_config.json).
@@ -129,7 +133,13 @@ class TrainConfig:
         check_choice("optimizer", self.optimizer.lower() if isinstance(self.optimizer, str) else self.optimizer,
                      ("adamw", "adam", "sgd"))
         check_choice("schedule", self.schedule, SCHEDULES)
-        check_range("lr", self.lr, 0.0, math.inf, low_open=True)
+        check_range("lr", self.lr, 0.0, MAX_LR, low_open=True, high_open=False)
+        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        if not isinstance(self.bf16, bool):
+            raise ValueError(f"bf16 must be true or false, got {self.bf16!r}")
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_BACKENDS:
+            raise ValueError(f"compile must be true, false or a torch.compile backend ({', '.join(COMPILE_BACKENDS[1:])}),"
+                             f" got {self.compile!r}")
         check_range("min_lr", self.min_lr, 0.0, math.inf)
         check_range("weight_decay", self.weight_decay, 0.0, math.inf)
         check_range("momentum", self.momentum, 0.0, 1.0)

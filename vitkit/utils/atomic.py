@@ -55,7 +55,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             raise _write_failure(target, e) from e
         except Exception as e:  # noqa: BLE001 - libraries report a failed write in their own types
             text = str(e)
-            markers = ("inline_container", "PytorchStreamWriter", "write failed", "No space left", "Disk quota")
+            markers = ("inline_container", "PytorchStreamWriter", "write failed", "No space left", "Disk quota",
+                       "basic_ios::clear", "unexpected pos")
             if type(e).__name__ == "SafetensorError" or any(m in text for m in markers):
                 raise _write_failure(target, e) from e
             raise
