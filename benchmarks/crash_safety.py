@@ -1,8 +1,10 @@
 """Crash safety and hostile files, measured: SIGKILLs at random moments (checkpoints written every step, so
-many land mid-write), a full disk, then `--resume`, each compared bitwise with an uninterrupted run; and
-malicious pickles planted in every place vitkit reads a file, none of which may run.
+many land mid-write), a full disk, then `--resume`, each compared bitwise with an uninterrupted run;
+malicious pickles planted in every place vitkit reads a file, none of which may run; and (round 2) crafted inputs
+that used to hang or exhaust memory, each in its own process under a time limit with its peak memory, and SIGKILLs
+right after a run's final line, in the middle of `data pack` and of `convert --overwrite`.
 
-    .venv/bin/python benchmarks/crash_safety.py [--kills 14] [--seed 0]
+    .venv/bin/python benchmarks/crash_safety.py [--kills 14] [--seed 0] [--kill-points 6] [--round2-only]
 
 Writes benchmarks/results/crash_safety.json and prints a summary for BENCHMARKS.md.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bounded_input import CASES as BOUNDED_CASES  # the child script beside this one
 from safetensors.torch import load_file
 
 import vitkit
@@ -175,14 +178,123 @@ def pickles(root: Path) -> dict:
             "payloads": [f"{p.fn.__module__}.{p.fn.__name__}" for p in payloads]}
 
 
+# Round 2: crafted inputs that used to hang vitkit or exhaust memory, each run in its own process under a time
+# limit (benchmarks/bounded_input.py); the child reports whether the input was refused, how long it took and its
+# peak memory (ru_maxrss).
+
+
+def bounded(root: Path, limit_s: float = 60.0) -> list[dict]:
+    """Each crafted input in its own process: refused, in how many seconds, with what peak memory."""
+    rows = []
+    for case in BOUNDED_CASES:
+        d = root / case
+        d.mkdir()
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run([sys.executable, str(Path(__file__).with_name("bounded_input.py")), str(d), case],
+                               capture_output=True, text=True,
+                               timeout=limit_s)
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+            row = json.loads(lines[-1]) if lines else {"case": case, "outcome": f"crashed: {r.stderr[-200:]}"}
+        except subprocess.TimeoutExpired:
+            row = {"case": case, "outcome": f"HUNG (killed after {limit_s:g} s)"}
+        row["process_seconds"] = round(time.perf_counter() - t0, 2)
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def kill_points(root: Path, tries: int, rng: random.Random) -> dict:
+    """SIGKILLs at the points round 2 fixed: right after a run's final test line, in the middle of `data pack`,
+    and in the middle of `convert --overwrite`. A resumed run must log exactly what an uninterrupted one does;
+    a killed pack must be refused or complete; a killed convert must leave the old or the new checkpoint."""
+    ref = root / "ref"
+    subprocess.run(_cmd(ref), check=True, capture_output=True)
+    end = []
+    for i in range(tries):
+        out = root / f"end{i}"
+        p = subprocess.Popen(_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while p.poll() is None:  # wait for the final test line, then kill at once
+            log = out / "metrics.jsonl"
+            if log.exists() and '"split": "test"' in log.read_text():
+                p.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.002)
+        killed = p.wait() == -signal.SIGKILL
+        r = subprocess.run(_cmd(out, "--resume"), capture_output=True, text=True)
+        end.append({"killed": killed, "resume_rc": r.returncode,
+                    "log_equal": r.returncode == 0 and _lines(out) == _lines(ref),
+                    "temp_files_left": [x.name for x in out.glob(".*.tmp")]})
+    packs = []
+
+    def pack_cmd(out: Path) -> list[str]:
+        return [sys.executable, "-m", "vitkit", "data", "pack", "digits", str(out), "--shard-size", "50",
+                "--channels", "1", "--no-progress"]
+
+    t0 = time.perf_counter()
+    subprocess.run(pack_cmd(root / "pack_timing"), check=True, capture_output=True)
+    pack_s = time.perf_counter() - t0
+    for i in range(tries):
+        out = root / f"pack{i}"
+        p = subprocess.Popen(pack_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 0.95) * pack_s)
+        p.send_signal(signal.SIGKILL)
+        killed = p.wait() == -signal.SIGKILL
+        try:
+            n = len(open_splits({"name": "auto", "path": str(out), "channels": 1})["train"])
+            verdict = f"complete ({n} train samples)"
+        except (ValueError, FileNotFoundError) as e:
+            verdict = "refused: " + str(e).split(": ", 1)[-1][:80]
+        packs.append({"killed_mid_pack": killed, "read_back": verdict})
+    converts = []
+    src_a, src_b = root / "ca", root / "cb"
+    a, b = vitkit.create_model("vit_s16", num_classes=10), vitkit.create_model("vit_s16", num_classes=10)
+    torch.nn.init.normal_(b.head.weight)
+    vitkit.save_pretrained(a, src_a)
+    vitkit.save_pretrained(b, src_b)
+    convert = [sys.executable, "-m", "vitkit", "convert", str(src_b)]
+    t0 = time.perf_counter()
+    subprocess.run([*convert, str(root / "conv_timing"), "--to", "hf"], check=True, capture_output=True)
+    convert_s = time.perf_counter() - t0
+    for i in range(tries):
+        dst = root / f"conv{i}"
+        subprocess.run([sys.executable, "-m", "vitkit", "convert", str(src_a), str(dst), "--to", "hf"], check=True,
+                       capture_output=True)
+        p = subprocess.Popen([*convert, str(dst), "--to", "hf", "--overwrite"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.6, 0.98) * convert_s)  # python and torch start first: the writes come last
+        p.send_signal(signal.SIGKILL)
+        killed = p.wait() == -signal.SIGKILL
+        head = vitkit.load_pretrained(dst).head.weight
+        which = "old" if torch.equal(head, a.head.weight) else "new" if torch.equal(head, b.head.weight) else "MIXED"
+        converts.append({"killed_mid_convert": killed, "checkpoint": which,
+                         "temp_folders_left": [x.name for x in root.glob(f".conv{i}.*.tmp")]})
+    return {"end_of_run": end, "mid_pack": packs, "mid_convert": converts}
+
+
+def _lines(run: Path) -> list:
+    return [{k: v for k, v in r.items() if k != "img_per_s"}
+            for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=14)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kill-points", type=int, default=6, help="SIGKILLs at each round-2 kill point")
+    ap.add_argument("--round2-only", action="store_true", help="only the round-2 payloads and kill points")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
+        (root / "b").mkdir()
+        (root / "kp").mkdir()
+        round2 = {"bounded": bounded(root / "b"), "kill_points": kill_points(root / "kp", args.kill_points, rng)}
+        print(round2["kill_points"], flush=True)
+        if args.round2_only:
+            out = Path(__file__).parent / "results" / "crash_safety_round2.json"
+            out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), **round2}, indent=2) + "\n")
+            return 0
         (root / "p").mkdir()
         doc = {"date": time.strftime("%Y-%m-%d"), "pickles": pickles(root / "p")}
         print(doc["pickles"], flush=True)
@@ -190,6 +302,7 @@ def main() -> int:
         doc["kills"] = kills(root / "k", args.kills, rng)
         doc["full_disk"] = full_disk(root / "k")
         print(doc["full_disk"], flush=True)
+    doc.update(round2)
     out = Path(__file__).parent / "results" / "crash_safety.json"
     out.write_text(json.dumps(doc, indent=2) + "\n")
     k = doc["kills"]

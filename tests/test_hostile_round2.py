@@ -507,6 +507,9 @@ def test_a_finished_run_resumed_changes_nothing_and_the_final_lines_are_written_
     (out / "result.json").unlink()  # as a SIGKILL right after the final test line leaves it
     assert main([*args, "--resume"]) == 0
     assert (out / "metrics.jsonl").read_bytes() == log  # the final evaluation logged once, the same bytes
+    (out / ".model.killed.tmp").mkdir()  # a model folder being written when a SIGKILL came
+    (out / "result.json").unlink()
+    assert main([*args, "--resume"]) == 0
     assert not list(out.glob(".*.tmp"))
 
 
@@ -558,10 +561,12 @@ def test_a_checkpoint_folder_is_replaced_as_a_whole(tmp_path: Path, monkeypatch)
         with pytest.raises(KeyboardInterrupt):
             save_pretrained(b, dest, format=fmt)
         assert _tree(dest) == before  # the old checkpoint, whole (and the user's file)
-        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # (cleaned up on the way out)
+        (tmp_path / f".{fmt}.stale.tmp").mkdir()  # as a SIGKILL mid-write leaves it
         monkeypatch.setitem(formats.SAVERS, fmt, real)
         save_pretrained(b, dest, format=fmt)
         assert (dest / "notes.txt").read_text() == "mine"
+        assert not (tmp_path / f".{fmt}.stale.tmp").exists()  # the next write of the folder removes it
         torch.testing.assert_close(vitkit.load_pretrained(dest).head.weight, b.head.weight)
 
 

@@ -125,6 +125,7 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
     (C's weights with D's old config.json). Other files of the user's in `out` are kept: hard-linked (else copied)
     into the new folder before it takes the old one's place, so they exist at every moment; a sub-folder of the
     user's is refused, not replaced. Returns `write`'s path, moved to `out`."""
+    import glob
     import os
     import shutil
     import tempfile
@@ -138,6 +139,9 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
         raise FileExistsError(f"{out} holds folders that are not a checkpoint's ({', '.join(dirs[:5])}); a "
                               "checkpoint folder is replaced as a whole: move them, or choose another folder")
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):  # left by a write of `out` that was killed
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old.tmp")
     try:

@@ -2,7 +2,8 @@
 
 The file gets the mode a plain `open(path, "w")` would give under the user's umask (not mkstemp's
 0600). A failed write (disk full, read-only folder) raises an OSError that names the target file.
-Temporary files left by a killed process are named `.NAME.XXXX.tmp`; `clean_stale_temps` removes them.
+Temporary files left by a killed process are named `.NAME.XXXX.tmp` (folders too, for a checkpoint folder being
+replaced); `clean_stale_temps` removes them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -82,6 +84,9 @@ def clean_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
     for p in folder.glob(f".*{TEMP_SUFFIX}"):
         if p.is_file():
             p.unlink(missing_ok=True)
+            removed.append(p)
+        elif p.is_dir() and not p.is_symlink():  # a checkpoint folder being replaced (formats.replace_folder)
+            shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
 
