@@ -248,7 +248,7 @@ def kill_points(root: Path, tries: int, rng: random.Random) -> dict:
         packs.append({"killed_mid_pack": killed, "read_back": verdict})
     converts = []
     src_a, src_b = root / "ca", root / "cb"
-    a, b = vitkit.create_model("vit_s16", num_classes=10), vitkit.create_model("vit_s16", num_classes=10)
+    a, b = vitkit.create_model("vit_b16", num_classes=10), vitkit.create_model("vit_b16", num_classes=10)  # 350 MB
     torch.nn.init.normal_(b.head.weight)
     vitkit.save_pretrained(a, src_a)
     vitkit.save_pretrained(b, src_b)
@@ -262,7 +262,7 @@ def kill_points(root: Path, tries: int, rng: random.Random) -> dict:
                        capture_output=True)
         p = subprocess.Popen([*convert, str(dst), "--to", "hf", "--overwrite"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.6, 0.98) * convert_s)  # python and torch start first: the writes come last
+        time.sleep(rng.uniform(0.4, 1.0) * convert_s)  # python and torch start first: the writes come last
         p.send_signal(signal.SIGKILL)
         killed = p.wait() == -signal.SIGKILL
         head = vitkit.load_pretrained(dst).head.weight

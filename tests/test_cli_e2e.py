@@ -119,9 +119,9 @@ def test_eval_on_an_image_folder(demo_run, tmp_path) -> None:
         Image.fromarray(np.round(test.images[i, 0].numpy() * 255).astype(np.uint8), mode="L").save(d / f"{i}.png")
     assert len(list((tmp_path / "digits").iterdir())) == 10  # every class present: folder index == digit
     (tmp_path / "digits" / "3" / "corrupt.png").write_bytes(b"\x89PNG broken")
-    res = vitkit_cli("eval", "--model", str(out / "model"), "--data", str(tmp_path / "digits"), "--split", "all")
-    assert res.returncode == 0, res.stderr
-    assert f"all split: {n} images (1 unreadable, skipped)" in res.stdout
+    res = vitkit_cli("eval", "--model", str(out / "model"), "--data", str(tmp_path / "digits"))
+    assert res.returncode == 0, res.stderr  # a folder without splits is scored whole, and the header says so
+    assert f"scored {n} images, all of it (it has no test split of its own) (1 unreadable, skipped)" in res.stdout
     assert "corrupt.png" in res.stderr
     model = vitkit.load_pretrained(out / "model")
     with torch.no_grad():

@@ -624,3 +624,74 @@ def test_a_loader_worker_error_is_one_line_naming_the_original_error(capsys) -> 
     assert err == ("vitkit eval: error: ValueError: cannot read image /data/a.png: broken data stream (caught "
                    "valueerror in dataloader worker process 0)"), err
     assert "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- a timm user's habits (round 2)
+def test_timm_names_keep_their_resolution_and_gelu_and_timm_keywords_mean_the_same() -> None:
+    import vitkit
+
+    m = vitkit.create_model("vit_base_patch16_384", num_classes=0)
+    assert m.config.img_size == (384, 384) and m.config.gelu == "exact" and m.config.grid_size == (24, 24)
+    assert vitkit.create_model("vit_tiny_patch16_224").config.gelu == "exact"
+    assert vitkit.create_model("ViT-Ti/16").config.gelu == "tanh"  # the paper's names: the original code's GELU
+    m = vitkit.create_model("vit_tiny_patch16_224", drop_path_rate=0.1, drop_rate=0.2, attn_drop_rate=0.05,
+                            global_pool="avg", class_token=False, in_chans=1, num_classes=7, img_size=32)
+    c = m.config
+    assert (c.drop_path, c.dropout, c.attn_dropout, c.pooling, c.in_chans, c.num_classes, c.img_size) == (
+        0.1, 0.2, 0.05, "gap", 1, 7, (32, 32))
+    for kw, match in ((dict(pretrained=True), "downloads no weights; load a file you have with vitkit.load_pretrained"),
+                      (dict(pos_embed="rope"), "unknown keyword 'pos_embed'"),
+                      (dict(global_pool="avg"), "beside a class token is not a model vitkit builds")):
+        with pytest.raises(ValueError, match=match):
+            vitkit.create_model("vit_tiny_patch16_224", **kw)
+    for name, match in (("vit_base_patch16_224_in21k", "without further suffixes"),
+                        ("vit_base_patch16_224.augreg_in21k", "names pretrained weights")):
+        with pytest.raises(ValueError, match=match):
+            vitkit.create_model(name)
+
+
+def test_integer_images_get_vitkits_own_message() -> None:
+    m = digits_model(depth=1, width=16, num_heads=2, mlp_dim=32)
+    with pytest.raises(ValueError, match="expected normalised float images, got a torch.uint8 tensor"):
+        m(torch.zeros(1, 1, 16, 16, dtype=torch.uint8))
+
+
+def test_exif_orientation_is_applied(tmp_path: Path) -> None:
+    from PIL import ImageOps
+
+    a = np.zeros((200, 300, 3), np.uint8)
+    a[:20, :50] = 255
+    for orient in (3, 6, 8):
+        exif = Image.Exif()
+        exif[0x0112] = orient
+        f = tmp_path / f"o{orient}.jpg"
+        Image.fromarray(a).save(f, exif=exif.tobytes(), quality=95)
+        want = np.asarray(ImageOps.exif_transpose(Image.open(f)).convert("RGB"), np.float32) / 255
+        got = read_image(f, 3).permute(1, 2, 0).numpy()
+        assert got.shape == want.shape and np.abs(got - want).max() == 0, orient
+        small = read_image(f, 3, min_size=(50, 50))  # reduced decoding keeps the turned size >= min_size
+        assert small.shape[1] >= 50 and small.shape[2] >= 50 and (small.shape[1] > small.shape[2]) == (orient != 3)
+
+
+def test_eval_scores_a_folder_without_splits_whole(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    folder = tmp_path / "vk"
+    model = digits_model(depth=1, width=16, num_heads=2, mlp_dim=32)
+    model.preprocess.labels = ["c0", "c1", "c2"] + [f"x{i}" for i in range(7)]
+    save_pretrained(model, folder)
+    data = _folder(tmp_path / "data", n=30, classes=3)
+    (data / "c3").mkdir()  # an empty class folder is named
+    with pytest.warns(UserWarning, match="class folder\\(s\\) c3 hold no image files"):
+        assert main(["eval", "--model", str(folder), "--data", str(data)]) == 2  # c3 is no class of the model
+    (data / "c3").rmdir()
+    assert main(["eval", "--model", str(folder), "--data", str(data)]) == 0
+    assert "scored 30 images, all of it (it has no test split of its own)" in capsys.readouterr().out
+    assert main(["eval", "--model", str(folder), "--data", str(data), "--split", "test"]) == 0
+    assert "its test split (a holdout vitkit carved" in capsys.readouterr().out
+
+
+def test_demo_into_an_existing_folder_names_only_its_own_flags(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "result.json").write_text("{}")
+    assert main(["demo", "--out", str(tmp_path / "d"), "--steps", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "vitkit demo --overwrite" in err and "--resume" not in err

@@ -33,7 +33,6 @@ def demo_overrides(steps: int | None, seed: int, bf16: bool) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from vitkit.train.config import load_config
     from vitkit.train.run import run_experiment
     from vitkit.utils.hardware import set_threads
@@ -41,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     cfg = load_config(RECIPE, demo_overrides(args.steps, args.seed, args.bf16))
     print(f"vitkit demo: recipe {RECIPE} (the same run as `vitkit train --config recipes/{RECIPE}.toml`)")
-    res = run_experiment(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite, header=True)
+    try:
+        res = run_experiment(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite, header=True)
+    except FileExistsError as e:  # the runner's advice names --resume, which the demo does not take
+        if "already holds a run" not in str(e):
+            raise
+        raise FileExistsError(f"{args.out} already holds a run; replace it with `vitkit demo --overwrite`, or "
+                              "choose another --out") from e
     print(f"trained {res['steps']} steps in {res['train_s']:.1f}s; model: {res['model_dir']}, curves: {res['curves']}")
     print(f"test accuracy: {100 * res['test']['top1']:.2f}%")
     return 0

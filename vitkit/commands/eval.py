@@ -18,8 +18,9 @@ HELP = "top-1 / top-5 accuracy of a model on a data split (default: the digits t
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="checkpoint (any format vitkit reads)")
     p.add_argument("--data", default="digits", help="digits (default), lfw, or a data path")
-    p.add_argument("--split", default="test", choices=("test", "train", "all"),
-                   help="which split (default: test); `all` for every image, e.g. a folder with no train/val split")
+    p.add_argument("--split", default=None, choices=("test", "train", "all"),
+                   help="which split (default: the source's test split; every image of a source that has none, "
+                   "e.g. a folder with no train/val sub-folders)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0, in-process)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights, bf16 matmuls; torch runtime)")
@@ -41,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     pp = model.preprocess
     dcfg = data_config(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
     splits = open_splits(dcfg)
-    names = ["train", "test"] if args.split == "all" else [args.split]
+    carved = getattr(splits["test"], "carved", False)  # the source has no test split of its own
+    split = args.split or ("all" if carved else "test")
+    names = ["train", "test"] if split == "all" else [split]
     label_map, how = align_classes(pp.labels, model.config.num_classes, splits["train"].classes, args.data, args.model)
     for name in names:
         if splits[name].channels != model.config.in_chans:
@@ -59,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
     for s in skipped:
         print(f"skipped: {s}", file=sys.stderr)
     present = len({c for name in names for c in splits[name].labels.tolist()})
-    print(f"{args.data} {args.split} split: {int(res['n'])} images"
+    if split == "all":
+        where = "all of it" + (" (it has no test split of its own)" if carved else " (train and test splits)")
+    else:
+        where = f"its {split} split" + (" (a holdout vitkit carved: the source has no test split)" if carved else "")
+    print(f"{args.data}: scored {int(res['n'])} images, {where}"
           + (f" ({len(skipped)} unreadable, skipped)" if skipped else ""))
     print(f"classes: {present} present of the {model.config.num_classes} the model predicts ({how})")
     print(f"top-1: {100 * res['top1']:.2f}%")

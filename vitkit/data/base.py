@@ -91,6 +91,7 @@ class Subset:
     def __init__(self, base: Dataset, indices: np.ndarray) -> None:
         self.base, self.indices = base, np.asarray(indices, dtype=np.int64)
         self.classes, self.channels = base.classes, base.channels
+        self.carved = False  # a held-out split vitkit cut from a source that has none (datasets._carved)
         self.labels = base.labels[self.indices]
 
     def __len__(self) -> int:

@@ -69,6 +69,14 @@ def _hf_splits(cfg: dict[str, Any], path: str) -> tuple[Dataset, Dataset | None]
     return train, (HFImageDataset(test_path, classes=train.classes, **kw) if test_path else None)
 
 
+def _carved(train: Dataset, fraction: float) -> tuple[Subset, Subset]:
+    """A source without a test split: a stratified holdout, marked `carved` (so `vitkit eval` knows the source
+    itself has no test split and scores all of it unless a split is asked for)."""
+    kept, held = holdout(train, fraction)
+    kept.carved = held.carved = True
+    return kept, held
+
+
 def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     """{"train", "test", and "dev" when cfg["dev_fraction"] > 0} for a data config section.
 
@@ -102,7 +110,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     elif name == "hf":
         train, test = _hf_splits(cfg, path)
         if test is None:
-            train, test = holdout(train, float(cfg.get("holdout", 0.1)))
+            train, test = _carved(train, float(cfg.get("holdout", 0.1)))
     elif name in ("folder", "list", "shards"):  # shards: data.path / test_path are patterns (dir/train-{0..9}.tar)
         channels = int(cfg.get("channels", 3))
         max_pixels = int(cfg.get("max_pixels", 0) or 0) or None
@@ -117,7 +125,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
             train = source(path, channels, max_pixels=max_pixels)
             test = source(test_path, channels, train.classes, max_pixels) if test_path else None
         if test is None:
-            train, test = holdout(train, float(cfg.get("holdout", 0.1)))
+            train, test = _carved(train, float(cfg.get("holdout", 0.1)))
     else:
         raise ValueError(f"unknown data set {name!r}; choose one of {', '.join(DATA_NAMES)}")
     out: dict[str, Dataset] = {"train": train, "test": test}

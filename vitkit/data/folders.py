@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,10 @@ def _scan(root: Path, channels: int, classes: list[str] | None = None, max_pixel
                 labels.append(classes.index(c))
     if not paths:
         raise ValueError(f"{root}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in the class folders")
+    empty = [c for c in dirs if classes.index(c) not in set(labels)]
+    if empty:
+        warnings.warn(f"{root}: class folder(s) {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''} hold no "
+                      "image files: those classes have no examples here", UserWarning, stacklevel=3)
     return FileDataset(paths, labels, classes, channels, max_pixels)
 
 

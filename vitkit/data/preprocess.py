@@ -193,10 +193,36 @@ def _fast_jpeg(data: bytes, channels: int, min_size: tuple[int, int] | None, lim
         return None
     if colorspace not in ("YCbCr", "RGB", "Gray") or (channels == 1 and colorspace != "Gray"):
         return None
+    if b"Exif\x00\x00" in data[:65536] and _orientation_of(data) != 1:
+        return None  # rotated by its EXIF orientation: Pillow decodes and turns it upright
     try:
         return sj.decode_jpeg(data, colorspace="GRAY" if channels == 1 else "RGB")
     except ValueError as e:  # corrupt or truncated (strict decoding): unreadable, as in Pillow
         raise ValueError(f"cannot read image {path_text}: {e}") from e
+
+
+# EXIF orientation (tag 0x0112) -> the transpose that makes the image upright (what PIL's exif_transpose does).
+_UPRIGHT = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
+            7: "TRANSVERSE", 8: "ROTATE_90"}
+
+
+def _orientation_of(data: bytes) -> int:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data), formats=SAFE_FORMATS) as im:
+            return _orientation(im)
+    except Exception:  # noqa: BLE001 - an unreadable header: the decoder names the problem
+        return 1
+
+
+def _orientation(im: Any) -> int:
+    """The EXIF orientation of an opened image (1 = upright; absent or invalid counts as 1)."""
+    try:
+        value = im.getexif().get(0x0112, 1)
+    except Exception:  # noqa: BLE001 - a damaged EXIF block does not make the image unreadable
+        return 1
+    return int(value) if value in _UPRIGHT or value == 1 else 1
 
 
 def read_image(
@@ -205,7 +231,8 @@ def read_image(
 ) -> torch.Tensor:
     """Decode an image file as (channels, H, W) floats in [0, 1] (channels 1 or 3).
 
-    Transparency is composited onto white; 16-bit and float images are rescaled, not clipped. With
+    Transparency is composited onto white; 16-bit and float images are rescaled, not clipped; an EXIF
+    orientation is applied (the image comes out upright). With
     `min_size` (h, w), an image at least twice that size on both sides is decoded smaller, by an
     integer factor that keeps it at least `min_size` (JPEG's reduced-size decoding, Pillow's `reduce`
     otherwise), so a 100-megapixel photo costs little. Raises `ValueError` naming the file if it
@@ -241,6 +268,9 @@ def read_image(
         with im:
             w, h = im.size
             _check_decoded_size(w, h, im.mode, limit, path_text)
+            orient = _orientation(im)
+            if min_size and orient in (5, 6, 7, 8):  # stored sideways: the least size applies turned
+                min_size = (min_size[1], min_size[0])
             factor = min(w // min_size[1], h // min_size[0]) if min_size else 1
             if factor >= 2 and im.format == "JPEG":
                 im.draft(im.mode, (max(w // factor, 1), max(h // factor, 1)))
@@ -248,6 +278,8 @@ def read_image(
             factor = min(im.size[0] // min_size[1], im.size[1] // min_size[0]) if min_size else 1
             if factor >= 2 and im.mode in ("1", "L", "LA", "RGB", "RGBA", "P", "CMYK", "I", "F"):
                 im = im.reduce(factor) if im.mode != "P" else im.convert("RGBA").reduce(factor)
+            if orient != 1:  # EXIF orientation applied, as PIL's exif_transpose and HF's load_image do
+                im = im.transpose(getattr(Image.Transpose, _UPRIGHT[orient]))
             if im.mode.startswith("I") or im.mode == "F":
                 arr = _to_unit_array(im, path_text)
                 if channels == 3:

@@ -150,10 +150,46 @@ def canonical_name(name: str) -> str:
     m = re.fullmatch(r"r50(?:x1)?\s*\+\s*vit[-_ ]?(ti|s|b|l|h)/(\d+)", key)
     if m:
         return f"vit_r50_{m.group(1)}{m.group(2)}"
-    m = re.fullmatch(r"vit_(tiny|small|base|large|huge)_patch(\d+)(?:_\d+)?", key)
+    m = _TIMM_NAME.fullmatch(key)
     if m:
         return f"vit_{_LONG[m.group(1)]}{m.group(2)}"
     return key
+
+
+# timm's names: vit_{size}_patch{P}_{resolution}; the resolution is part of the model (a 384-px model is not a
+# 224-px one), and timm's ViTs run the exact (erf) GELU.
+_TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)")
+
+
+def name_overrides(name: str) -> dict[str, Any]:
+    """What a name says beyond the registry entry it maps to: a timm name's resolution and GELU flavour."""
+    m = _TIMM_NAME.fullmatch(name.strip().lower())
+    return {"img_size": int(m.group(3)), "gelu": "exact"} if m else {}
+
+
+# timm's keyword names for the same things, and vitkit's for them.
+TIMM_KWARGS = {"drop_path_rate": "drop_path", "drop_rate": "dropout", "attn_drop_rate": "attn_dropout",
+               "reg_tokens": "num_registers"}
+_POOLS = {"token": "token", "avg": "gap", "map": "map"}
+
+
+def _timm_kwargs(overrides: dict[str, Any]) -> dict[str, Any]:
+    """timm's keywords (`drop_path_rate`, `global_pool`, `class_token`, ...) as vitkit's config fields."""
+    out = {TIMM_KWARGS.get(k, k): v for k, v in overrides.items() if k not in ("global_pool", "class_token")}
+    pool, cls = overrides.get("global_pool"), overrides.get("class_token")
+    if pool is not None:
+        if pool not in _POOLS:
+            raise ValueError(f"global_pool={pool!r}: vitkit pools with 'token', 'avg' or 'map'")
+        out["pooling"] = _POOLS[pool]
+        if pool in ("avg", "map") and cls is not False:
+            raise ValueError(f"global_pool={pool!r} beside a class token is not a model vitkit builds (its "
+                             f"'{_POOLS[pool]}' pooling has no class token): pass class_token=False")
+    if cls is not None:
+        if cls and out.get("pooling", "token") != "token":
+            raise ValueError("class_token=True pools the class token: use global_pool='token'")
+        if not cls and pool is None:
+            raise ValueError("class_token=False needs another pooling: global_pool='avg' or 'map'")
+    return out
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -161,10 +197,31 @@ def list_models(pattern: str = "*") -> list[str]:
     return sorted(n for n in _REGISTRY if fnmatch.fnmatch(n, pattern.lower()))
 
 
-def create_model(name: str, **overrides: Any) -> nn.Module:
-    """Build a registered model by name; keyword overrides replace config fields (e.g. num_classes=10)."""
+def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Module:
+    """Build a registered model by name; keyword overrides replace config fields (e.g. num_classes=10), and
+    timm's keywords mean the same here (`drop_path_rate`, `drop_rate`, `attn_drop_rate`, `global_pool`,
+    `class_token`, `reg_tokens`, `img_size`, `in_chans`, `num_classes`). A timm name keeps its resolution
+    (`vit_base_patch16_384` is a 384-px model) and timm's exact GELU. vitkit downloads nothing: `pretrained=True`
+    is refused with the way to load a file."""
+    if pretrained:
+        raise ValueError(f"create_model({name!r}, pretrained=True): vitkit downloads no weights; load a file you "
+                         "have with vitkit.load_pretrained(path) (a timm or Hugging Face checkpoint, or an .npz)")
     key = canonical_name(name)
     if key not in _REGISTRY:
         close = [n for n in _REGISTRY if key.split("_")[0] in n][:8]
-        raise ValueError(f"unknown model {name!r}; known names include {close or list_models()[:8]}")
-    return _REGISTRY[key](**overrides)
+        hint = ""
+        if "." in name:
+            hint = "; a '.tag' names pretrained weights, which vitkit does not download (use load_pretrained(path))"
+        elif re.match(r"vit_(tiny|small|base|large|huge)_patch\d+", key):
+            hint = "; timm names are vit_{size}_patch{P}_{resolution}, without further suffixes"
+        raise ValueError(f"unknown model {name!r}{hint}; known names include {close or list_models()[:8]}")
+    kwargs = {**name_overrides(name), **_timm_kwargs(overrides)}
+    try:
+        return _REGISTRY[key](**kwargs)
+    except TypeError as e:  # an unknown keyword: named, with what is accepted
+        m = re.search(r"unexpected keyword argument '(\w+)'", str(e))
+        if not m:
+            raise
+        cfg = BiTConfig if key.startswith("bit") else ViTConfig
+        known = sorted(set(cfg.__dataclass_fields__) | set(TIMM_KWARGS) | {"global_pool", "class_token"})
+        raise ValueError(f"create_model({name!r}): unknown keyword {m.group(1)!r}; it takes {', '.join(known)}") from e

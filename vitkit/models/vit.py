@@ -469,6 +469,9 @@ class VisionTransformer(PreprocessDeclared, nn.Module):
             )
         if x.shape[1] != cfg.in_chans:
             raise ValueError(f"expected {cfg.in_chans} input channels, got {x.shape[1]} (shape {tuple(x.shape)})")
+        if not x.is_floating_point():
+            raise ValueError(f"expected normalised float images, got a {x.dtype} tensor; for pixels 0..255 use "
+                             "model.preprocess(x.float() / 255)")
         H, W = x.shape[-2:]
         s = cfg.total_stride
         if H % s or W % s:
