@@ -695,3 +695,40 @@ def test_demo_into_an_existing_folder_names_only_its_own_flags(tmp_path: Path, c
     assert main(["demo", "--out", str(tmp_path / "d"), "--steps", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "vitkit demo --overwrite" in err and "--resume" not in err
+
+
+def test_formats_without_a_place_for_preprocessing_carry_it_beside_or_inside(tmp_path: Path) -> None:
+    import vitkit
+    from vitkit.data.preprocess import PreprocessConfig
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
+                            num_classes=3)
+    m.preprocess = PreprocessConfig(img_size=(32, 32), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                                    labels=["cat", "dog", "eel"], crop_pct=0.875)
+    for out in (tmp_path / "m.npz", tmp_path / "folder"):
+        f = save_pretrained(m, out, format="npz")
+        assert vitkit.load_pretrained(f).preprocess == m.preprocess  # ImageNet mean/std and labels kept
+    (tmp_path / "m.vitkit.json").unlink()
+    bare = vitkit.load_pretrained(tmp_path / "m.npz")  # an .npz from elsewhere: the documented default, stated
+    assert bare.preprocess.mean == (0.5, 0.5, 0.5) and not bare.preprocess.labels
+    assert "an .npz stores no preprocessing" in bare.config.extra["assumed"]["preprocess"]
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from vitkit.export import export_onnx, export_openvino, exported_preprocess, quantize_int8
+
+    onnx_file = export_onnx(m, tmp_path / "m.onnx")
+    assert exported_preprocess(onnx_file) == m.preprocess
+    assert exported_preprocess(quantize_int8(onnx_file, tmp_path / "m.int8.onnx")) == m.preprocess
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        assert exported_preprocess(export_openvino(onnx_file, tmp_path / "m.xml")) == m.preprocess
+    import onnx
+
+    proto = onnx.load(str(onnx_file))
+    del proto.metadata_props[:]
+    onnx.save(proto, str(tmp_path / "other.onnx"))
+    with pytest.warns(UserWarning, match="holds no preprocessing"):
+        assert exported_preprocess(tmp_path / "other.onnx") is None

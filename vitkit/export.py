@@ -11,6 +11,7 @@ resolution, export again with `img_size=` (the model's E_pos is resampled first,
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitkit.data.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
+from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
 
 INPUT_NAME = "pixel_values"
 OUTPUT_NAME = "logits"
@@ -73,7 +76,62 @@ def export_onnx(
             opset_version=opset,
             dynamo=False,
         )
+    _tag_onnx(path, json.dumps(model.preprocess.to_dict()))
     return path
+
+
+# ----------------------------------------------------------------------------- the preprocessing travels along
+# An exported graph takes normalised pixels; the preprocessing that makes them (size, mean/std, crop, labels) is
+# written where the format allows: ONNX metadata_props, OpenVINO rt_info, a JSON sidecar beside a .pt2.
+META_KEY = "vitkit.preprocess"
+
+
+def _tag_onnx(path: Path, doc: str | None) -> None:
+    if doc is None:
+        return
+    try:
+        import onnx
+    except ImportError:
+        warnings.warn(f"{path}: the model's preprocessing (mean/std, size, labels) is not stored in it: writing ONNX "
+                      "metadata needs the onnx package (pip install 'vitkit[onnx]')", UserWarning, stacklevel=3)
+        return
+    proto = onnx.load(str(path), load_external_data=False)  # weights over 2 GB stay in their external file
+    kept = [p for p in proto.metadata_props if p.key != META_KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = META_KEY, doc
+    atomic_write_bytes(path, proto.SerializeToString())
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".vitkit.json")
+
+
+def exported_preprocess(path: str | Path) -> PreprocessConfig | None:
+    """The preprocessing stored with an exported model (`.onnx`, OpenVINO `.xml`, AOTInductor `.pt2`), or None
+    (with a warning) where the file holds none."""
+    path = Path(path)
+    doc = None
+    if path.suffix == ".onnx":
+        import onnx
+
+        proto = onnx.load(str(path), load_external_data=False)
+        doc = next((p.value for p in proto.metadata_props if p.key == META_KEY), None)
+    elif path.suffix == ".xml":
+        model = _ov().Core().read_model(str(path))
+        if model.has_rt_info(["vitkit", "preprocess"]):
+            doc = model.get_rt_info(["vitkit", "preprocess"]).astype(str)
+    elif _sidecar(path).is_file():
+        doc = _sidecar(path).read_text()
+    if doc is None:
+        warnings.warn(f"{path} holds no preprocessing (exported by another tool or an older vitkit): give the "
+                      "input size, mean/std and labels yourself", UserWarning, stacklevel=2)
+        return None
+    try:
+        return PreprocessConfig.from_dict(json.loads(doc))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path}: its stored preprocessing is not readable ({e})") from e
 
 
 def ort_session(path: str | Path, threads: int | None = None, spin: bool = True):  # noqa: ANN201 - optional dep
@@ -114,7 +172,15 @@ def export_openvino(onnx_path: str | Path, path: str | Path) -> Path:
     """OpenVINO IR (`path` .xml + .bin, fp32 weights) converted from an ONNX export."""
     ov = _ov()
     path = Path(path).with_suffix(".xml")
-    ov.save_model(ov.convert_model(str(onnx_path)), str(path), compress_to_fp16=False)
+    model = ov.convert_model(str(onnx_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an untagged ONNX: its own warning below says what is lost
+        pre = exported_preprocess(onnx_path)
+    if pre is not None:
+        model.set_rt_info(json.dumps(pre.to_dict()), ["vitkit", "preprocess"])
+    else:
+        warnings.warn(f"{onnx_path} holds no preprocessing, so {path} has none either", UserWarning, stacklevel=2)
+    ov.save_model(model, str(path), compress_to_fp16=False)
     return path
 
 
@@ -160,6 +226,7 @@ def export_aoti(model: nn.Module, path: str | Path, *, img_size: int | tuple[int
     with torch.no_grad():
         program = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
         torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs={"freezing": True})
+    atomic_write_text(_sidecar(path), json.dumps(model.preprocess.to_dict()) + "\n")  # a .pt2 holds no metadata
     return path
 
 
@@ -243,4 +310,9 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
+    import onnx
+
+    doc = next((p.value for p in onnx.load(str(src), load_external_data=False).metadata_props if p.key == META_KEY),
+               None)
+    _tag_onnx(dst, doc)  # quantisation keeps the graph, not always its metadata
     return dst

@@ -116,7 +116,8 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit") -
 
 
 # The files a checkpoint folder of any format holds: the only ones `replace_folder` may replace.
-CHECKPOINT_FILES = {"config.json", "model.safetensors", "preprocessor_config.json", "pytorch_model.bin", "model.npz"}
+CHECKPOINT_FILES = {"config.json", "model.safetensors", "preprocessor_config.json", "pytorch_model.bin", "model.npz",
+                    "model.vitkit.json"}
 
 
 def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:

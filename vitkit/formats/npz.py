@@ -12,6 +12,7 @@ numerics are the original's (tanh GELU, LayerNorm eps 1e-6, as the original code
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import (
     Choices,
     KeyTable,
@@ -35,7 +37,8 @@ from vitkit.formats.common import (
 )
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
-from vitkit.utils.atomic import atomic_write_with
+from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.files import read_json
 
 NPZ_NAME = "model.npz"
 POSEMB_KEYS = ("Transformer/posembed_input/pos_embedding", "pos_embedding")  # vit_jax, big_vision
@@ -299,11 +302,13 @@ def load_npz(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTra
     arrays = _unstack_scan(_strip_prefix(read_npz(file), file))
     choices = Choices(file, hints)
     cfg, names, posemb_key = infer_config(arrays, file, choices)
+    pre = read_sidecar(file, cfg, choices)
     choices.record(cfg)
     model = VisionTransformer(cfg)
     own = model.state_dict()
     state = npz_to_state(arrays, key_table(cfg, names, posemb_key), own, file, cfg.num_heads)
     load_state_checked(model, state, file)
+    model.preprocess = pre
     return model.eval()
 
 
@@ -338,4 +343,38 @@ def save_npz(model: VisionTransformer, out: Path) -> Path:
             np.savez(f, **arrays)
 
     atomic_write_with(file, write)
+    atomic_write_text(sidecar_path(file), json.dumps({"format": SIDECAR_FORMAT, "preprocess": model.preprocess.to_dict()},
+                                                     indent=2) + "\n")
     return file
+
+
+# The .npz holds arrays only: the model's preprocessing (size, mean/std, crop, interpolation, labels) travels in a
+# JSON sidecar beside it, `<name>.vitkit.json`; an .npz without one gets the original code's [-1, 1] scaling.
+SIDECAR_FORMAT = "vitkit-npz-sidecar"
+
+
+def sidecar_path(file: Path) -> Path:
+    return file.with_name(file.stem + ".vitkit.json")
+
+
+def read_sidecar(file: Path, cfg: ViTConfig, choices: Choices) -> PreprocessConfig:
+    """The preprocessing of an .npz: from its sidecar, else the default, logged as assumed."""
+    side = sidecar_path(file)
+    if not side.exists():
+        choices.assumed["preprocess"] = ("mean = std = 0.5 (pixels scaled to [-1, 1]), resize without crop, no class "
+                                         f"names: the original code's; an .npz stores no preprocessing ({side.name} "
+                                         "absent)")
+        return PreprocessConfig(img_size=cfg.img_size, mean=(0.5,) * cfg.in_chans, std=(0.5,) * cfg.in_chans)
+    doc = read_json(side, "preprocessing sidecar")
+    if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT or not isinstance(doc.get("preprocess"), dict):
+        raise ValueError(f"{side}: not a vitkit .npz sidecar (format {SIDECAR_FORMAT!r} with a 'preprocess' object)")
+    try:
+        pre = PreprocessConfig.from_dict(doc["preprocess"])
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{side}: {e}") from e
+    if pre.img_size != cfg.img_size or pre.channels != cfg.in_chans:
+        raise ValueError(f"{side}: preprocessing for {pre.img_size} px, {pre.channels} channels; the model in {file.name} "
+                         f"takes {cfg.img_size} px, {cfg.in_chans} channels")
+    if pre.labels and len(pre.labels) != cfg.num_classes:
+        raise ValueError(f"{side}: {len(pre.labels)} labels for a {cfg.num_classes}-way head")
+    return pre
