@@ -68,7 +68,7 @@ def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path) -> None
         arr = np.round(test.images[i, 0].numpy() * 255).astype(np.uint8)
         p = tmp_path / f"digit{i}.png"
         img = Image.fromarray(arr, mode="L")
-        if i % 2:  # RGBA files are converted (alpha composited onto white; opaque here)
+        if i % 2:  # RGBA files are converted (alpha dropped, as timm and HF do; opaque here)
             img = img.convert("RGBA")
         img.save(p)
         files.append(p)

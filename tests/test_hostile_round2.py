@@ -732,3 +732,74 @@ def test_formats_without_a_place_for_preprocessing_carry_it_beside_or_inside(tmp
     onnx.save(proto, str(tmp_path / "other.onnx"))
     with pytest.warns(UserWarning, match="holds no preprocessing"):
         assert exported_preprocess(tmp_path / "other.onnx") is None
+
+
+# ----------------------------------------------------------------------------- same file, same answer (HF)
+def _photo_files(root: Path) -> list[Path]:
+    """Non-square, large, small, grey, RGBA and EXIF-rotated files made from scikit-image's photos."""
+    skd = pytest.importorskip("skimage.data")
+    root.mkdir()
+    coffee, chelsea, astro = skd.coffee(), skd.chelsea(), skd.astronaut()
+    files = []
+    f = root / "wide.jpg"
+    Image.fromarray(coffee).save(f, quality=92)  # 600 x 400
+    files.append(f)
+    f = root / "large.png"  # 2048 x 2048: far larger than the model, where reduced decoding could act
+    Image.fromarray(astro).resize((2048, 2048), Image.BICUBIC).save(f)
+    files.append(f)
+    f = root / "small.png"
+    Image.fromarray(chelsea).resize((20, 13), Image.BILINEAR).save(f)
+    files.append(f)
+    f = root / "grey.png"
+    Image.fromarray(chelsea).convert("L").save(f)
+    files.append(f)
+    rgba = Image.fromarray(chelsea).convert("RGBA")
+    alpha = np.full(rgba.size[::-1], 255, np.uint8)
+    alpha[:, : alpha.shape[1] // 2] = 0  # half transparent
+    rgba.putalpha(Image.fromarray(alpha))
+    f = root / "rgba.png"
+    rgba.save(f)
+    files.append(f)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    f = root / "rotated.jpg"
+    Image.fromarray(coffee).save(f, exif=exif.tobytes(), quality=92)
+    files.append(f)
+    return files
+
+
+def test_hf_folder_predictions_from_files_match_transformers(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from PIL import ImageOps
+
+    import vitkit
+
+    cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                 patch_size=8, image_size=32, num_labels=6)
+    torch.manual_seed(0)
+    hf = transformers.ViTForImageClassification(cfg).eval()
+    with torch.no_grad():
+        hf.classifier.weight.normal_(0, 1.0)  # logits that move with the input
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    proc = transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=mean, image_std=std,
+                                          resample=2)
+    hf.save_pretrained(tmp_path / "hf")
+    proc.save_pretrained(tmp_path / "hf")
+    files = _photo_files(tmp_path / "img")
+    model = vitkit.load_pretrained(tmp_path / "hf")
+    assert model.preprocess.mean == tuple(mean) and model.preprocess.std == tuple(std)
+    assert main(["predict", *map(str, files), "--model", str(tmp_path / "hf"), "--topk", "6", "--output",
+                 str(tmp_path / "p.jsonl")]) == 0
+    got = {Path(r["path"]).name: dict(zip(r["labels"], r["probs"]))
+           for r in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())}
+    for f in files:
+        im = ImageOps.exif_transpose(Image.open(f)).convert("RGB")  # transformers' load_image
+        ref_in = torch.from_numpy(proc(im, return_tensors="np")["pixel_values"])
+        ours_in = model.preprocess.normalize(model.preprocess.load_image(f)[None])
+        assert ours_in.shape == ref_in.shape
+        d = (ours_in - ref_in).abs()  # resampling noise: HF rounds the resized image to uint8, vitkit does not
+        assert d.mean() < 0.01 and d.max() < 0.1, (f.name, float(d.mean()), float(d.max()))
+        with torch.no_grad():
+            ref = hf(pixel_values=ref_in).logits.softmax(-1)[0]
+        for i, p in enumerate(ref.tolist()):
+            assert abs(got[f.name][cfg.id2label[i]] - p) < 0.01, (f.name, i, got[f.name][cfg.id2label[i]], p)

@@ -191,6 +191,17 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
     if not isinstance(proc, dict):
         raise ValueError(f"{folder / PREPROCESSOR_NAME}: expected a JSON object")
     mean, std = pre.mean, pre.std
+    for key, ok in (("do_resize", proc.get("do_resize", True) is True),
+                    ("do_rescale", proc.get("do_rescale", True) is True and abs(float(
+                        proc.get("rescale_factor", 1 / 255)) - 1 / 255) < 1e-9),
+                    ("do_center_crop", not proc.get("do_center_crop", False))):
+        if not ok:  # a step vitkit's preprocessing does not take: refused by name, never run differently
+            raise ValueError(f"{folder / PREPROCESSOR_NAME}: {key} = {proc.get(key)!r} (rescale_factor "
+                             f"{proc.get('rescale_factor', 1 / 255)!r}) is a preprocessing step vitkit does not "
+                             "reproduce yet; it resizes the whole image to the model's size and scales pixels by 1/255")
+    size = proc.get("size")
+    if isinstance(size, dict) and {"height", "width"} <= set(size) and (size["height"], size["width"]) != cfg.img_size:
+        raise ValueError(f"{folder / PREPROCESSOR_NAME}: size {size} differs from the model's image_size {cfg.img_size}")
     try:
         if proc.get("do_normalize", True):
             mean = tuple(float(m) for m in proc.get("image_mean", pre.mean))
