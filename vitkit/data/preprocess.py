@@ -26,6 +26,7 @@ from vitkit.utils.files import read_regular_file
 # (on [0, 1]) against a full decode + Pillow's bilinear resize (Hugging Face's ViTImageProcessor); 8x stays within
 # resampling noise up to 17x the input size (BENCHMARKS.md).
 EVAL_DECODE_MARGIN = 8
+CROP_MODES = ("center", "squash")
 
 
 @dataclass
@@ -35,6 +36,8 @@ class PreprocessConfig:
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
     interpolation: str = "bilinear"
     crop_pct: float | None = None  # None: resize to img_size without crop (the original's evaluation)
+    crop_mode: str = "center"  # with crop_pct, timm's: "center" (shorter side to size / crop_pct, centre crop)
+    # or "squash" (both sides to size / crop_pct, centre crop)
     labels: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -48,6 +51,8 @@ class PreprocessConfig:
                              "and every std a finite number > 0 (else every input becomes NaN or Inf)")
         if self.crop_pct is not None and not (isinstance(self.crop_pct, (int, float)) and 0.05 <= self.crop_pct <= 1):
             raise ValueError(f"preprocessing crop_pct must be in [0.05, 1] (or none), got {self.crop_pct!r}")
+        if self.crop_mode not in CROP_MODES:
+            raise ValueError(f"preprocessing crop_mode must be one of {', '.join(CROP_MODES)}, got {self.crop_mode!r}")
 
     @property
     def channels(self) -> int:
@@ -70,17 +75,29 @@ class PreprocessConfig:
         return (x - mean) / std
 
     def resize(self, x: torch.Tensor) -> torch.Tensor:
-        """Resize (B, C, h, w) in [0, 1] to img_size, with an optional centre crop of crop_pct first."""
-        if self.crop_pct is not None:
-            h, w = x.shape[-2:]
-            ch, cw = round(h * self.crop_pct), round(w * self.crop_pct)
-            top, left = (h - ch) // 2, (w - cw) // 2
-            x = x[..., top : top + ch, left : left + cw]
-        if tuple(x.shape[-2:]) == self.img_size:
+        """(B, C, h, w) in [0, 1] to img_size. Without crop_pct, the whole image resized to img_size (the original
+        code's evaluation). With it, timm's evaluation transform: the image resized to img_size / crop_pct (crop_mode
+        "center": its shorter side, keeping the aspect ratio, for a square img_size; "squash", or a non-square
+        img_size: both sides), then the centre img_size crop, as torchvision's Resize + CenterCrop place it."""
+        H, W = self.img_size
+        if self.crop_pct is None:
+            return self._interpolate(x, (H, W))
+        h, w = x.shape[-2:]
+        if self.crop_mode == "center" and H == W:
+            short = math.floor(H / self.crop_pct)
+            size = (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
+        else:
+            size = (math.floor(H / self.crop_pct), math.floor(W / self.crop_pct))
+        x = self._interpolate(x, size)
+        top, left = int(round((size[0] - H) / 2.0)), int(round((size[1] - W) / 2.0))
+        return x[..., top : top + H, left : left + W]
+
+    def _interpolate(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        if tuple(x.shape[-2:]) == tuple(size):
             return x
         aa = self.interpolation in ("bilinear", "bicubic")
         kwargs = {"align_corners": False, "antialias": aa} if aa else {}
-        return F.interpolate(x, size=self.img_size, mode=self.interpolation, **kwargs).clamp_(0, 1)
+        return F.interpolate(x, size=size, mode=self.interpolation, **kwargs).clamp_(0, 1)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.normalize(self.resize(x))
