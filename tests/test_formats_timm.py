@@ -52,7 +52,7 @@ def test_pth_with_training_wrapper(tmp_path: Path) -> None:
     c = ours.config
     assert (c.width, c.num_heads, c.depth, c.mlp_dim, c.representation_size, c.num_classes) == (128, 2, 2, 64, 16, 5)
     assert (c.gelu, c.ln_eps, c.img_size) == ("exact", 1e-6, (32, 32))
-    assert set(c.extra["assumed"]) == {"gelu", "ln_eps"}  # timm's defaults, logged and kept in the config
+    assert set(c.extra["assumed"]) == {"gelu", "ln_eps", "preprocess"}  # timm's defaults, logged and kept
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(ours(x), m(x))

@@ -850,3 +850,46 @@ def test_a_non_square_photo_with_crop_pct_is_centre_cropped_not_squashed() -> No
     assert squash.resize(x).shape == (1, 3, 224, 224)
     with pytest.raises(ValueError, match="crop_mode must be one of center, squash"):
         PreprocessConfig(crop_pct=0.9, crop_mode="border")
+
+
+def test_timm_api_methods_match_timms_outputs_on_the_same_weights() -> None:
+    import vitkit
+
+    api = json.loads((TIMM_FIXTURE / "api.json").read_text())
+    ref = np.load(TIMM_FIXTURE / "api.npz", allow_pickle=False)
+    m = vitkit.load_pretrained(TIMM_FIXTURE / "hub")
+    x = torch.from_numpy(ref["x"])
+
+    def close(a: torch.Tensor, key: str) -> None:
+        torch.testing.assert_close(a, torch.from_numpy(ref[key]), rtol=2e-5, atol=2e-5, msg=key)
+
+    with torch.no_grad():
+        feats = m.forward_features(x)
+        close(feats, "forward_features")
+        close(m.forward_head(feats, pre_logits=True), "forward_head_pre_logits")
+        close(m(x), "logits")
+        for name, kw in {"all_nchw": {}, "last1_nlc_norm": dict(indices=1, output_fmt="NLC", norm=True),
+                         "first_nchw": dict(indices=[0])}.items():
+            inter = m.forward_intermediates(x, intermediates_only=True, **kw)
+            assert len(inter) == len([k for k in ref.files if k.startswith(f"inter_{name}_")])
+            for i, t in enumerate(inter):
+                close(t, f"inter_{name}_{i}")
+        final, inter = m.forward_intermediates(x, indices=[-1], return_prefix_tokens=True)
+        close(final, "inter_final")
+        close(inter[0][0], "inter_prefix_spatial")
+        close(inter[0][1], "inter_prefix_tokens")
+    assert (m.num_features, m.num_classes) == (api["num_features"], api["num_classes"])
+    assert json.loads(json.dumps(m.group_matcher())) == api["group_matcher"]
+    assert m.no_weight_decay() <= set(api["no_weight_decay"])  # timm also names tokens this model does not have
+    m.reset_classifier(3)
+    assert m.num_classes == api["after_reset"]["num_classes"]
+    assert list(m.get_classifier().weight.shape) == api["after_reset"]["classifier"]
+    assert m.get_classifier().weight.abs().sum() > 0  # timm's default init, not the paper's zero head
+    m.reset_classifier(0)
+    assert m.num_classes == 0 and type(m.get_classifier()).__name__ == api["after_reset_0"]["classifier"]
+    with pytest.raises(ValueError, match="pools with 'token'"):
+        m.reset_classifier(3, global_pool="avg")
+    m.set_input_size(48)
+    assert m.config.img_size == (48, 48)
+    with pytest.raises(ValueError, match="does not resample the patch embedding"):
+        m.set_input_size(patch_size=16)

@@ -66,6 +66,34 @@ def write_images(folder: Path) -> list[Path]:
     return files
 
 
+def api_reference(model: torch.nn.Module) -> None:
+    """timm's own answers to the methods a timm user calls, on one fixed input: api.npz (tensors), api.json."""
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    out: dict[str, np.ndarray] = {"x": x.numpy()}
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        out["forward_features"] = feats.numpy()
+        out["forward_head_pre_logits"] = model.forward_head(feats, pre_logits=True).numpy()
+        out["logits"] = model(x).numpy()
+        for name, kw in {"all_nchw": {}, "last1_nlc_norm": dict(indices=1, output_fmt="NLC", norm=True),
+                         "first_nchw": dict(indices=[0])}.items():
+            inter = model.forward_intermediates(x, intermediates_only=True, **kw)
+            for i, t in enumerate(inter):
+                out[f"inter_{name}_{i}"] = t.numpy()
+        final, inter = model.forward_intermediates(x, indices=[-1], return_prefix_tokens=True)
+        out["inter_final"] = final.numpy()
+        out["inter_prefix_spatial"], out["inter_prefix_tokens"] = inter[0][0].numpy(), inter[0][1].numpy()
+    doc = {"num_features": model.num_features, "num_classes": model.num_classes,
+           "group_matcher": model.group_matcher(), "group_matcher_coarse": model.group_matcher(coarse=True),
+           "no_weight_decay": sorted(model.no_weight_decay())}
+    model.reset_classifier(3)
+    doc["after_reset"] = {"num_classes": model.num_classes, "classifier": list(model.get_classifier().weight.shape)}
+    model.reset_classifier(0)
+    doc["after_reset_0"] = {"num_classes": model.num_classes, "classifier": type(model.get_classifier()).__name__}
+    np.savez(OUT / "api.npz", **out)
+    (OUT / "api.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def main() -> None:
     torch.manual_seed(0)
     args = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=6)
@@ -87,6 +115,7 @@ def main() -> None:
             probs[f.name] = model(x).softmax(-1)[0].tolist()
         inputs[f.name] = x[0].numpy()
     np.savez(OUT / "inputs.npz", **inputs)
+    api_reference(model)
     (OUT / "reference.json").write_text(json.dumps({
         "made_by": f"timm {timm.__version__}, torch {torch.__version__}", "data_config": {k: list(v) if isinstance(
             v, tuple) else v for k, v in cfg.items()}, "transform": str(tf), "probs": probs}, indent=1) + "\n")

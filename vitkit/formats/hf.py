@@ -224,7 +224,11 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
     base = "vit." if any(k.startswith("vit.") for k in state) else ""
     layout = "classic" if any(k.startswith(f"{base}encoder.layer.") for k in state) else "current"
     choices = Choices(wpath, hints)
-    cfg = choices.record(hf_to_vit_config(doc, state, base, wpath, choices))
+    cfg = hf_to_vit_config(doc, state, base, wpath, choices)
+    if not (folder / PREPROCESSOR_NAME).exists():
+        choices.assumed["preprocess"] = (f"mean = std = 0.5, resize to {cfg.img_size[0]}x{cfg.img_size[1]} without "
+                                         f"crop: transformers' ViTImageProcessor defaults ({PREPROCESSOR_NAME} absent)")
+    cfg = choices.record(cfg)
     model = VisionTransformer(cfg)
     table = key_table(cfg, layout, base)
     # Unused by image classification: the MIM mask token, and a pooler transformers itself ignores there.

@@ -173,7 +173,11 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     src = Path(path)
     state, meta, wpath = _read(src)
     choices = Choices(wpath, hints)
-    cfg = choices.record(infer_config(state, meta, wpath, choices))
+    cfg = infer_config(state, meta, wpath, choices)
+    if not meta.get("pretrained_cfg") and "vitkit" not in meta:
+        choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
+                                         "timm state dict stores no preprocessing (a hub folder's pretrained_cfg does)")
+    cfg = choices.record(cfg)
     if cfg.pooling == "token" and "pos_embed" in state and state["pos_embed"].shape[1] == cfg.num_patches:
         # no_embed_class: patches get E_pos, the class token none == a zero class-token row in our table.
         pe = state["pos_embed"]

@@ -31,6 +31,7 @@ from vitkit.models.axial import AxialBlock
 from vitkit.models.base import PreprocessDeclared
 from vitkit.models.posemb import RelativePositionBias, resample_axis, resample_posemb, sincos_2d
 from vitkit.models.resnet import ResNetStem, hybrid_stride, root_width
+from vitkit.models.timm_api import TimmApi
 from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
 
 Pooling = Literal["token", "gap", "map"]  # class token, global average (D.3), attention pooling (MAP)
@@ -338,7 +339,7 @@ class MAPHead(nn.Module):
         return y[:, 0]
 
 
-class VisionTransformer(PreprocessDeclared, nn.Module):
+class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
     """ViT (§3.1). `forward` = `forward_head(forward_features(x))`; see the module docstring."""
 
     def __init__(self, cfg: ViTConfig) -> None:
