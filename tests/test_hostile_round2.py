@@ -893,3 +893,46 @@ def test_timm_api_methods_match_timms_outputs_on_the_same_weights() -> None:
     assert m.config.img_size == (48, 48)
     with pytest.raises(ValueError, match="does not resample the patch embedding"):
         m.set_input_size(patch_size=16)
+
+
+def test_export_bench_reports_spread_and_flags_noisy_timings(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    pytest.importorskip("onnxruntime")
+    import vitkit.bench.exports as bx
+    from vitkit.bench.timing import Timing
+
+    def noisy(model, paths, batch=8, warmup=1, repeats=5):  # noqa: ANN001, ANN202 - a contended machine's samples
+        return {"pytorch": Timing([0.010, 0.011, 0.60]), **{n: Timing([0.0001, 0.0002, 0.0001]) for n in paths}}
+
+    folder = tmp_path / "vk"
+    save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), folder)
+    monkeypatch.setattr(bx, "bench_exports", noisy)
+    assert main(["export", str(folder), "--no-check", "--bench", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "onnx fp32" in out and "UNRELIABLE: repeats spread" in out and "spread" in out
+    assert main(["export", str(folder), "--no-check", "--bench", "--repeats", "1"]) == 2
+
+
+def test_a_tar_named_pth_never_shows_unpickling_advice(tmp_path: Path) -> None:
+    import vitkit
+
+    f = tmp_path / "m.pth"
+    with tarfile.open(f, "w") as tar:
+        info = tarfile.TarInfo("storages")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"abc"))
+    with pytest.raises(ValueError) as e:
+        vitkit.load_pretrained(f)
+    msg = str(e.value)
+    assert "m.pth" in msg and "weights_only" not in msg and "allow_pickle" not in msg and "unpickl" not in msg.replace(
+        "never unpickles", "")
+
+
+def test_a_head_larger_than_the_data_keeps_the_class_names(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import vitkit
+
+    out = tmp_path / "run"
+    assert main(["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY,
+                 "--set", "model.num_classes=12"]) == 0
+    assert "outputs 10..11 have no data" in capsys.readouterr().out
+    labels = vitkit.load_pretrained(out / "model").preprocess.labels
+    assert labels[:10] == [str(i) for i in range(10)] and labels[10:] == ["unused_10", "unused_11"]

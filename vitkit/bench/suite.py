@@ -19,13 +19,12 @@ from vitkit.bench.flops import vit_flops
 from vitkit.bench.machine import matmul_peak, resolve_device
 from vitkit.bench.peers import PEERS, PeerUnavailable, build_vitkit
 from vitkit.bench.precision import autocast, check_precision, input_dtype, prepare_model
-from vitkit.bench.timing import peak_memory, time_interleaved
+from vitkit.bench.timing import MAX_SPREAD, peak_memory, time_interleaved
 from vitkit.models.registry import canonical_name, vit_config
 from vitkit.models.vit import ViTConfig
 
 VITKIT = "vitkit"
 COMPILED = "vitkit+compile"
-MAX_SPREAD = 0.25  # rows whose repeats disagree by more than this are flagged unreliable
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,14 @@ class Timing:
         return (max(self.samples) - min(self.samples)) / self.median
 
 
+MAX_SPREAD = 0.25  # timings whose repeats disagree by more than this are flagged unreliable
+
+
+def unreliable(t: Timing, max_spread: float = MAX_SPREAD) -> str:
+    """Why a timing cannot be trusted ('' when it can): repeats that disagree by more than `max_spread`."""
+    return f"repeats spread {100 * t.spread:.0f}% > {100 * max_spread:.0f}%" if t.spread > max_spread else ""
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait for queued device work (a no-op on CPU)."""
     if torch.device(device).type == "cuda":

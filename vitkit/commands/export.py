@@ -26,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
     p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
     p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
+    p.add_argument("--repeats", type=int, default=7, help="timed repeats of --bench, interleaved (default: 7)")
     p.add_argument("--eval-digits", action="store_true", help="accuracy of every export on the digits test split")
     add_load_arguments(p)
 
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         quantize_int8,
         refuse_overwriting_inputs,
     )
+    from vitkit.utils import check_int
 
     if args.int8 and args.format != "onnx":
         raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
@@ -92,11 +94,17 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.eval_digits:
         _eval_digits(model, paths)
-    if args.bench:
-        t = bench_exports(model, paths, batch=args.batch)
-        base = t["pytorch"].median
+    if args.bench:  # the reliability rules of `vitkit bench`: medians of interleaved repeats, spread, flags
+        from vitkit.bench.timing import unreliable
+
+        check_int("--repeats", args.repeats, low=3)
+        t = bench_exports(model, paths, batch=args.batch, repeats=args.repeats)
+        base = t["pytorch"]
         for name, tm in t.items():
-            print(f"{name:10s} batch {args.batch}: {tm.median * 1e3:8.1f} ms  ({base / tm.median:.2f}x pytorch)")
+            why = "; ".join(x for x in (unreliable(tm), unreliable(base) if name != "pytorch" else "") if x)
+            print(f"{name:10s} batch {args.batch}: {tm.median * 1e3:8.1f} ms (spread {100 * tm.spread:.0f}%, "
+                  f"{args.repeats} repeats)  {base.median / tm.median:.2f}x pytorch"
+                  + (f"  UNRELIABLE: {why} (a busy machine? rerun with more --repeats)" if why else ""))
     return 0
 
 

@@ -104,7 +104,10 @@ def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: d
         raise ValueError(f"the model takes {model.config.in_chans}-channel images, the data has {channels} channels")
     mean = mean or _per_channel(dcfg["mean"], channels, "mean")
     std = std or _per_channel(dcfg["std"], channels, "std")
-    labels = classes if len(classes) == k else []
+    labels = list(classes) + [f"unused_{i}" for i in range(len(classes), k)]  # a larger head keeps the names
+    if k > len(classes) and notes is not None:
+        notes.append(f"note: model.num_classes = {k} > the data's {len(classes)} classes: outputs "
+                     f"{len(classes)}..{k - 1} have no data (named unused_{len(classes)}, ...)")
     model.preprocess = PreprocessConfig(
         img_size=model.config.img_size, mean=mean, std=std, crop_pct=float(dcfg["crop_pct"]) or None, labels=labels
     )
