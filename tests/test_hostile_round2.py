@@ -936,3 +936,41 @@ def test_a_head_larger_than_the_data_keeps_the_class_names(tmp_path: Path, capsy
     assert "outputs 10..11 have no data" in capsys.readouterr().out
     labels = vitkit.load_pretrained(out / "model").preprocess.labels
     assert labels[:10] == [str(i) for i in range(10)] and labels[10:] == ["unused_10", "unused_11"]
+
+
+# ----------------------------------------------------------------------------- checkpoint families (timm-written)
+FAMILIES = Path(__file__).parent / "fixtures" / "timm_families"  # tests/reference/make_timm_family_reference.py
+
+
+def test_deit_distilled_checkpoints_written_by_timm_load_with_timms_outputs(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import vitkit
+
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    x = torch.from_numpy(ref["x"])
+    for path, hints in ((FAMILIES / "deit_distilled_hub", {}), (FAMILIES / "deit_distilled.safetensors",
+                                                                {"num_heads": 4})):
+        m = vitkit.load_pretrained(path, **hints)
+        assert m.config.distill_token and m.config.num_class_tokens == 2
+        with torch.no_grad():  # eval mode: the two heads averaged, as timm does
+            torch.testing.assert_close(m(x), torch.from_numpy(ref["deit_distilled_logits"]), rtol=2e-5, atol=2e-5)
+            torch.testing.assert_close(m.forward_features(x), torch.from_numpy(ref["deit_distilled_features"]),
+                                       rtol=2e-5, atol=2e-5)
+    # saved back where the format can hold it (timm: deit_*_distilled; vitkit), refused by name where not
+    back = save_pretrained(m, tmp_path / "back_timm", format="timm")
+    assert json.loads((back / "config.json").read_text())["architecture"].startswith("deit_")
+    with torch.no_grad():
+        torch.testing.assert_close(vitkit.load_pretrained(back)(x), torch.from_numpy(ref["deit_distilled_logits"]),
+                                   rtol=2e-5, atol=2e-5)
+    for fmt in ("hf", "npz"):
+        with pytest.raises(ValueError, match="distill_token=True"):
+            save_pretrained(m, tmp_path / f"back_{fmt}", format=fmt)
+    # the CLI paths: predict, finetune, eval on the fine-tuned model
+    data = _folder(tmp_path / "data", n=24, classes=3)
+    hub = str(FAMILIES / "deit_distilled_hub")
+    assert main(["predict", str(data / "c0" / "000.png"), "--model", hub]) == 0
+    assert main(["finetune", "--model", hub, "--data", str(data), "--out", str(tmp_path / "ft"), "--no-progress",
+                 "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
+                 "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
+    tuned = vitkit.load_pretrained(tmp_path / "ft" / "model")
+    assert tuned.config.distill_token and tuned.config.num_classes == 3
+    assert main(["eval", "--model", str(tmp_path / "ft" / "model"), "--data", str(data)]) == 0

@@ -56,8 +56,6 @@ UNSUPPORTED = {
     "reg_token": "register tokens",
     "norm_pre.weight": "a pre-encoder LayerNorm",
     "attn_pool.latent": "attention pooling",
-    "dist_token": "DeiT's distillation token (with head_dist)",
-    "head_dist.weight": "DeiT's distillation head",
 }
 
 
@@ -130,6 +128,9 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
                          f"fused qkv weights do not record it; Table 1's width-{D} model has {table} heads" if table
                          else f"fused qkv weights do not record it, and width {D} is none of Table 1's")
     token = "cls_token" in state
+    distilled = "dist_token" in state  # DeiT distilled: a second class token with its own head, averaged at inference
+    if distilled and not (token and "head_dist.weight" in state):
+        raise ValueError(f"{path}: a dist_token needs a cls_token and head_dist (DeiT's distilled ViT)")
     layers: tuple[int, ...] | None = None
     width_factor, in_chans, stride = 1, C, P
     if "patch_embed.backbone.stem.conv.weight" in state:
@@ -138,7 +139,10 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         layers = units_per_stage(state, lambda s: f"patch_embed.backbone.stages.{s}.blocks.", ".conv1.weight")
         stride = P * hybrid_stride(layers)
     pos = require(state, "pos_embed", path, 3)
-    n = pos.shape[1] - int(token and not _no_embed_class(pos.shape[1], token))
+    if distilled and square_side(pos.shape[1]) is not None:
+        raise ValueError(f"{path}: DeiT's distillation token with position embeddings for the patches only "
+                         "(no_embed_class) is not a model vitkit builds")
+    n = pos.shape[1] - (2 if distilled else int(token and not _no_embed_class(pos.shape[1], token)))
     img = args.get("img_size")
     if img is None:
         img = square_grid(n, path, "pos_embed")[0] * stride
@@ -155,6 +159,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         pooling=choices.pick("pooling", "token" if token else None, "gap",
                              "no class token: timm's default global average pooling"),
         representation_size=rep,
+        distill_token=distilled,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
         ln_eps=choices.pick("ln_eps", None, 1e-6, "timm's ViT LayerNorm eps"),
         gelu=choices.pick("gelu", None, "exact", "timm's ViT uses nn.GELU, the exact erf form"),
@@ -215,9 +220,12 @@ def _preprocess(meta: dict[str, Any], pre: PreprocessConfig, cfg: ViTConfig) -> 
 # ----------------------------------------------------------------------------- writing
 def _timm_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
     cfg = model.config
-    if cfg.posemb != "learn1d" or appendix_parts(cfg):
+    parts = [p for p in appendix_parts(cfg) if not p.startswith("distill_token")]  # timm has DeiT's distilled ViT
+    if cfg.posemb != "learn1d":
+        parts.insert(0, f"posemb={cfg.posemb!r}")
+    if parts:
         raise ValueError("timm's ViT has learned 1D position embeddings at the input and global attention; this "
-                         f"model has {'; '.join([f'posemb={cfg.posemb!r}'] + appendix_parts(cfg))}: save it in vitkit's format")
+                         f"model has {'; '.join(parts)}: save it in vitkit's format")
     if cfg.gelu != "exact" or cfg.ln_eps != 1e-6:
         warnings.warn(
             f"this model uses {cfg.gelu} GELU and LayerNorm eps {cfg.ln_eps:g}; timm's VisionTransformer runs exact "
@@ -244,7 +252,8 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
     if file != out:
         pre = model.preprocess
         doc = {
-            "architecture": "vit_base_patch16_224",  # timm builder; model_args below set every size
+            # timm builder; model_args below set every size
+            "architecture": "deit_base_distilled_patch16_224" if cfg.distill_token else "vit_base_patch16_224",
             "num_classes": cfg.num_classes,
             "num_features": cfg.representation_size or cfg.width,
             "global_pool": "token" if cfg.pooling == "token" else "avg",
