@@ -974,3 +974,36 @@ def test_deit_distilled_checkpoints_written_by_timm_load_with_timms_outputs(tmp_
     tuned = vitkit.load_pretrained(tmp_path / "ft" / "model")
     assert tuned.config.distill_token and tuned.config.num_classes == 3
     assert main(["eval", "--model", str(tmp_path / "ft" / "model"), "--data", str(data)]) == 0
+
+
+def test_siglip_style_towers_written_by_timm_load_with_timms_outputs(tmp_path: Path) -> None:
+    import vitkit
+
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    x = torch.from_numpy(ref["x"])
+    m = vitkit.load_pretrained(FAMILIES / "siglip_hub")
+    assert m.config.pooling == "map" and m.config.num_class_tokens == 0
+    with torch.no_grad():
+        z = m.forward_features(x)
+        for got, key in ((m(x), "siglip_logits"), (z, "siglip_features"),
+                         (m.forward_head(z, pre_logits=True), "siglip_pooled")):
+            torch.testing.assert_close(got, torch.from_numpy(ref[key]), rtol=2e-5, atol=2e-5, msg=key)
+    back = save_pretrained(m, tmp_path / "back", format="timm")  # timm's attn_pool names again
+    doc = json.loads((back / "config.json").read_text())
+    assert doc["model_args"]["global_pool"] == "map" and doc["model_args"]["class_token"] is False
+    from safetensors.torch import load_file
+
+    assert "attn_pool.latent" in load_file(back / "model.safetensors")
+    with torch.no_grad():
+        torch.testing.assert_close(vitkit.load_pretrained(back)(x), torch.from_numpy(ref["siglip_logits"]),
+                                   rtol=2e-5, atol=2e-5)
+    with pytest.raises(ValueError, match="pooling='map'"):
+        save_pretrained(m, tmp_path / "hf", format="hf")
+    data = _folder(tmp_path / "data", n=24, classes=3)
+    hub = str(FAMILIES / "siglip_hub")
+    assert main(["predict", str(data / "c0" / "000.png"), "--model", hub]) == 0
+    assert main(["fewshot", "--model", hub, "--data", str(data), "--shots", "2"]) == 0  # features of the MAP head
+    assert main(["finetune", "--model", hub, "--data", str(data), "--out", str(tmp_path / "ft"), "--no-progress",
+                 "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
+                 "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
+    assert vitkit.load_pretrained(tmp_path / "ft" / "model").config.pooling == "map"

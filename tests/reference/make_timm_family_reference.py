@@ -7,7 +7,7 @@ tests/reference/make_timm_preprocess_reference.py:
     /tmp/side/bin/python tests/reference/make_timm_family_reference.py
 
 Families so far: DeiT distilled (`deit_*_distilled_*`: a distillation token and head_dist, the two heads averaged
-at inference).
+at inference); a SigLIP-style image tower (`vit_*_siglip_*`: no class token, attention pooling `attn_pool`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,20 @@ def main() -> None:
     with torch.no_grad():
         out = {"x": x.numpy(), "deit_distilled_logits": model(x).numpy(),
                "deit_distilled_features": model.forward_features(x).numpy()}
+        # SigLIP-style image tower: no class token, multi-head attention pooling (timm's attn_pool), a head on it
+        sargs = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5, class_token=False,
+                     global_pool="map")
+        torch.manual_seed(2)
+        siglip = timm.models.VisionTransformer(**sargs).eval()
+        for p in siglip.parameters():
+            p.normal_(0, 0.5)
+        siglip.pretrained_cfg = dict(architecture="vit_base_patch16_siglip_224", input_size=(3, 32, 32),
+                                     interpolation="bicubic", crop_pct=1.0, crop_mode="squash", mean=(0.5, 0.5, 0.5),
+                                     std=(0.5, 0.5, 0.5), num_classes=5)
+        timm.models.save_for_hf(siglip, str(OUT / "siglip_hub"), model_args=sargs, safe_serialization=True)
+        out["siglip_logits"] = siglip(x).numpy()
+        out["siglip_features"] = siglip.forward_features(x).numpy()
+        out["siglip_pooled"] = siglip.forward_head(siglip.forward_features(x), pre_logits=True).numpy()
     np.savez(OUT / "outputs.npz", **out)
     (OUT / "made_by.json").write_text(json.dumps({"timm": timm.__version__, "torch": torch.__version__}) + "\n")
 

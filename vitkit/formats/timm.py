@@ -46,16 +46,20 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 META_KEY = "vitkit_config"
-# The only names that differ: timm's (pre-0.9) representation layer `pre_logits.fc`.
-RENAMES = (("pre_logits.fc.", "pre_logits.0."),)
+# The only names that differ: timm's (pre-0.9) representation layer `pre_logits.fc`, and its attention pooling
+# (`attn_pool`, SigLIP's MAP head) which is vitkit's `map_head` with the latent query as `probe`.
+RENAMES = (("pre_logits.fc.", "pre_logits.0."), ("attn_pool.latent", "map_head.probe"), ("attn_pool.", "map_head."))
 # timm parts vitkit's ViT has no equivalent for, with what they are (for the error message).
+TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh"}
+TIMM_POOL = {"token": "token", "gap": "avg", "map": "map"}  # vitkit pooling -> timm global_pool  # timm act_layer names -> vitkit's GELU flavours
 UNSUPPORTED = {
     "fc_norm.weight": "a LayerNorm after pooling (timm fc_norm)",
     "blocks.0.ls1.gamma": "LayerScale",
     "blocks.0.attn.q_norm.weight": "qk-norm",
     "reg_token": "register tokens",
     "norm_pre.weight": "a pre-encoder LayerNorm",
-    "attn_pool.latent": "attention pooling",
+    "attn_pool.q_norm.weight": "qk-norm in the attention pooling",
+    "attn_pool.pos_embed": "position embeddings in the attention pooling",
 }
 
 
@@ -128,6 +132,14 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
                          f"fused qkv weights do not record it; Table 1's width-{D} model has {table} heads" if table
                          else f"fused qkv weights do not record it, and width {D} is none of Table 1's")
     token = "cls_token" in state
+    attn_pool = "attn_pool.latent" in state  # SigLIP's image towers: multi-head attention pooling, no class token
+    if attn_pool and (token or tuple(state["attn_pool.latent"].shape) != (1, 1, D)):
+        raise ValueError(f"{path}: attention pooling with a class token or a latent of shape "
+                         f"{tuple(state['attn_pool.latent'].shape)} is not a model vitkit builds (it pools patches with "
+                         "one query)")
+    args_act = (meta.get("model_args") or {}).get("act_layer")
+    if args_act is not None and args_act not in TIMM_ACTS:
+        raise ValueError(f"{path}: act_layer {args_act!r} is not a GELU vitkit builds ({', '.join(TIMM_ACTS)})")
     distilled = "dist_token" in state  # DeiT distilled: a second class token with its own head, averaged at inference
     if distilled and not (token and "head_dist.weight" in state):
         raise ValueError(f"{path}: a dist_token needs a cls_token and head_dist (DeiT's distilled ViT)")
@@ -156,13 +168,14 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         depth=depth,
         num_heads=heads,
         mlp_dim=require(state, "blocks.0.mlp.fc1.weight", path, 2).shape[0],
-        pooling=choices.pick("pooling", "token" if token else None, "gap",
+        pooling=choices.pick("pooling", "token" if token else "map" if attn_pool else None, "gap",
                              "no class token: timm's default global average pooling"),
         representation_size=rep,
         distill_token=distilled,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
         ln_eps=choices.pick("ln_eps", None, 1e-6, "timm's ViT LayerNorm eps"),
-        gelu=choices.pick("gelu", None, "exact", "timm's ViT uses nn.GELU, the exact erf form"),
+        gelu=choices.pick("gelu", TIMM_ACTS.get(args_act) if args_act else None, "exact",
+                          "timm's ViT uses nn.GELU, the exact erf form"),
         resnet_layers=layers,
         resnet_width=width_factor,
     )
@@ -220,7 +233,8 @@ def _preprocess(meta: dict[str, Any], pre: PreprocessConfig, cfg: ViTConfig) -> 
 # ----------------------------------------------------------------------------- writing
 def _timm_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
     cfg = model.config
-    parts = [p for p in appendix_parts(cfg) if not p.startswith("distill_token")]  # timm has DeiT's distilled ViT
+    # timm has DeiT's distilled ViT and SigLIP's attention pooling
+    parts = [p for p in appendix_parts(cfg) if not p.startswith(("distill_token", "pooling='map'"))]
     if cfg.posemb != "learn1d":
         parts.insert(0, f"posemb={cfg.posemb!r}")
     if parts:
@@ -253,10 +267,11 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
         pre = model.preprocess
         doc = {
             # timm builder; model_args below set every size
-            "architecture": "deit_base_distilled_patch16_224" if cfg.distill_token else "vit_base_patch16_224",
+            "architecture": "deit_base_distilled_patch16_224" if cfg.distill_token else
+            "vit_base_patch16_siglip_224" if cfg.pooling == "map" else "vit_base_patch16_224",
             "num_classes": cfg.num_classes,
             "num_features": cfg.representation_size or cfg.width,
-            "global_pool": "token" if cfg.pooling == "token" else "avg",
+            "global_pool": TIMM_POOL[cfg.pooling],
             "model_args": {
                 "img_size": list(cfg.img_size),
                 "patch_size": cfg.patch_size,
@@ -267,7 +282,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "mlp_ratio": cfg.mlp_dim / cfg.width,
                 "qkv_bias": cfg.qkv_bias,
                 "class_token": cfg.pooling == "token",
-                "global_pool": "token" if cfg.pooling == "token" else "avg",
+                "global_pool": TIMM_POOL[cfg.pooling],
                 "fc_norm": False,
             },
             "pretrained_cfg": {
