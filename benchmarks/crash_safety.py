@@ -55,19 +55,29 @@ def _losses(run: Path) -> list:
             if "loss" in r]
 
 
+def _seconds(cmd: list[str]) -> float:
+    """How long one uninterrupted run of `cmd` takes (to place the kills of the next runs inside it)."""
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def _killed_after(cmd: list[str], seconds: float) -> bool:
+    """Start `cmd`, SIGKILL it after `seconds`; whether the kill found it still running."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(seconds)
+    p.send_signal(signal.SIGKILL)
+    return p.wait() == -signal.SIGKILL
+
+
 def kills(root: Path, n: int, rng: random.Random) -> list[dict]:
     ref = root / "ref"
     subprocess.run(_cmd(ref), check=True, capture_output=True)
-    t0 = time.perf_counter()
-    subprocess.run(_cmd(root / "timing"), check=True, capture_output=True)
-    duration = time.perf_counter() - t0
+    duration = _seconds(_cmd(root / "timing"))
     rows = []
     for i in range(n):
         out = root / f"kill{i}"
-        p = subprocess.Popen(_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.25, 0.95) * duration)
-        p.send_signal(signal.SIGKILL)
-        killed = p.wait() == -signal.SIGKILL
+        killed = _killed_after(_cmd(out), rng.uniform(0.25, 0.95) * duration)
         temps = [x.name for x in out.glob(".*.tmp")] if out.exists() else []
         state = out / "train_state.pt"
         step = torch.load(state, weights_only=True)["step"] if state.exists() else None
@@ -231,15 +241,10 @@ def kill_points(root: Path, tries: int, rng: random.Random) -> dict:
         return [sys.executable, "-m", "vitkit", "data", "pack", "digits", str(out), "--shard-size", "50",
                 "--channels", "1", "--no-progress"]
 
-    t0 = time.perf_counter()
-    subprocess.run(pack_cmd(root / "pack_timing"), check=True, capture_output=True)
-    pack_s = time.perf_counter() - t0
+    pack_s = _seconds(pack_cmd(root / "pack_timing"))
     for i in range(tries):
         out = root / f"pack{i}"
-        p = subprocess.Popen(pack_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.5, 0.95) * pack_s)
-        p.send_signal(signal.SIGKILL)
-        killed = p.wait() == -signal.SIGKILL
+        killed = _killed_after(pack_cmd(out), rng.uniform(0.5, 0.95) * pack_s)
         try:
             n = len(open_splits({"name": "auto", "path": str(out), "channels": 1})["train"])
             verdict = f"complete ({n} train samples)"
@@ -253,18 +258,13 @@ def kill_points(root: Path, tries: int, rng: random.Random) -> dict:
     vitkit.save_pretrained(a, src_a)
     vitkit.save_pretrained(b, src_b)
     convert = [sys.executable, "-m", "vitkit", "convert", str(src_b)]
-    t0 = time.perf_counter()
-    subprocess.run([*convert, str(root / "conv_timing"), "--to", "hf"], check=True, capture_output=True)
-    convert_s = time.perf_counter() - t0
+    convert_s = _seconds([*convert, str(root / "conv_timing"), "--to", "hf"])
     for i in range(tries):
         dst = root / f"conv{i}"
         subprocess.run([sys.executable, "-m", "vitkit", "convert", str(src_a), str(dst), "--to", "hf"], check=True,
                        capture_output=True)
-        p = subprocess.Popen([*convert, str(dst), "--to", "hf", "--overwrite"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.4, 1.0) * convert_s)  # python and torch start first: the writes come last
-        p.send_signal(signal.SIGKILL)
-        killed = p.wait() == -signal.SIGKILL
+        # python and torch start first: the writes come last
+        killed = _killed_after([*convert, str(dst), "--to", "hf", "--overwrite"], rng.uniform(0.4, 1.0) * convert_s)
         head = vitkit.load_pretrained(dst).head.weight
         which = "old" if torch.equal(head, a.head.weight) else "new" if torch.equal(head, b.head.weight) else "MIXED"
         converts.append({"killed_mid_convert": killed, "checkpoint": which,

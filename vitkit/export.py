@@ -104,6 +104,14 @@ def _tag_onnx(path: Path, doc: str | None) -> None:
     atomic_write_bytes(path, proto.SerializeToString())
 
 
+def _onnx_doc(path: str | Path) -> str | None:
+    """The preprocessing JSON stored in an ONNX file's metadata_props, or None."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    return next((p.value for p in proto.metadata_props if p.key == META_KEY), None)
+
+
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".vitkit.json")
 
@@ -114,10 +122,7 @@ def exported_preprocess(path: str | Path) -> PreprocessConfig | None:
     path = Path(path)
     doc = None
     if path.suffix == ".onnx":
-        import onnx
-
-        proto = onnx.load(str(path), load_external_data=False)
-        doc = next((p.value for p in proto.metadata_props if p.key == META_KEY), None)
+        doc = _onnx_doc(path)
     elif path.suffix == ".xml":
         model = _ov().Core().read_model(str(path))
         if model.has_rt_info(["vitkit", "preprocess"]):
@@ -310,9 +315,5 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    import onnx
-
-    doc = next((p.value for p in onnx.load(str(src), load_external_data=False).metadata_props if p.key == META_KEY),
-               None)
-    _tag_onnx(dst, doc)  # quantisation keeps the graph, not always its metadata
+    _tag_onnx(dst, _onnx_doc(src))  # quantisation keeps the graph, not always its metadata
     return dst

@@ -19,9 +19,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from vitkit.data.preprocess import max_file_bytes, max_image_pixels, read_image
+from vitkit.data.preprocess import read_image, read_image_file
 from vitkit.data.splits import stratified_holdout
-from vitkit.utils.files import read_regular_file
 
 
 class Dataset(Protocol):
@@ -81,8 +80,7 @@ class FileDataset:
 
     def raw(self, i: int) -> tuple[bytes, str]:
         """The file's bytes as stored, and its extension (for repacking without re-encoding)."""
-        limit = max_image_pixels(self.max_pixels)
-        return read_regular_file(self.paths[i], max_file_bytes(limit), "image"), Path(self.paths[i]).suffix
+        return read_image_file(self.paths[i], self.max_pixels), Path(self.paths[i]).suffix
 
 
 class Subset:

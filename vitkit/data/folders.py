@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from vitkit.data.base import FileDataset, class_names
+from vitkit.utils.files import inside
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -21,31 +22,30 @@ def _scan(root: Path, channels: int, classes: list[str] | None = None, max_pixel
     elif set(dirs) - set(classes):
         raise ValueError(f"{root}: class folders {sorted(set(dirs) - set(classes))} are not among the training classes")
     paths, labels = [], []
-    real_root = root.resolve()
     for c in dirs:
         if (root / c).is_symlink():
-            _check_inside(root / c, real_root, root)
+            _check_inside(root / c, root)
         for f in sorted((root / c).rglob("*")):
             if f.suffix.lower() in IMAGE_EXTENSIONS and f.is_file():
                 if f.is_symlink():
-                    _check_inside(f, real_root, root)
+                    _check_inside(f, root)
                 paths.append(str(f))
                 labels.append(classes.index(c))
     if not paths:
         raise ValueError(f"{root}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in the class folders")
-    empty = [c for c in dirs if classes.index(c) not in set(labels)]
+    present = set(labels)
+    empty = [c for c in dirs if classes.index(c) not in present]
     if empty:
         warnings.warn(f"{root}: class folder(s) {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''} hold no "
                       "image files: those classes have no examples here", UserWarning, stacklevel=3)
     return FileDataset(paths, labels, classes, channels, max_pixels)
 
 
-def _check_inside(link: Path, real_root: Path, root: Path) -> None:
+def _check_inside(link: Path, root: Path) -> None:
     """A symlink in a data folder must point inside it: one that leaves it would read files nobody asked for."""
-    target = link.resolve()
-    if target != real_root and real_root not in target.parents:
-        raise ValueError(f"{link} is a symlink to {target}, outside the data folder {root}: vitkit reads only files "
-                         "inside the folder it is given; copy the data in, or point at the real folder")
+    if not inside(link, root):
+        raise ValueError(f"{link} is a symlink to {link.resolve()}, outside the data folder {root}: vitkit reads only "
+                         "files inside the folder it is given; copy the data in, or point at the real folder")
 
 
 def image_folder(

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from vitkit.data.base import class_names
-from vitkit.data.preprocess import max_file_bytes, max_image_pixels, read_image
-from vitkit.utils.files import inside, read_regular_file
+from vitkit.data.preprocess import read_image, read_image_file
+from vitkit.utils.files import inside
 
 DICT_FILE, SINGLE_FILE = "dataset_dict.json", "state.json"
 
@@ -154,7 +154,7 @@ class HFImageDataset:
             if not inside(f, self.root):
                 raise ValueError(f"cannot read image {self.describe(i)}: its path {cell['path']!r} lies outside the "
                                  f"dataset's folder {self.root}; vitkit reads only files inside the data it is given")
-            return read_regular_file(f, max_file_bytes(max_image_pixels(self.max_pixels)), "image")
+            return read_image_file(f, self.max_pixels)
         raise ValueError(f"cannot read image {self.describe(i)}: no image bytes or path")
 
     def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:

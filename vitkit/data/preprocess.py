@@ -22,9 +22,9 @@ import torch.nn.functional as F
 
 from vitkit.utils.files import read_regular_file
 
-# Reduced decoding at evaluation keeps 8x the model's input: a 2x margin let it move single pixels by up to 0.3
-# (on [0, 1]) against a full decode + Pillow's bilinear resize (Hugging Face's ViTImageProcessor); 8x stays within
-# resampling noise up to 17x the input size (BENCHMARKS.md).
+# Reduced decoding at evaluation keeps 8x the model's input: reducing down to 1x (as before) moved single pixels by
+# up to 0.39 (on [0, 1]) against a full decode + Pillow's bilinear resize (Hugging Face's ViTImageProcessor), 2x by
+# up to 0.33; 8x stayed within mean 0.0012 / max 0.022 up to 17x the input size (BENCHMARKS.md, "Huge images").
 EVAL_DECODE_MARGIN = 8
 CROP_MODES = ("center", "squash")
 
@@ -106,7 +106,7 @@ class PreprocessConfig:
         """The least size an image must keep when decoded for this preprocessing: EVAL_DECODE_MARGIN times what
         its crop needs, so reduced-size decoding (JPEG DCT scaling, Pillow's `reduce`) touches only images far
         larger than the model's input, and the antialiased resize, not the reduction, shapes what the model sees
-        (within mean |d| 0.002, max 0.03 on [0, 1] of a full decode + the peer's resize; tested)."""
+        (see EVAL_DECODE_MARGIN; the end-to-end parity tests in tests/test_hostile_round2.py)."""
         f = (self.crop_pct or 1.0) / EVAL_DECODE_MARGIN
         return (math.ceil(self.img_size[0] / f), math.ceil(self.img_size[1] / f))
 
@@ -152,6 +152,12 @@ def max_file_bytes(limit: int) -> int:
     """The largest image file read under the pixel limit `limit` (checked before reading): 8 bytes a pixel, the
     most any stored format needs (16-bit RGBA uncompressed), plus 1 MiB of headers."""
     return 8 * limit + (1 << 20)
+
+
+def read_image_file(path: str | os.PathLike[str], max_pixels: int | None = None) -> bytes:
+    """The bytes of an image file: a regular file (not a FIFO, not /dev/zero) of at most `max_file_bytes` of the
+    pixel limit, checked before a byte is read."""
+    return read_regular_file(path, max_file_bytes(max_image_pixels(max_pixels)), "image")
 
 
 def _check_decoded_size(w: int, h: int, mode: str, limit: int, path_text: str) -> None:
@@ -211,9 +217,7 @@ def _fast_jpeg(data: bytes, channels: int, min_size: tuple[int, int] | None, lim
         h, w, colorspace, _ = sj.decode_jpeg_header(data)
     except ValueError:
         return None  # Pillow names the problem
-    if w * h > limit:
-        raise ValueError(f"cannot read image {path_text}: {w}x{h} = {w * h:,} pixels is over the limit of {limit:,} "
-                         f"(a decompression bomb?); raise it with ${MAX_PIXELS_ENV} or the command's --max-pixels")
+    _check_decoded_size(w, h, "RGB", limit, path_text)  # 8-bit samples
     if min_size and min(w // min_size[1], h // min_size[0]) >= 2:
         return None
     if colorspace not in ("YCbCr", "RGB", "Gray") or (channels == 1 and colorspace != "Gray"):
@@ -257,8 +261,7 @@ def read_image(
     """Decode an image file as (channels, H, W) floats in [0, 1] (channels 1 or 3).
 
     Transparency is dropped (PIL's `convert`, as timm's and Hugging Face's loaders do); 16-bit and float images
-    are rescaled, not clipped; an EXIF
-    orientation is applied (the image comes out upright). With
+    are rescaled, not clipped; an EXIF orientation is applied (the image comes out upright). With
     `min_size` (h, w), an image at least twice that size on both sides is decoded smaller, by an
     integer factor that keeps it at least `min_size` (JPEG's reduced-size decoding, Pillow's `reduce`
     otherwise), so a 100-megapixel photo costs little. Raises `ValueError` naming the file if it
@@ -276,8 +279,8 @@ def read_image(
             data = path.read()
         except OSError as e:
             raise ValueError(f"cannot read image {path_text}: {e}") from e
-    else:  # a regular file under the size cap, checked before reading (not a FIFO, not /dev/zero)
-        data = read_regular_file(path, max_file_bytes(limit), "image")
+    else:
+        data = read_image_file(path, limit)
     if _simplejpeg() is not None:
         fast = _fast_jpeg(data, channels, min_size, limit, path_text)
         if fast is not None:

@@ -28,7 +28,7 @@ import torch
 from vitkit.data.base import class_names
 from vitkit.data.preprocess import max_file_bytes, max_image_pixels, read_image
 from vitkit.utils.atomic import atomic_write_text
-from vitkit.utils.files import read_regular_file
+from vitkit.utils.files import read_json
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".gif")
 CLASSES_FILE = "classes.json"
@@ -92,7 +92,7 @@ def check_manifest(folder: Path) -> dict[str, Any]:
         raise ValueError(f"{folder}: no {MANIFEST_FILE}, so its `vitkit data pack` did not finish (killed or failed "
                          "mid-pack); pack it again (--overwrite), or name the shards by pattern to read them anyway")
     try:
-        doc = json.loads(read_regular_file(path, 64 << 20, "manifest"))
+        doc = read_json(path, "pack manifest")
         listed = {str(k): int(v) for k, v in doc["shards"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a pack manifest ({type(e).__name__}: {e})") from e
@@ -263,10 +263,7 @@ def _read_classes(folder: Path) -> list[str] | None:
     path = folder / CLASSES_FILE
     if not path.is_file():
         return None
-    try:
-        names = json.loads(read_regular_file(path, 64 << 20, "class list"))
-    except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    names = read_json(path, "class list")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{path}: expected a JSON list of class names")
     return names
@@ -332,4 +329,3 @@ def pack(ds: Any, out: str | Path, prefix: str, shard_size: int, indices: Iterab
         tar.close()
         tmp.replace(shards[-1])
     return shards
-

@@ -39,6 +39,7 @@ from vitkit.formats.common import (
 )
 from vitkit.models.posemb import square_side
 from vitkit.models.resnet import hybrid_stride
+from vitkit.models.timm_api import TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 
@@ -50,8 +51,7 @@ META_KEY = "vitkit_config"
 # (`attn_pool`, SigLIP's MAP head) which is vitkit's `map_head` with the latent query as `probe`.
 RENAMES = (("pre_logits.fc.", "pre_logits.0."), ("attn_pool.latent", "map_head.probe"), ("attn_pool.", "map_head."))
 # timm parts vitkit's ViT has no equivalent for, with what they are (for the error message).
-TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh"}
-TIMM_POOL = {"token": "token", "gap": "avg", "map": "map"}  # vitkit pooling -> timm global_pool  # timm act_layer names -> vitkit's GELU flavours
+TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh"}  # timm act_layer names -> vitkit's GELU flavours
 UNSUPPORTED = {
     "fc_norm.weight": "a LayerNorm after pooling (timm fc_norm)",
     "blocks.0.ls1.gamma": "LayerScale",

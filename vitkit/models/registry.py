@@ -17,6 +17,7 @@ from typing import Any
 from torch import nn
 
 from vitkit.models.resnet import BIT_DEPTHS, BiTConfig, ResNetV2
+from vitkit.models.timm_api import TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # Table 1 of the paper: (width D, MLP size, heads, layers). Ti and S are the DeiT / AugReg sizes.
@@ -170,7 +171,7 @@ def name_overrides(name: str) -> dict[str, Any]:
 # timm's keyword names for the same things, and vitkit's for them.
 TIMM_KWARGS = {"drop_path_rate": "drop_path", "drop_rate": "dropout", "attn_drop_rate": "attn_dropout",
                "reg_tokens": "num_registers"}
-_POOLS = {"token": "token", "avg": "gap", "map": "map"}
+_POOLS = {timm: ours for ours, timm in TIMM_POOL.items()}  # timm's global_pool -> vitkit's pooling
 
 
 def _timm_kwargs(overrides: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-# timm's global_pool names for vitkit's pooling
-_TIMM_POOL = {"token": "token", "gap": "avg", "map": "map"}
+# timm's global_pool names for vitkit's pooling (the one map: the registry and the timm format use it too)
+TIMM_POOL = {"token": "token", "gap": "avg", "map": "map"}
 
 
 def take_indices(depth: int, indices: int | list[int] | tuple[int, ...] | None) -> list[int]:
@@ -51,8 +51,8 @@ class TimmApi:
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A new `num_classes`-way head (0: none, features out), initialised as timm does (nn.Linear's default);
         `global_pool` may name the model's own pooling only (vitkit's pooling is part of the architecture)."""
-        if global_pool is not None and global_pool != _TIMM_POOL[self.config.pooling]:
-            raise ValueError(f"global_pool={global_pool!r}: this model pools with {_TIMM_POOL[self.config.pooling]!r}, "
+        if global_pool is not None and global_pool != TIMM_POOL[self.config.pooling]:
+            raise ValueError(f"global_pool={global_pool!r}: this model pools with {TIMM_POOL[self.config.pooling]!r}, "
                              "which is part of its architecture in vitkit; build another model to change it")
         if num_classes != self.config.num_classes:
             self.preprocess.labels = []

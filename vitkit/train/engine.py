@@ -240,6 +240,7 @@ class Trainer:
         self.metrics_path = self.out / "metrics.jsonl"
         self._tb: Any = None
         self._resumed_at: int | None = None  # set by load_state
+        self._fingerprint: dict[str, Any] | None = None  # of the training data, computed once (files are stat'ed)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -259,7 +260,7 @@ class Trainer:
         }
 
     def _data_fingerprint(self) -> dict[str, Any]:
-        if not hasattr(self, "_fingerprint"):  # computed once per run (a folder's files are stat'ed)
+        if self._fingerprint is None:
             self._fingerprint = fingerprint(self.data.dataset)
         return self._fingerprint
 

@@ -32,7 +32,7 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                    or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+                    or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a special file")
             raise ValueError(f"cannot read {what} {path}: it is {kind}, not a regular file")
         if st.st_size > max_bytes:
             raise ValueError(f"cannot read {what} {path}: {st.st_size:,} bytes is over the limit of {max_bytes:,}")
