@@ -30,10 +30,10 @@ import torch
 from tqdm.auto import tqdm
 
 import vitkit
-from vitkit.bench.flops import vit_flops
 from vitkit.bench.machine import machine_info, matmul_peak
 from vitkit.bench.peers import PeerUnavailable, build_hf, build_timm
 from vitkit.bench.timing import time_interleaved
+from vitkit.models.flops import vit_flops
 from vitkit.runtime import build_predictor, runtime_available
 
 #: (label, runtime, precision, compile) of the vitkit paths, as `vitkit predict --runtime R --precision P`

@@ -29,7 +29,8 @@ Image.fromarray(arr).save(sys.argv[4], compress_level=1)
 """
 CHILD = """
 import resource, sys, time
-from vitkit.data.preprocess import PreprocessConfig, read_image
+from vitkit.data.preprocess import read_image
+from vitkit.models.preprocess import PreprocessConfig
 pp = PreprocessConfig(img_size=(224, 224))
 t = time.perf_counter()
 x = read_image(sys.argv[1], 3, None if sys.argv[2] == "full" else pp.decode_size(), max_pixels=10**9)

@@ -29,7 +29,7 @@ def _model(**kw) -> VisionTransformer:
 def test_axial_attention_stays_in_its_row_then_its_column() -> None:
     m = _model(block="axial", pooling="gap")
     x = torch.randn(2, 1, 16, 16)
-    _, attns = m.forward_features(x, return_attn=True)
+    attns = m.intermediates(x, attention=True)["attention"]
     assert len(attns) == 2 * m.config.depth  # a row step and a column step per block
     gh, gw = m.config.grid_size
     rows = torch.arange(gh * gw) // gw
@@ -46,16 +46,16 @@ def test_axial_row_step_is_equivariant_to_swapping_rows() -> None:
     m = _model(block="axial", pooling="gap", depth=1)
     blk = m.blocks[0]
     class Skip(torch.nn.Module):
-        def forward(self, t, return_attn=False):
-            return t, None
+        def forward(self, t):
+            return t
 
     blk.col = Skip()  # keep the row step alone
     gh, gw = m.config.grid_size
     z = torch.randn(3, gh * gw, 32)
     swapped = z.view(3, gh, gw, 32)[:, [2, 1, 0, 3]].reshape(3, gh * gw, 32)
     with torch.no_grad():
-        out, _ = blk(z, (gh, gw))
-        out_s, _ = blk(swapped, (gh, gw))
+        out = blk(z, (gh, gw))
+        out_s = blk(swapped, (gh, gw))
     torch.testing.assert_close(out_s.view(3, gh, gw, 32), out.view(3, gh, gw, 32)[:, [2, 1, 0, 3]])
 
 
@@ -90,7 +90,7 @@ def test_relative_logits_are_the_query_against_the_offset_embedding() -> None:
     x = torch.randn(2, 1, 16, 16)
     with torch.no_grad():
         fused = m(x)
-        explicit = m.forward_head(m.forward_features(x, return_attn=True)[0])
+        explicit = m.intermediates(x, attention=True)["logits"]
         torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
         none = _model(posemb="none")
         for blk in m.blocks:
@@ -119,7 +119,7 @@ def test_every_layer_placements(posemb: str) -> None:
         z = per.patch_embed(x).flatten(2).transpose(1, 2)
         z = torch.cat([per.cls_token.expand(2, -1, -1), z], 1)
         for i, blk in enumerate(per.blocks):
-            z, _ = blk(z + per.position_embedding(grid, i))
+            z = blk(z + per.position_embedding(grid, i))
         torch.testing.assert_close(per.forward_features(x), per.norm(z))
         # one table added at every layer, and one table at the input only, differ (from layer 2 on)
         inp = _model(posemb=posemb)

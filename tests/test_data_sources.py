@@ -15,8 +15,8 @@ from PIL import Image
 from vitkit.data.augment import inception_crop
 from vitkit.data.datasets import open_splits
 from vitkit.data.loader import StepLoader
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.transforms import EvalTransform, TrainTransform
+from vitkit.models.preprocess import PreprocessConfig
 
 
 def _png(path: Path, value: int, size=(10, 14)) -> None:

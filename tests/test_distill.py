@@ -12,9 +12,9 @@ import torch
 
 from tests.helpers import digits_loader, digits_model
 from vitkit.data.digits import LABELS
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats import load_pretrained, save_pretrained
 from vitkit.models import create_model
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import TwoHeads
 from vitkit.train.config import load_config
 from vitkit.train.distill import Teacher, distillation_loss

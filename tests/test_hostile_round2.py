@@ -25,7 +25,7 @@ from vitkit.cli import main
 from vitkit.data.cifar import safe_unpickle
 from vitkit.data.datasets import open_splits
 from vitkit.data.folders import image_folder, list_file
-from vitkit.data.preprocess import read_image
+from vitkit.data.preprocess import load_image, read_image
 from vitkit.data.shards import ShardDataset, check_tar_headers
 from vitkit.formats import save_pretrained
 from vitkit.utils.files import FolderLock, read_regular_file
@@ -699,7 +699,7 @@ def test_demo_into_an_existing_folder_names_only_its_own_flags(tmp_path: Path, c
 
 def test_formats_without_a_place_for_preprocessing_carry_it_beside_or_inside(tmp_path: Path) -> None:
     import vitkit
-    from vitkit.data.preprocess import PreprocessConfig
+    from vitkit.models.preprocess import PreprocessConfig
 
     m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
                             num_classes=3)
@@ -795,7 +795,7 @@ def test_hf_folder_predictions_from_files_match_transformers(tmp_path: Path) -> 
     for f in files:
         im = ImageOps.exif_transpose(Image.open(f)).convert("RGB")  # transformers' load_image
         ref_in = torch.from_numpy(proc(im, return_tensors="np")["pixel_values"])
-        ours_in = model.preprocess.normalize(model.preprocess.load_image(f)[None])
+        ours_in = model.preprocess.normalize(load_image(model.preprocess, f)[None])
         assert ours_in.shape == ref_in.shape
         d = (ours_in - ref_in).abs()  # resampling noise: HF rounds the resized image to uint8, vitkit does not
         assert d.mean() < 0.01 and d.max() < 0.1, (f.name, float(d.mean()), float(d.max()))
@@ -823,7 +823,7 @@ def test_timm_hub_folder_predictions_from_files_match_timms_own_pipeline(tmp_pat
     files = sorted((TIMM_FIXTURE / "images").iterdir())
     assert len(files) == len(ref["probs"]) == 7
     for f in files:
-        ours = pre.normalize(pre.load_image(f)[None])[0]
+        ours = pre.normalize(load_image(pre, f)[None])[0]
         theirs = torch.from_numpy(inputs[f.name])
         assert ours.shape == theirs.shape, f.name
         d = (ours - theirs).abs() * torch.tensor(pre.std).view(-1, 1, 1)  # on the [0, 1] pixel scale
@@ -838,7 +838,7 @@ def test_timm_hub_folder_predictions_from_files_match_timms_own_pipeline(tmp_pat
 
 
 def test_a_non_square_photo_with_crop_pct_is_centre_cropped_not_squashed() -> None:
-    from vitkit.data.preprocess import PreprocessConfig
+    from vitkit.models.preprocess import PreprocessConfig
 
     x = torch.rand(1, 3, 400, 600)
     pre = PreprocessConfig(img_size=(224, 224), crop_pct=0.9, interpolation="bilinear")

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from vitkit.cli import main
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.native import save_native
 from vitkit.inspect import (
     InspectImage,
@@ -24,6 +23,7 @@ from vitkit.inspect import (
     uniform_attention_distance,
 )
 from vitkit.inspect.report import collect_attention
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 FIGURES = ["embedding_filters", "position_embedding_similarity", "attention_distance", "attention_maps"]

@@ -55,9 +55,9 @@ def test_encoder_sees_mask_token_and_swapped_patches() -> None:
     seen = {}
     orig_encode = vit.encode
 
-    def spy(z: torch.Tensor, return_attn: bool = False):
+    def spy(z: torch.Tensor, *args, **kwargs):
         seen["z"] = z
-        return orig_encode(z, return_attn)
+        return orig_encode(z, *args, **kwargs)
 
     vit.encode = spy
     corrupted, use_mask, source = mpp.corruption_plan(3, 16, torch.Generator().manual_seed(5))

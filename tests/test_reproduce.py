@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit.bench.flops import model_flops, vit_flops
 from vitkit.cli import main
 from vitkit.data.datasets import open_splits
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.evaluate import eval_loader
 from vitkit.fewshot import extract_features, fewshot_table
 from vitkit.models import create_model
+from vitkit.models.flops import model_flops, vit_flops
 from vitkit.reproduce import EXPERIMENTS, SMOKE
 from vitkit.reproduce.plan import MODELS, Pretrain, pretrain_config
 from vitkit.reproduce.runs import UNIT_FILE, Workbench
@@ -123,7 +123,7 @@ def test_evaluators_run_during_training_on_the_model_itself(tmp_path: Path) -> N
 def test_fewshot_evaluator_equals_the_protocol_by_hand() -> None:
     torch.manual_seed(0)
     model = create_model("bit", img_size=16, in_chans=1, num_classes=5, layers=[1, 1], width_factor=0.5)
-    from vitkit.data.preprocess import PreprocessConfig
+    from vitkit.models.preprocess import PreprocessConfig
 
     model.preprocess = PreprocessConfig(img_size=(16, 16), mean=(0.5,), std=(0.5,))
     ev = FewShotEvaluator(shots=(1, 5), seeds=(0, 1))

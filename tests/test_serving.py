@@ -16,7 +16,10 @@ from PIL import Image
 import vitkit
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
-from vitkit.runtime import inference_model, input_dtype, resolve_precision
+from vitkit.data.preprocess import load_image
+from vitkit.runtime import inference_model
+from vitkit.utils.precision import input_dtype
+from vitkit.utils.precision import resolve as resolve_precision
 
 
 def test_auto_precision_follows_the_cpu_flags() -> None:
@@ -25,7 +28,7 @@ def test_auto_precision_follows_the_cpu_flags() -> None:
     p, why = resolve_precision("auto", "cpu", flags={"avx2", "avx512f", "avx512_vnni"})
     assert p == "fp32" and "emulated" in why
     assert resolve_precision("bf16", "cpu", flags=set()) == ("bf16", "asked for")
-    with pytest.raises(ValueError, match="--precision must be one of auto, fp32, bf16, int8"):
+    with pytest.raises(ValueError, match="--precision must be one of auto, fp32, bf16, bf16-autocast, int8"):
         resolve_precision("fp8")
 
 
@@ -77,7 +80,7 @@ def test_predict_streams_folders_and_lists_to_csv_and_jsonl(tmp_path: Path, caps
     assert [r[0] for r in rows[1:]] == expected  # input order: the folder (sorted), then the list
     pp = m.preprocess
     with torch.inference_mode():
-        x = torch.stack([pp.load_image(p) for p in expected])
+        x = torch.stack([load_image(pp, p) for p in expected])
         ref = torch.softmax(m.eval()(pp.normalize(x)), -1).topk(3)
     for r, vals, idx in zip(rows[1:], ref.values.tolist(), ref.indices.tolist()):
         assert [r[1], r[3], r[5]] == [str(i) for i in idx]

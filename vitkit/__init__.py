@@ -1,6 +1,5 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., 2021)."""
 
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats import load_pretrained, save_pretrained
 from vitkit.models import (
     VisionTransformer,
@@ -10,6 +9,7 @@ from vitkit.models import (
     register_model,
     resample_posemb,
 )
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.runtime import Predictor, build_predictor
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """Evaluation, outside training: top-1 / top-5 accuracy and cross-entropy of a model on labelled data.
 
 Used by `vitkit eval`, `fewshot`, `predict`, `sweep` and by the training engine's periodic evaluation;
-nothing here imports the training package. Also: the one bf16-autocast helper, the evaluation loader
+nothing here imports the training package. Also: the evaluation loader
 (resize without crop, paper §4.1 / the original code), and `align_classes`, which maps a data
 set's class names onto a model's stored labels so a folder of some of the classes is scored correctly.
 How a model runs for inference (runtime, precision) is `vitkit.runtime`.
@@ -19,13 +19,9 @@ from torch import nn
 
 from vitkit.data.datasets import Dataset
 from vitkit.data.loader import StepLoader
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.transforms import EvalTransform
-
-
-def bf16_autocast(device: str | torch.device, enabled: bool) -> torch.autocast:
-    """bf16 autocast on `device`'s type (CPU or CUDA), or a disabled one."""
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)
+from vitkit.models.preprocess import PreprocessConfig
+from vitkit.utils.precision import autocast
 
 
 def eval_loader(ds: Dataset, preprocess: PreprocessConfig, batch_size: int = 256, num_workers: int = 0) -> StepLoader:
@@ -37,12 +33,13 @@ def eval_loader(ds: Dataset, preprocess: PreprocessConfig, batch_size: int = 256
 def evaluate_batches(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    bf16: bool = False,
+    precision: str = "fp32",
     device: str = "cpu",
     classes_present: int | None = None,
 ) -> dict[str, float]:
     """Top-1, top-5 accuracy and mean cross-entropy over (model input, label) batches.
 
+    `precision` names how the model runs (`vitkit.utils.precision`; a `Predictor` brings its own: leave fp32).
     Top-5 is reported only when it means something: more than 5 classes in the model's output and, if
     `classes_present` is given, more than 5 classes among the evaluated labels.
     A model that brings its own targets (masked patch prediction) returns (logits, targets); then
@@ -55,7 +52,7 @@ def evaluate_batches(
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         n += len(y)
-        with bf16_autocast(device, bf16):
+        with autocast(precision, device):
             out = model(x)
         own_targets = isinstance(out, tuple)
         logits, target = (out[0].float(), out[1]) if own_targets else (out.float(), y)
@@ -88,7 +85,7 @@ def check_finite(t: torch.Tensor, what: str) -> torch.Tensor:
 def evaluate_loader(
     model: nn.Module,
     loader: StepLoader | Sequence[StepLoader],
-    bf16: bool = False,
+    precision: str = "fp32",
     device: str = "cpu",
     skipped: list[str] | None = None,
     label_map: np.ndarray | None = None,
@@ -108,7 +105,7 @@ def evaluate_loader(
                 if len(b.y):
                     yield b.x, (lut[b.y] if lut is not None else b.y)
 
-    return evaluate_batches(model, batches(), bf16, device, classes_present=present)
+    return evaluate_batches(model, batches(), precision, device, classes_present=present)
 
 
 def align_classes(model_labels: Sequence[str], num_classes: int, data_classes: Sequence[str], source: str,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitkit.data.preprocess import PreprocessConfig
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
 

@@ -2,22 +2,22 @@
 
 | runtime       | precisions        | what runs                                                              |
 |---------------|-------------------|------------------------------------------------------------------------|
-| `torch`       | fp32, bf16        | the model, eager or `torch.compile`d (inductor, weights frozen)        |
+| `torch`       | fp32, bf16,       | the model, eager or `torch.compile`d (inductor, weights frozen)        |
+|               | bf16-autocast     |                                                                        |
 | `onnxruntime` | fp32, int8        | the ONNX export (`vitkit.export`); int8 = dynamic quantisation of      |
 |               |                   | every MatMul/Gemm (weights int8, activations quantised per call)       |
 | `openvino`    | fp32, bf16        | the same ONNX graph compiled by OpenVINO for this CPU                  |
 
-`resolve_precision("auto")` picks bf16 only where the hardware multiplies bf16 natively (AVX512_BF16 or
-AMX, read from the CPU's flags), else fp32; int8 is never picked for you (it changes the numbers).
+Precisions are vitkit's one vocabulary (`vitkit.utils.precision`: fp32, bf16, bf16-autocast, int8, and auto).
 `resolve_runtime("auto")` picks, on a CPU, the fastest runtime that is installed for that precision by
-the measurements in BENCHMARKS.md ("Serving on CPUs"); on a GPU, torch. Every choice is returned with its
-reason, for the caller to print. The optional runtimes are extras: `pip install 'vitkit[onnx]'`,
+the measurements in BENCHMARKS.md ("Serving on CPUs"); on a GPU, torch. `build_predictor` is the one place
+where these choices are made (and where an automatic runtime that cannot run a model falls back to torch); each
+choice is logged with its reason. The optional runtimes are extras: `pip install 'vitkit[onnx]'`,
 `'vitkit[openvino]'`.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import tempfile
 import time
@@ -28,32 +28,16 @@ import torch
 from torch import nn
 
 from vitkit.export import export_onnx, export_openvino, exported_runner, quantize_int8
-from vitkit.utils.hardware import cpu_has_native_bf16
+from vitkit.utils import precision as precision_mod
+from vitkit.utils.hardware import set_threads
+from vitkit.utils.precision import PRECISIONS
 
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
 RUNTIMES = ("auto", "torch", "onnxruntime", "openvino")
 #: precisions each runtime runs; the order of runtimes is auto's preference on a CPU (BENCHMARKS.md)
 SUPPORTED: dict[str, tuple[str, ...]] = {"openvino": ("fp32", "bf16"), "onnxruntime": ("fp32", "int8"),
-                                         "torch": ("fp32", "bf16")}
+                                         "torch": ("fp32", "bf16", "bf16-autocast")}
 PACKAGES = {"onnxruntime": ("onnxruntime", "onnx"), "openvino": ("openvino", "onnx")}
 EXTRAS = {"onnxruntime": "vitkit[onnx]", "openvino": "vitkit[openvino]"}
-
-
-def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: set[str] | None = None) -> tuple[str, str]:
-    """(precision to run, why) for `auto | fp32 | bf16 | int8`. `auto` is bf16 where the hardware multiplies
-    bf16 natively (a CUDA GPU that supports it; a CPU with AVX512_BF16 or AMX, read from its flags), else
-    fp32: on other CPUs oneDNN emulates bf16 and it runs ~2x slower than fp32 (BENCHMARKS.md)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
-    if precision != "auto":
-        return precision, "asked for"
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        ok = torch.cuda.is_bf16_supported()
-        return ("bf16", "the GPU supports bf16") if ok else ("fp32", "the GPU has no bf16")
-    if cpu_has_native_bf16(flags):
-        return "bf16", "the CPU multiplies bf16 natively (AVX512_BF16 / AMX)"
-    return "fp32", "the CPU has no native bf16 (no AVX512_BF16 / AMX): bf16 would be emulated and slower"
 
 
 def runtime_available(runtime: str) -> bool:
@@ -74,8 +58,8 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
     runtime that cannot run `precision`, or is not installed, is refused with what to do instead."""
     if runtime not in RUNTIMES:
         raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}; got {runtime!r}")
-    if precision not in SUPPORTED["torch"] + SUPPORTED["onnxruntime"]:
-        raise ValueError(f"precision {precision!r} is not resolved: pass it through resolve_precision first")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not resolved: pass it through vitkit.utils.precision.resolve")
     gpu = torch.device(device).type != "cpu"
     if runtime == "auto":
         if gpu:
@@ -100,18 +84,12 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
     return runtime, "asked for"
 
 
-def input_dtype(precision: str) -> torch.dtype:
-    """The dtype a torch model takes under `precision`: bf16 for bf16 weights, else fp32."""
-    return torch.bfloat16 if precision == "bf16" else torch.float32
-
-
 def inference_model(model: nn.Module, precision: str = "fp32", compile: bool = False) -> nn.Module:
     """`model` ready to predict in torch: eval mode, bf16 weights for "bf16", optionally compiled by inductor
     with the weights frozen as constants (folded and prepacked for oneDNN; valid under no_grad / inference).
-    Feed it inputs of `input_dtype(precision)`. The caller's model is left as it was (bf16 goes to a copy)."""
-    model = model.eval()
-    if precision == "bf16":
-        model = copy.deepcopy(model).to(torch.bfloat16)
+    Feed it inputs of `input_dtype(precision)` (and run it under the precision's autocast context). The caller's
+    model is left as it was (bf16 goes to a copy)."""
+    model = precision_mod.get(precision).cast(model.eval())
     return torch.compile(model, options={"freezing": True}) if compile else model
 
 
@@ -133,33 +111,48 @@ class Predictor(nn.Module):
 
 def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: str | torch.device) -> Predictor:
     net = inference_model(model.to(device), precision, compile)
-    dtype = input_dtype(precision)
+    prec = precision_mod.get(precision)
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        return net(x.to(device, dtype)).float()
+        with prec.context(device):
+            return net(x.to(device, prec.input_dtype)).float()
 
     how = "torch.compile (inductor, frozen weights)" if compile else "eager"
     return Predictor(run, "torch", precision, f"torch {how}, {precision}", module=net)
 
 
-def build_predictor(model: nn.Module, precision: str = "fp32", runtime: str = "torch", compile: bool = False,
+def build_predictor(model: nn.Module, precision: str = "fp32", runtime: str | None = "torch", compile: bool = False,
                     device: str | torch.device = "cpu", threads: int | None = None,
                     log: Callable[[str], None] | None = None, n_images: int | None = None) -> Predictor:
-    """`model` as a `Predictor` on `runtime` in `precision`. "auto" for either is resolved here (`resolve_precision`,
-    `resolve_runtime` with `n_images`, the size of the job) and `log` is told what was chosen and why.
-    onnxruntime and OpenVINO run an ONNX export of `model` (fixed resolution, any batch), written to a temporary
-    folder; `log` is told how long that took. `threads`: intra-op threads (default: torch's). `compile` applies
-    to the torch runtime only."""
-    if precision == "auto":
-        precision, why = resolve_precision(precision, device)
-        if log:
-            log(f"precision: {precision} ({why})")
-    if runtime == "auto":
-        runtime, why = resolve_runtime(runtime, precision, device, n_images)
-        if log:
-            log(f"runtime: {runtime} ({why})")
-    if precision not in SUPPORTED.get(runtime, ()):
-        raise ValueError(f"runtime {runtime!r} does not run precision {precision!r}")
+    """`model` as a `Predictor` on `runtime` in `precision`: the one place where both are decided. "auto" for either
+    is resolved here (`precision.resolve`, `resolve_runtime` with `n_images`, the size of the job); `runtime=None`
+    is torch (the reference numbers), or auto for int8, which only onnxruntime runs. A runtime that `auto` chose
+    but that cannot run this model (an exporter or graph compiler refusing it) falls back to torch, saying so; one
+    asked for by name is refused with the reason. onnxruntime and OpenVINO run an ONNX export of `model` (fixed
+    resolution, any batch) written to a temporary folder. `threads`: intra-op threads (default: torch's).
+    `compile` applies to the torch runtime only. `log` is told every choice and why."""
+    say = log or (lambda _m: None)
+    precision, why = precision_mod.resolve(precision, device)
+    asked = runtime or ("auto" if precision == "int8" else "torch")
+    runtime, rwhy = resolve_runtime(asked, precision, device, n_images)
+    if asked == "auto" and compile and runtime != "torch":
+        runtime, rwhy = "torch", "--compile asks for torch.compile"
+    set_threads(threads)
+    try:
+        net = _build(model, precision, runtime, compile, device, threads, say)
+    except Exception as e:  # noqa: BLE001 - an export or graph compiler refusing this model, reported below
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if asked != "auto" or runtime == "torch" or precision not in SUPPORTED["torch"]:
+            raise ValueError(f"the {runtime} runtime could not run this model ({type(e).__name__}: {reason})") from e
+        say(f"note: {runtime} could not run this model ({reason}); running it in torch")
+        runtime, rwhy = "torch", f"{runtime} failed on this model"
+        net = _build(model, precision, runtime, compile, device, threads, say)
+    say(f"precision: {precision} ({why}); runtime: {net.description} ({rwhy})")
+    return net
+
+
+def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device: str | torch.device,
+           threads: int | None, say: Callable[[str], None]) -> Predictor:
     if runtime == "torch":
         return _torch_predictor(model, precision, compile, device)
     if compile:
@@ -172,7 +165,6 @@ def build_predictor(model: nn.Module, precision: str = "fp32", runtime: str = "t
         if runtime == "openvino":
             path = export_openvino(path, Path(tmp) / "model.xml")
         run = exported_runner(path, precision, threads or torch.get_num_threads())
-    if log:
-        log(f"{runtime}: exported and compiled the model in {time.perf_counter() - t0:.1f} s")
+    say(f"{runtime}: exported and compiled the model in {time.perf_counter() - t0:.1f} s")
     what = "int8 (dynamic quantisation of MatMul/Gemm)" if precision == "int8" else precision
     return Predictor(run, runtime, precision, f"{runtime}, {what}")

@@ -3,16 +3,16 @@
 `vitkit bench` (vitkit/commands/bench.py) drives `run_suite`; see BENCHMARKS.md for results.
 """
 
-from vitkit.bench.flops import FlopCount, vit_flops
 from vitkit.bench.machine import cpu_has_native_bf16, machine_info, matmul_peak, resolve_device
 from vitkit.bench.peers import PEERS, PeerUnavailable, peer_status
-from vitkit.bench.precision import PRECISIONS, Agreement, autocast, compare_precisions, prepare_model
+from vitkit.bench.precision import BENCH_PRECISIONS, Agreement, compare_precisions
 from vitkit.bench.suite import Case, Result, SuiteConfig, default_cases, format_table, grid_cases, run_suite
 from vitkit.bench.timing import Timing, peak_memory, time_interleaved
+from vitkit.models.flops import FlopCount, vit_flops
 
 __all__ = [
     "PEERS",
-    "PRECISIONS",
+    "BENCH_PRECISIONS",
     "Agreement",
     "Case",
     "FlopCount",
@@ -20,7 +20,6 @@ __all__ = [
     "Result",
     "SuiteConfig",
     "Timing",
-    "autocast",
     "compare_precisions",
     "cpu_has_native_bf16",
     "default_cases",
@@ -30,7 +29,6 @@ __all__ = [
     "matmul_peak",
     "peak_memory",
     "peer_status",
-    "prepare_model",
     "resolve_device",
     "run_suite",
     "time_interleaved",

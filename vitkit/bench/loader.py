@@ -15,9 +15,9 @@ from vitkit.bench.suite import Case, make_step
 from vitkit.bench.timing import time_interleaved
 from vitkit.data.base import Dataset
 from vitkit.data.loader import StepLoader
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.transforms import TrainTransform
 from vitkit.models import create_model
+from vitkit.models.preprocess import PreprocessConfig
 
 
 def loader_rate(ds: Dataset, tf: TrainTransform, batch: int, workers: int, steps: int) -> float:

@@ -1,4 +1,4 @@
-"""bf16 inference and training paths, and their accuracy against fp32.
+"""bf16 paths' accuracy against fp32 (the names are vitkit's one precision vocabulary, `vitkit.utils.precision`).
 
 Two ways to run a model in bf16 (both work on CPU and CUDA):
 
@@ -14,40 +14,15 @@ see `vitkit.bench.machine.cpu_has_native_bf16`.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from vitkit.runtime import input_dtype as inference_input_dtype
+from vitkit.utils.precision import autocast, get, input_dtype
 
-PRECISIONS = ("fp32", "bf16", "bf16-autocast")
-
-
-def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    return precision
-
-
-def input_dtype(precision: str) -> torch.dtype:
-    """dtype the model's input should have under `precision`."""
-    return inference_input_dtype(check_precision(precision))
-
-
-def prepare_model(model: nn.Module, precision: str) -> nn.Module:
-    """Cast `model` in place for `precision` (bf16 weights for "bf16"; unchanged otherwise)."""
-    return model.to(input_dtype(precision))
-
-
-def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
-    """`torch.autocast` to bf16 for "bf16-autocast"; a no-op context otherwise."""
-    if check_precision(precision) != "bf16-autocast":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+BENCH_PRECISIONS = ("fp32", "bf16", "bf16-autocast")  # the torch precisions `vitkit bench` times
 
 
 @torch.inference_mode()
@@ -94,7 +69,7 @@ def compare_precisions(
     ref_acc = (ref.argmax(-1) == labels).float().mean().item() if labels is not None else None
     out = []
     for p in precisions:
-        m = prepare_model(copy.deepcopy(model), p) if p == "bf16" else model
+        m = get(p).cast(model)
         logits = predict_logits(m, batches, p, device)
         diff = (logits - ref).abs()
         out.append(

@@ -15,13 +15,14 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from vitkit.bench.flops import vit_flops
 from vitkit.bench.machine import matmul_peak, resolve_device
 from vitkit.bench.peers import PEERS, PeerUnavailable, build_vitkit
-from vitkit.bench.precision import autocast, check_precision, input_dtype, prepare_model
+from vitkit.bench.precision import BENCH_PRECISIONS
 from vitkit.bench.timing import MAX_SPREAD, peak_memory, time_interleaved
+from vitkit.models.flops import vit_flops
 from vitkit.models.registry import canonical_name, vit_config
 from vitkit.models.vit import ViTConfig
+from vitkit.utils.precision import autocast, get, input_dtype
 
 VITKIT = "vitkit"
 COMPILED = "vitkit+compile"
@@ -35,7 +36,7 @@ class Case:
     img_size: int
     batch: int
     mode: str  # "infer" | "train"
-    precision: str = "fp32"  # see vitkit.bench.precision
+    precision: str = "fp32"  # vitkit.utils.precision's names: fp32, bf16, bf16-autocast
 
     @property
     def label(self) -> str:
@@ -131,7 +132,7 @@ def grid_cases(
 def _impls(case: Case, peers: list[str], compile_: bool) -> list[tuple[str, str]]:
     """(implementation, precision it runs) for a case. In a bf16 case vitkit runs bf16 weights and,
     beside it, bf16 autocast; peers run autocast (their standard bf16 path)."""
-    prec = check_precision(case.precision)
+    prec = get(case.precision, BENCH_PRECISIONS).name
     if prec == "fp32":
         out = [(VITKIT, "fp32")]
     elif case.mode == "train":  # bf16 weights without fp32 master weights is not a training path
@@ -200,7 +201,7 @@ def run_case(case: Case, sc: SuiteConfig, peaks: dict[str, float], log: Callable
         results.append(res)
         try:
             torch.manual_seed(0)
-            model = prepare_model(_build(impl, cfg).to(device), prec)
+            model = _build(impl, cfg).to(device, input_dtype(prec))
         except PeerUnavailable as e:
             res.note = f"skipped: {e}"
             continue

@@ -8,22 +8,16 @@ import sys
 
 from torch import nn
 
-from vitkit.runtime import (
-    PRECISIONS,
-    RUNTIMES,
-    SUPPORTED,
-    Predictor,
-    build_predictor,
-    resolve_precision,
-    resolve_runtime,
-)
+from vitkit.runtime import RUNTIMES, Predictor, build_predictor
+from vitkit.utils.precision import CHOICES
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | None, default_precision: str) -> None:
     """`default_runtime=None`: torch (the reference numbers), except for int8, which only onnxruntime runs."""
-    p.add_argument("--precision", default=default_precision, choices=PRECISIONS,
-                   help=f"auto: bf16 where the CPU has AVX512_BF16 / AMX or the GPU supports it, else fp32; int8: "
-                   f"dynamic quantisation on onnxruntime (default: {default_precision})")
+    p.add_argument("--precision", default=default_precision, choices=CHOICES,
+                   help="auto: bf16 where the CPU has AVX512_BF16 / AMX or the GPU supports it, else fp32; bf16: bf16 "
+                   "weights; bf16-autocast: fp32 weights, bf16 matmuls (torch); int8: dynamic quantisation on "
+                   f"onnxruntime (default: {default_precision})")
     p.add_argument("--runtime", default=default_runtime, choices=RUNTIMES,
                    help="torch, onnxruntime or openvino; auto: the fastest installed CPU runtime for the precision "
                    "(BENCHMARKS.md), torch for small jobs and on a GPU (default: "
@@ -34,25 +28,6 @@ def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | Non
 
 
 def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | None = None) -> Predictor:
-    """`model` as the Predictor the options ask for; what `auto` chose, and why, goes to stderr."""
-    device = getattr(args, "device", "cpu")
-    precision, why = resolve_precision(args.precision, device)
-    asked = args.runtime or ("auto" if precision == "int8" else "torch")
-    runtime, rwhy = resolve_runtime(asked, precision, device, n_images=n_images)
-    if asked == "auto" and args.compile and runtime != "torch":
-        runtime, rwhy = "torch", "--compile asks for torch.compile"
-    from vitkit.utils.hardware import set_threads
-
-    set_threads(args.threads)
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    try:
-        net = build_predictor(model, precision, runtime, args.compile, device, args.threads, log=log)
-    except Exception as e:  # noqa: BLE001 - an export or graph compiler refusing this model, reported below
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        if asked != "auto" or runtime == "torch" or precision not in SUPPORTED["torch"]:
-            raise ValueError(f"the {runtime} runtime could not run this model ({type(e).__name__}: {reason})") from e
-        print(f"note: {runtime} could not run this model ({reason}); running it in torch", file=sys.stderr)
-        runtime, rwhy = "torch", f"{runtime} failed on this model"
-        net = build_predictor(model, precision, runtime, args.compile, device, args.threads, log=log)
-    print(f"precision: {precision} ({why}); runtime: {net.description} ({rwhy})", file=sys.stderr)
-    return net
+    """`model` as the Predictor the options ask for (`build_predictor` decides); its choices go to stderr."""
+    return build_predictor(model, args.precision, args.runtime, args.compile, getattr(args, "device", "cpu"),
+                           args.threads, log=lambda m: print(m, file=sys.stderr), n_images=n_images)

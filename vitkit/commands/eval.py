@@ -23,7 +23,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "e.g. a folder with no train/val sub-folders)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0, in-process)")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights, bf16 matmuls; torch runtime)")
     add_runtime_arguments(p, default_runtime=None, default_precision="fp32")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
@@ -52,13 +51,11 @@ def run(args: argparse.Namespace) -> int:
                              f"{model.config.in_chans}")
     if not pp.labels:
         print(f"note: {how}", file=sys.stderr)
-    if args.bf16 and (args.precision != "fp32" or args.runtime not in (None, "torch")):
-        raise ValueError("--bf16 (autocast) goes with the torch runtime in fp32; for bf16 weights use --precision bf16")
     n = sum(len(splits[name]) for name in names)
     net = predictor_for(model, args, n_images=n)
     skipped: list[str] = []
     loaders = [eval_loader(splits[name], pp, args.batch_size, args.workers) for name in names]  # `all`: one set
-    res = evaluate_loader(net, loaders, args.bf16, skipped=skipped, label_map=label_map)
+    res = evaluate_loader(net, loaders, skipped=skipped, label_map=label_map)
     for s in skipped:
         print(f"skipped: {s}", file=sys.stderr)
     present = len({c for name in names for c in splits[name].labels.tolist()})

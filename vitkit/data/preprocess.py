@@ -1,124 +1,23 @@
-"""Preprocessing that travels with a checkpoint, so `predict` needs no flags to match training.
+"""Image files to pixels, safely: the formats read, the pixel and byte limits, EXIF orientation, fast JPEG decode.
 
-The original code scales pixels to [-1, 1] ((x - 127.5) / 127.5, i.e. mean = std = 0.5) and, at
-evaluation, resizes to the final size without a crop (the original code's input pipeline); that is the default here.
+`read_image` decodes one file to a (C, H, W) float tensor in [0, 1]; `load_image` then applies a model's
+preprocessing contract (`vitkit.models.preprocess.PreprocessConfig`) to give its model-ready size.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import io
-import math
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.files import read_regular_file
-
-# Reduced decoding at evaluation keeps 8x the model's input: reducing down to 1x (as before) moved single pixels by
-# up to 0.39 (on [0, 1]) against a full decode + Pillow's bilinear resize (Hugging Face's ViTImageProcessor), 2x by
-# up to 0.33; 8x stayed within mean 0.0012 / max 0.022 up to 17x the input size (BENCHMARKS.md, "Huge images").
-EVAL_DECODE_MARGIN = 8
-CROP_MODES = ("center", "squash")
-
-
-@dataclass
-class PreprocessConfig:
-    img_size: tuple[int, int] = (224, 224)
-    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
-    std: tuple[float, ...] = (0.5, 0.5, 0.5)
-    interpolation: str = "bilinear"
-    crop_pct: float | None = None  # None: resize to img_size without crop (the original's evaluation)
-    crop_mode: str = "center"  # with crop_pct, timm's: "center" (shorter side to size / crop_pct, centre crop)
-    # or "squash" (both sides to size / crop_pct, centre crop)
-    labels: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.img_size = (int(self.img_size[0]), int(self.img_size[1]))
-        self.mean = tuple(float(m) for m in self.mean)
-        self.std = tuple(float(s) for s in self.std)
-        if len(self.mean) != len(self.std):
-            raise ValueError(f"mean has {len(self.mean)} entries but std has {len(self.std)}")
-        if not all(math.isfinite(m) for m in self.mean) or not all(math.isfinite(s) and s > 0 for s in self.std):
-            raise ValueError(f"preprocessing mean {list(self.mean)} / std {list(self.std)}: every mean must be finite "
-                             "and every std a finite number > 0 (else every input becomes NaN or Inf)")
-        if self.crop_pct is not None and not (isinstance(self.crop_pct, (int, float)) and 0.05 <= self.crop_pct <= 1):
-            raise ValueError(f"preprocessing crop_pct must be in [0.05, 1] (or none), got {self.crop_pct!r}")
-        if self.crop_mode not in CROP_MODES:
-            raise ValueError(f"preprocessing crop_mode must be one of {', '.join(CROP_MODES)}, got {self.crop_mode!r}")
-
-    @property
-    def channels(self) -> int:
-        return len(self.mean)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["img_size"], d["mean"], d["std"] = list(self.img_size), list(self.mean), list(self.std)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PreprocessConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) floats in [0, 1] -> normalised model input."""
-        mean = torch.tensor(self.mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-        return (x - mean) / std
-
-    def resize(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, h, w) in [0, 1] to img_size. Without crop_pct, the whole image resized to img_size (the original
-        code's evaluation). With it, timm's evaluation transform: the image resized to img_size / crop_pct (crop_mode
-        "center": its shorter side, keeping the aspect ratio, for a square img_size; "squash", or a non-square
-        img_size: both sides), then the centre img_size crop, as torchvision's Resize + CenterCrop place it."""
-        H, W = self.img_size
-        if self.crop_pct is None:
-            return self._interpolate(x, (H, W))
-        h, w = x.shape[-2:]
-        if self.crop_mode == "center" and H == W:
-            short = math.floor(H / self.crop_pct)
-            size = (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
-        else:
-            size = (math.floor(H / self.crop_pct), math.floor(W / self.crop_pct))
-        x = self._interpolate(x, size)
-        top, left = int(round((size[0] - H) / 2.0)), int(round((size[1] - W) / 2.0))
-        return x[..., top : top + H, left : left + W]
-
-    def _interpolate(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-        if tuple(x.shape[-2:]) == tuple(size):
-            return x
-        aa = self.interpolation in ("bilinear", "bicubic")
-        kwargs = {"align_corners": False, "antialias": aa} if aa else {}
-        return F.interpolate(x, size=size, mode=self.interpolation, **kwargs).clamp_(0, 1)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.normalize(self.resize(x))
-
-    def decode_size(self) -> tuple[int, int]:
-        """The least size an image must keep when decoded for this preprocessing: EVAL_DECODE_MARGIN times what
-        its crop needs, so reduced-size decoding (JPEG DCT scaling, Pillow's `reduce`) touches only images far
-        larger than the model's input, and the antialiased resize, not the reduction, shapes what the model sees
-        (see EVAL_DECODE_MARGIN; the end-to-end parity tests in tests/test_hostile_round2.py)."""
-        f = (self.crop_pct or 1.0) / EVAL_DECODE_MARGIN
-        return (math.ceil(self.img_size[0] / f), math.ceil(self.img_size[1] / f))
-
-    def load_image(self, path: str | Path, max_pixels: int | None = None) -> torch.Tensor:
-        """Read one image file (any PIL mode) as a (C, H, W) float tensor in [0, 1], model-ready size.
-
-        Raises `ValueError` naming the file if it cannot be decoded (see `read_image`).
-        """
-        if self.channels not in (1, 3):
-            raise ValueError(f"images can be read for 1- or 3-channel models, this one has {self.channels}")
-        return self.resize(read_image(path, self.channels, self.decode_size(), max_pixels)[None])[0]
-
 
 # Formats a data folder may hold. Pillow picks a decoder by a file's content, not its name, and some
 # of its decoders hand the file to other programs (EPS runs Ghostscript): only these are ever opened.
@@ -332,3 +231,13 @@ def _to_tensor(arr: np.ndarray) -> torch.Tensor:
     if t.dtype == torch.uint8:  # x / 255 in float32, as NumPy computed it: the same bits, several times faster
         return t.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)
     return t.contiguous()
+
+
+def load_image(pre: PreprocessConfig, path: str | Path, max_pixels: int | None = None) -> torch.Tensor:
+    """Read one image file (any PIL mode) as a (C, H, W) float tensor in [0, 1] at `pre`'s model-ready size.
+
+    Raises `ValueError` naming the file if it cannot be decoded (see `read_image`).
+    """
+    if pre.channels not in (1, 3):
+        raise ValueError(f"images can be read for 1- or 3-channel models, this one has {pre.channels}")
+    return pre.resize(read_image(path, pre.channels, pre.decode_size(), max_pixels)[None])[0]

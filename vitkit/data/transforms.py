@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from vitkit.data.augment import horizontal_flip, inception_crop, random_affine
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.randaugment import rand_augment, random_erasing
+from vitkit.models.preprocess import PreprocessConfig
 
 AUGMENTS = ("inception", "affine", "none")
 

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import (
     Choices,
     KeyTable,
@@ -29,6 +28,7 @@ from vitkit.formats.common import (
     split_chunks,
     torch_load_weights,
 )
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with

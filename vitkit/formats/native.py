@@ -14,8 +14,8 @@ from typing import Any
 from safetensors.torch import save_file
 from torch import nn
 
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import Choices, load_state_checked, read_safetensors
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import (
     Choices,
     KeyTable,
@@ -35,6 +34,7 @@ from vitkit.formats.common import (
     square_grid,
     units_per_stage,
 )
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with

@@ -22,7 +22,6 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.formats.common import (
     Choices,
     KeyTable,
@@ -38,6 +37,7 @@ from vitkit.formats.common import (
     units_per_stage,
 )
 from vitkit.models.posemb import square_side
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.timm_api import TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig

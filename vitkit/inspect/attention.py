@@ -1,7 +1,7 @@
 """Attention analysis of paper §4.5 / appendix D.7: mean attention distance and attention rollout.
 
 All functions are pure tensor maths on attention weights of shape (..., T, T) as returned by
-`VisionTransformer.forward_features(x, return_attn=True)`: T = prefix + gh * gw tokens, prefix
+`VisionTransformer.intermediates(x, attention=True)["attention"]`: T = prefix + gh * gw tokens, prefix
 first (the class token for pooling "token", none for "gap"), then the patches in row-major order.
 
 Conventions (documented once, used everywhere):

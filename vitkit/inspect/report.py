@@ -1,6 +1,6 @@
 """`inspect_model`: the four figures of paper §4.5 (Fig. 6, Fig. 7) plus the numbers behind them.
 
-Attention weights come from `VisionTransformer.forward_features(x, return_attn=True)`, i.e. the same
+Attention weights come from `VisionTransformer.intermediates(x, attention=True)`, i.e. the same
 Attention modules (and the same forward pass) that produce the model's predictions.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from vitkit.data.preprocess import PreprocessConfig
+from vitkit.data.preprocess import load_image
 from vitkit.inspect import figures
 from vitkit.inspect.attention import (
     attention_rollout,
@@ -26,6 +26,7 @@ from vitkit.inspect.attention import (
     uniform_attention_distance,
 )
 from vitkit.inspect.embeddings import embedding_filter_components, position_embedding_similarity
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 
 SKIMAGE_PREFIX = "skimage:"
@@ -86,7 +87,7 @@ def load_images(specs: Sequence[str], pre: PreprocessConfig, warn: Callable[[str
             path = Path(spec)
             if not path.is_file():
                 raise ValueError(f"no image file at {path}")
-            out.append(InspectImage(path.name, _to_channels(pre.load_image(path), pre.channels)))
+            out.append(InspectImage(path.name, _to_channels(load_image(pre, path), pre.channels)))
         except ValueError as e:
             warn(f"skipping {spec}: {e}")
     if not out:
@@ -152,12 +153,13 @@ def collect_attention(
     dists, rolls, heads, probs = [], [], [], []
     has_head = isinstance(model.head, torch.nn.Linear)
     for i in tqdm(range(0, len(x), batch_size), desc="attention", unit="batch", disable=not progress):
-        tokens, attns = model.forward_features(pre.normalize(x[i : i + batch_size]), return_attn=True)
+        out = model.intermediates(pre.normalize(x[i : i + batch_size]), attention=True)
+        attns = out["attention"]
         dists.append(torch.stack([mean_attention_distance(a, grid, s, p) for a in attns], dim=1))
         rolls.append(output_token_attention(attention_rollout(attns), cfg.pooling, p))
         heads.append(output_token_attention(attns[-1], cfg.pooling, p))
         if has_head:
-            probs.append(model.forward_head(tokens).softmax(dim=-1))
+            probs.append(out["logits"].softmax(dim=-1))
     return AttentionStats(
         grid, torch.cat(dists), torch.cat(rolls), torch.cat(heads), torch.cat(probs) if probs else None
     )

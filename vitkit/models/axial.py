@@ -26,8 +26,9 @@ class AxialBlock(nn.Module):
         self.col = make_block()
 
     @staticmethod
-    def _full(attn: torch.Tensor, B: int, gh: int, gw: int, along_rows: bool) -> torch.Tensor:
+    def full_map(attn: torch.Tensor, B: int, grid: tuple[int, int], along_rows: bool) -> torch.Tensor:
         """Per-row (or per-column) attention as the (B, heads, N, N) map over all patches (zeros elsewhere)."""
+        gh, gw = grid
         h = attn.shape[1]
         full = attn.new_zeros(B, h, gh, gw, gh, gw)
         if along_rows:  # attn: (B*gh, h, gw, gw)
@@ -40,17 +41,11 @@ class AxialBlock(nn.Module):
             full[:, :, :, idx, :, idx] = a.permute(2, 0, 1, 3, 4)
         return full.view(B, h, gh * gw, gh * gw)
 
-    def forward(
-        self, x: torch.Tensor, grid: tuple[int, int], return_attn: bool = False
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """x: (B, N, D) patch tokens in raster order. Returns the new tokens and, with `return_attn`, the
-        row step's and the column step's attention as (B, heads, N, N) maps."""
+    def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """x: (B, N, D) patch tokens in raster order; the row step, then the column step."""
         B, N, D = x.shape
         gh, gw = grid
-        rows = x.reshape(B * gh, gw, D)  # every row is a sequence of gw patches
-        rows, a_row = self.row(rows, return_attn)
+        rows = self.row(x.reshape(B * gh, gw, D))  # every row is a sequence of gw patches
         cols = rows.reshape(B, gh, gw, D).transpose(1, 2).reshape(B * gw, gh, D)  # every column: gh patches
-        cols, a_col = self.col(cols, return_attn)
-        out = cols.reshape(B, gw, gh, D).transpose(1, 2).reshape(B, N, D)
-        attns = [self._full(a_row, B, gh, gw, True), self._full(a_col, B, gh, gw, False)] if return_attn else []
-        return out, attns
+        cols = self.col(cols)
+        return cols.reshape(B, gw, gh, D).transpose(1, 2).reshape(B, N, D)

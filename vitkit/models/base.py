@@ -1,6 +1,6 @@
 """What every vitkit image model declares besides its weights: the preprocessing its inputs need.
 
-`preprocess` (resize, normalisation, class names; vitkit.data.preprocess) is saved with the model so
+`preprocess` (resize, normalisation, class names; vitkit.models.preprocess) is saved with the model so
 `predict` needs no flags to match training. Its `img_size` is always the model's own (`config.img_size`),
 also after `set_img_size`. The default is the original code's input pipeline: [-1, 1] scaling, no crop.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from vitkit.data.preprocess import PreprocessConfig
+from vitkit.models.preprocess import PreprocessConfig
 
 
 class PreprocessDeclared:

@@ -336,5 +336,12 @@ class ResNetV2(PreprocessDeclared, nn.Module):
         x = self.pool(x)
         return x if pre_logits else self.head(x)
 
+    def intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The ViT's intermediates dict for the ResNet: "encoded" (the final feature map), "pooled" (its global
+        average, which is also the head's input, "pre_logits") and "logits"."""
+        z = self.forward_features(x)
+        pooled = self.pool(z)
+        return {"encoded": z, "pooled": pooled, "pre_logits": pooled, "logits": self.head(pooled)}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))

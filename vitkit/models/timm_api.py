@@ -1,6 +1,7 @@
 """The methods a timm user calls on a ViT, with timm's semantics, for vitkit's VisionTransformer (a mixin).
 
-`forward_intermediates` is timm's intermediates API: the output of chosen blocks (all, the last n, or a list of
+`forward_intermediates` is timm's intermediates API, read from the model's one intermediates dict
+(`VisionTransformer.intermediates`): the output of chosen blocks (all, the last n, or a list of
 indices), optionally through the final LayerNorm, without the prefix tokens (class, distillation, registers),
 as NCHW maps of the patch grid or NLC tokens. `reset_classifier` gives a new head as timm builds it (PyTorch's
 default Linear init; `reset_head` is the paper's zero-initialised head, §3.2). `group_matcher` groups parameters
@@ -35,7 +36,7 @@ def take_indices(depth: int, indices: int | list[int] | tuple[int, ...] | None) 
 
 
 class TimmApi:
-    """timm's ViT methods; the host provides `config`, `embed`, `blocks`, `norm`, `head`, `set_img_size`."""
+    """timm's ViT methods; the host provides `config`, `intermediates`, `blocks`, `norm`, `head`, `set_img_size`."""
 
     @property
     def num_features(self) -> int:
@@ -90,22 +91,14 @@ class TimmApi:
         `return_prefix_tokens`), as (B, D, H, W) maps ("NCHW") or (B, N, D) tokens ("NLC"). Returns the list, or
         (LN(z_L), list) unless `intermediates_only` (with `stop_early`, blocks after the last picked one are
         skipped)."""
-        cfg = self.config
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
-        if cfg.block == "axial" or cfg.posemb_placement != "input":
-            raise ValueError("forward_intermediates takes ViTs whose blocks see a token sequence with E_pos added "
-                             "at the input (not Axial-ViT, nor per-layer position embeddings)")
         take = take_indices(len(self.blocks), indices)
         grid = self._check_input(x)
-        z = self.embed(x)
-        out: list[torch.Tensor] = []
-        last = max(take) if (stop_early and intermediates_only) else len(self.blocks) - 1
-        for i, blk in enumerate(self.blocks[: last + 1]):
-            z, _ = blk(z)
-            if i in take:
-                out.append(self.norm(z) if norm else z)
-        n = cfg.num_prefix_tokens
+        last = max(take) if (stop_early and intermediates_only) else None
+        inter = self.intermediates(x, last_block=last)
+        out = [self.norm(inter["blocks"][i]) if norm else inter["blocks"][i] for i in take]
+        n = self.config.num_prefix_tokens
         prefix = [y[:, :n] for y in out]
         out = [y[:, n:] for y in out]
         if output_fmt == "NCHW":
@@ -113,4 +106,4 @@ class TimmApi:
         result: list[Any] = list(zip(out, prefix)) if return_prefix_tokens else out
         if intermediates_only:
             return result
-        return self.norm(z), result
+        return inter["encoded"], result

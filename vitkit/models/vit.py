@@ -15,10 +15,11 @@ pooling, register tokens, DeiT's distillation token.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -225,8 +226,8 @@ class DropPath(nn.Module):
 class Attention(nn.Module):
     """Multi-head self-attention (MSA, appendix A) with one fused qkv projection.
 
-    The fast path is `F.scaled_dot_product_attention`; `return_attn=True` computes the same
-    softmax(q k^T / sqrt(d)) explicitly and also returns it (B, heads, T, T) for inspection.
+    The path is `F.scaled_dot_product_attention`. While `record` holds a list (`recording_attention`), the same
+    softmax(q k^T / sqrt(d)) is computed explicitly and its (B, heads, T, T) weights are appended to it.
     """
 
     def __init__(self, cfg: ViTConfig) -> None:
@@ -240,23 +241,36 @@ class Attention(nn.Module):
         # appendix D.4: relative position logits added to the content logits before the softmax
         tokens = cfg.num_prefix_tokens + cfg.num_patches
         self.rel = RelativePositionBias(tokens, self.head_dim) if cfg.posemb == "relative" else None
+        self.record: list[torch.Tensor] | None = None
 
-    def forward(
-        self, x: torch.Tensor, return_attn: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         drop = self.attn_drop if self.training else 0.0
         bias = self.rel(q, self.scale) if self.rel is not None else None
-        attn: torch.Tensor | None = None
-        if return_attn:
+        if self.record is not None:
             logits = (q * self.scale) @ k.transpose(-2, -1)
             attn = torch.softmax(logits if bias is None else logits + bias, dim=-1)
+            self.record.append(attn)
             out = F.dropout(attn, drop, self.training) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
         out = out.transpose(1, 2).reshape(B, T, C)
-        return self.proj(out), attn
+        return self.proj(out)
+
+
+@contextlib.contextmanager
+def recording_attention(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Within the block, every `Attention` of `model` appends its weights, in call order, to the list yielded."""
+    record: list[torch.Tensor] = []
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
+    for m in layers:
+        m.record = record
+    try:
+        yield record
+    finally:
+        for m in layers:
+            m.record = None
 
 
 class Mlp(nn.Module):
@@ -285,13 +299,9 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.drop_path = DropPath(drop_path)
 
-    def forward(
-        self, x: torch.Tensor, return_attn: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        y, attn = self.attn(self.norm1(x), return_attn)
-        x = x + self.drop_path(self.drop(y))  # eq. 2: z' = MSA(LN(z)) + z
-        x = x + self.drop_path(self.mlp(self.norm2(x)))  # eq. 3: z = MLP(LN(z')) + z'
-        return x, attn
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.drop(self.attn(self.norm1(x))))  # eq. 2: z' = MSA(LN(z)) + z
+        return x + self.drop_path(self.mlp(self.norm2(x)))  # eq. 3: z = MLP(LN(z')) + z'
 
 
 class PatchEmbed(nn.Module):
@@ -542,36 +552,64 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
             return self.config.grid_size
         raise ValueError(f"{z.shape[1]} tokens do not fit the model's {self.config.grid_size} grid; pass grid=")
 
-    def encode(self, z: torch.Tensor, return_attn: bool = False, grid: tuple[int, int] | None = None) -> Any:
+    def encode(self, z: torch.Tensor, grid: tuple[int, int] | None = None, keep: list[torch.Tensor] | None = None,
+               last: int | None = None) -> torch.Tensor:
         """eq. 2-3 applied L times to z_0, then the LN of eq. 4 on every token. With appendix D.4's
-        per-layer placements E_pos is added before each block; Axial-ViT's blocks see the 2-D grid."""
+        per-layer placements E_pos is added before each block; Axial-ViT's blocks see the 2-D grid.
+        `keep` (a list) receives each block's output z_l; `last` stops after that block (no final LN)."""
         cfg = self.config
         per_layer = cfg.posemb_placement != "input" and cfg.posemb in ("learn1d", "learn2d")
         if grid is None and (per_layer or cfg.block == "axial"):
             grid = self._grid_of(z)
-        attns: list[torch.Tensor] = []
         for i, blk in enumerate(self.blocks):
             if per_layer:
                 z = z + self.position_embedding(grid, i).to(z.dtype)
             args = (z, grid) if cfg.block == "axial" else (z,)
-            if self.grad_checkpointing and self.training and not return_attn:
-                z, _ = torch.utils.checkpoint.checkpoint(blk, *args, use_reentrant=False)
+            if self.grad_checkpointing and self.training:
+                z = torch.utils.checkpoint.checkpoint(blk, *args, use_reentrant=False)
             else:
-                z, a = blk(*args, return_attn=return_attn)
-                if cfg.block == "axial":
-                    attns.extend(a)
-                elif a is not None:
-                    attns.append(a)
-        z = self.norm(z)
-        return (z, attns) if return_attn else z
+                z = blk(*args)
+            if keep is not None:
+                keep.append(z)
+            if i == last:
+                return z
+        return self.norm(z)
 
-    def forward_features(self, x: torch.Tensor, return_attn: bool = False) -> Any:
-        """Encoder output LN(z_L) for all tokens, (B, T, D); with `return_attn`, also each layer's attention
-        (Axial-ViT: the row step's and the column step's, each as a (B, heads, N, N) map)."""
-        if self.config.block == "axial" or self.config.posemb_placement != "input":
-            grid = self._check_input(x)
-            return self.encode(self.embed(x), return_attn, grid)
-        return self.encode(self.embed(x), return_attn)
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoder output LN(z_L) for all tokens, (B, T, D)."""
+        return self.encode(self.embed(x), self._check_input(x))
+
+    def intermediates(self, x: torch.Tensor, attention: bool = False, last_block: int | None = None,
+                      patch_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, Any]:
+        """Every intermediate of one forward pass by name (big_vision's dict), the one API that `inspect`,
+        `fewshot`, masked patch prediction and timm's `forward_intermediates` read:
+
+        - "embedded": z_0 of eq. 1 (B, T, D); "blocks": [z_1 .. z_L], each block's output before the final LN;
+        - "attention" (with `attention=True`): each layer's weights (B, heads, T, T), computed explicitly
+          (Axial-ViT: the row step's and the column step's per block, each a (B, heads, N, N) map);
+        - "encoded": LN(z_L); "pooled": eq. 4's y; "pre_logits": the head's input; "logits": the output of
+          `forward` in eval mode (a distilled model: the two heads' mean).
+
+        `last_block` stops after that block (then only "embedded", "blocks" and "attention"); `patch_fn` rewrites
+        the patch embeddings as in `embed` (masked patch prediction, §4.6)."""
+        grid = self._check_input(x)
+        out: dict[str, Any] = {"embedded": self.embed(x, patch_fn), "blocks": []}
+        with contextlib.ExitStack() as stack:
+            maps = stack.enter_context(recording_attention(self)) if attention else None
+            z = self.encode(out["embedded"], grid, out["blocks"], last_block)
+        if attention:
+            out["attention"] = maps if self.config.block != "axial" else [
+                AxialBlock.full_map(a, x.shape[0], grid, i % 2 == 0) for i, a in enumerate(maps)]
+        if last_block is not None:
+            return out
+        out["encoded"] = z
+        out["pooled"] = self.pool(z)
+        out["pre_logits"] = self.pre_logits(out["pooled"]) if self.pre_logits is not None else out["pooled"]
+        if self.head_dist is None:
+            out["logits"] = self.head(out["pre_logits"])
+        else:
+            out["logits"] = (self.head(z[:, 0]) + self.head_dist(z[:, 1])) / 2
+        return out
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """eq. 4's y: the class token z_L^0, the mean over patch tokens (GAP), or their attention pooling

@@ -3,7 +3,7 @@
 Every run is 16x16 grey images, 1000 glyph classes (vitkit/data/glyphs.py) for pre-training; transfer is
 measured on real images no run trained on (scikit-learn's digits, scikit-image's lfw_subset). The three
 families are sized to the same pre-training compute (forward FLOPs per image within about 1.6x of each
-other, counted by vitkit.bench.flops.model_flops), as the paper's Fig. 3-4 compare ViT-B/32 with
+other, counted by vitkit.models.flops.model_flops), as the paper's Fig. 3-4 compare ViT-B/32 with
 ResNet50 (§4.2). Pre-training follows the paper's recipe at small scale (Adam(W) with decoupled weight
 decay, linear warmup then linear decay, no augmentation or label smoothing, the same hyper-parameters for
 every subset); fine-tuning follows its appendix B.1.1 (SGD with momentum 0.9, no weight decay, gradient

@@ -16,8 +16,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from vitkit.bench.flops import model_flops
 from vitkit.formats import load_pretrained
+from vitkit.models.flops import model_flops
 from vitkit.reproduce.plan import Pretrain, Scale, finetune_config, model_section, pretrain_config
 from vitkit.reproduce.transfer import FewShotEvaluator
 from vitkit.train.config import config_from_dict

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit.data.preprocess import PreprocessConfig
+from vitkit.models.preprocess import PreprocessConfig
 
 KINDS = ("none", "soft", "hard")
 

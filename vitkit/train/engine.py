@@ -34,13 +34,13 @@ from vitkit import distributed as dist
 from vitkit.data.augment import Mix, mix_images
 from vitkit.data.base import fingerprint
 from vitkit.data.loader import StepLoader, step_generator
-from vitkit.evaluate import bf16_autocast
 from vitkit.formats.common import check_tensor_values, pickle_refusal
 from vitkit.models.vit import TwoHeads
 from vitkit.train.distill import KINDS, distillation_loss
 from vitkit.train.optim import EMA, SCHEDULES, build_optimizer, freeze, lr_at, param_groups
 from vitkit.utils import check_choice, check_fields, check_int, check_range
 from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
+from vitkit.utils.precision import autocast
 
 
 def _key(key: str, default: Any, doc: str = "") -> Any:
@@ -88,7 +88,7 @@ class TrainConfig:
     train_blocks: int = _key("optim.train_blocks", -1, "fine-tuning: -1 trains all; 0 the head alone (linear probe); "
                              "k the last k blocks, the final norm and the head")
     ema_decay: float | None = _key("train.ema_decay", 0.0, "Polyak averaging factor; 0 or None = off")
-    bf16: bool = _key("train.bf16", False, "bf16 autocast")
+    bf16: bool = _key("train.bf16", False, "bf16 autocast (the precision bf16-autocast: fp32 master weights)")
     seed: int = _key("train.seed", 0)
     log_every: int = _key("train.log_every", 10)
     eval_every: int = _key("train.eval_every", 0)
@@ -167,6 +167,12 @@ class TrainConfig:
         if self.world_invariant and self.parallel == "fsdp":
             raise ValueError("train.world_invariant works with parallel = ddp (FSDP reduces sharded gradients itself)")
         dist.check_device(self.device)
+
+
+    @property
+    def precision(self) -> str:
+        """The run's precision in vitkit's one vocabulary (`vitkit.utils.precision`)."""
+        return "bf16-autocast" if self.bf16 else "fp32"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -439,7 +445,7 @@ class Trainer:
         """Forward and backward of one micro-batch (rows start.. of the mixed batch whose labels are `mix_y`), its
         loss scaled by `weight`; returns the unscaled loss and the number of correct top-1 predictions."""
         cfg = self.cfg
-        with bf16_autocast(cfg.device, cfg.bf16):
+        with autocast(cfg.precision, cfg.device):
             out = self.forward_model(xm)
         dist_logits = None
         if isinstance(out, TwoHeads):  # DeiT's class and distillation heads
@@ -449,7 +455,7 @@ class Trainer:
         if mix.kind != "none" and not isinstance(out, tuple):  # Mixup / CutMix soft targets (rows, K)
             target = mix.targets(mix_y, logits.shape[-1])[start : start + len(ym)]
         if self.teacher is not None:
-            with bf16_autocast(cfg.device, cfg.bf16):
+            with autocast(cfg.precision, cfg.device):
                 t_logits = self.teacher(xm)  # (float32: the Teacher returns float)
             loss = distillation_loss(logits, dist_logits, t_logits, target, cfg.distill, cfg.distill_alpha,
                                      cfg.distill_tau, cfg.label_smoothing)

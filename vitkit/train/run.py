@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 from vitkit import distributed as dist
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
-from vitkit.data.preprocess import PreprocessConfig
 from vitkit.data.transforms import TrainTransform
 from vitkit.evaluate import eval_loader, evaluate_loader
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.registry import create_model
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.train.config import DEFAULTS, check_sections, merge, train_config
@@ -337,7 +337,7 @@ def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: b
             res: dict[str, float] = {}
             if ev_loader is not None:
                 skipped: list[str] = []
-                res = evaluate_loader(m, ev_loader, tcfg.bf16, tcfg.device, skipped=skipped)
+                res = evaluate_loader(m, ev_loader, tcfg.precision, tcfg.device, skipped=skipped)
                 if skipped:  # named in the log, as the training split's are
                     trainer.log({"step": trainer.step, "split": d["eval_split"], "eval_skipped_images": skipped})
                     for msg in skipped:
@@ -391,7 +391,7 @@ def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: b
                 continue
             trained.eval()
             skipped: list[str] = []
-            res = evaluate_loader(trained, _eval_loader(splits[name], model.preprocess, d), tcfg.bf16, tcfg.device,
+            res = evaluate_loader(trained, _eval_loader(splits[name], model.preprocess, d), tcfg.precision, tcfg.device,
                                   skipped=skipped)
             result[name] = res
             trainer.log({"step": trainer.step, "split": name, "final": True, **{f"eval_{k}": v for k, v in res.items()},
