@@ -22,7 +22,7 @@ import torch
 
 from vitkit.bench.machine import machine_info
 from vitkit.train.config import load_config
-from vitkit.train.engine import read_metrics
+from vitkit.train.metrics import read_metrics
 from vitkit.train.run import run_experiment
 
 ROWS = [

@@ -30,6 +30,7 @@ from bounded_input import CASES as BOUNDED_CASES  # the child script beside this
 from safetensors.torch import load_file
 
 import vitkit
+from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
 from vitkit.train.config import load_config
 from vitkit.train.run import run_experiment
@@ -176,8 +177,8 @@ def pickles(root: Path) -> dict:
         return d
 
     cfg = load_config("digits_pretrain", RECIPE)
-    place("cifar_batch", cifar, lambda p: open_splits({"name": "auto", "path": str(p)}))
-    place("cifar_meta", meta, lambda p: open_splits({"name": "cifar10", "path": str(p)}))
+    place("cifar_batch", cifar, lambda p: open_splits(DataConfig(name="auto", path=str(p))))
+    place("cifar_meta", meta, lambda p: open_splits(DataConfig(name="cifar10", path=str(p))))
     place("timm_pickle", pth, vitkit.load_pretrained)
     place("timm_torch_save", torch_pth, vitkit.load_pretrained)
     place("hf_bin", hf, vitkit.load_pretrained)
@@ -246,7 +247,7 @@ def kill_points(root: Path, tries: int, rng: random.Random) -> dict:
         out = root / f"pack{i}"
         killed = _killed_after(pack_cmd(out), rng.uniform(0.5, 0.95) * pack_s)
         try:
-            n = len(open_splits({"name": "auto", "path": str(out), "channels": 1})["train"])
+            n = len(open_splits(DataConfig(name="auto", path=str(out), channels=1))["train"])
             verdict = f"complete ({n} train samples)"
         except (ValueError, FileNotFoundError) as e:
             verdict = "refused: " + str(e).split(": ", 1)[-1][:80]

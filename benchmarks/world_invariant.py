@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from vitkit import distributed as dist
 from vitkit.train.config import load_config
-from vitkit.train.engine import read_metrics
+from vitkit.train.metrics import read_metrics
 from vitkit.train.run import run_experiment
 
 
@@ -53,7 +53,7 @@ def _train(tmp: Path, name: str, sets: list[str], world: int) -> tuple[float, di
         mp.start_processes(_rank, args=(world, str(tmp / f"{name}.store"), str(out), cfg), nprocs=world,
                            start_method="spawn", join=True)
     last = [r for r in read_metrics(out / "metrics.jsonl") if "img_per_s" in r][-1]
-    return cfg["train"]["batch_size"] / last["img_per_s"], load_file(out / "model" / "model.safetensors")
+    return cfg.train.batch_size / last["img_per_s"], load_file(out / "model" / "model.safetensors")
 
 
 def main() -> None:

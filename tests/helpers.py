@@ -12,7 +12,8 @@ from vitkit.data.loader import StepLoader
 from vitkit.data.transforms import TrainTransform
 from vitkit.models import create_model
 from vitkit.models.preprocess import PreprocessConfig
-from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.train.config import TrainConfig
+from vitkit.train.engine import Trainer
 
 DEMO_ARCH = dict(img_size=16, patch_size=4, in_chans=1, num_classes=10, width=96, depth=4, num_heads=4, mlp_dim=192)
 

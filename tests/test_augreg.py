@@ -17,8 +17,8 @@ from vitkit.data.augment import mix_images
 from vitkit.data.loader import step_generator
 from vitkit.data.randaugment import OPS, equalize, posterize, rand_augment, random_erasing, solarize
 from vitkit.data.transforms import TrainTransform
-from vitkit.train.config import AUGREG, load_config
-from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.train.config import AUGREG, TrainConfig, load_config
+from vitkit.train.engine import Trainer
 
 
 def _batch(b: int = 6, k: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,7 +136,7 @@ def test_batched_transform_with_randaugment_and_erasing_equals_one_by_one() -> N
 
 def test_augreg_presets_fill_randaugment_and_mixup_and_refuse_a_contradiction() -> None:
     cfg = load_config("digits_demo", ["data.augreg=medium2"])
-    assert cfg["data"]["randaugment"] == [2, 15] and cfg["train"]["mixup"] == 0.5
+    assert cfg.data.randaugment == [2, 15] and cfg.train.mixup == 0.5
     assert set(AUGREG) == {"none", "light1", "light2", "medium1", "medium2", "strong1", "strong2"}
     with pytest.raises(ValueError, match="train.mixup = 0.3 disagrees with data.augreg = 'light2'"):
         load_config("digits_demo", ["data.augreg=light2", "train.mixup=0.3"])

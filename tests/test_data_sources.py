@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from vitkit.data.augment import inception_crop
+from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
 from vitkit.data.loader import StepLoader
 from vitkit.data.transforms import EvalTransform, TrainTransform
@@ -29,18 +30,18 @@ def test_image_folder_with_and_without_split(tmp_path: Path) -> None:
         for c, v in (("cat", 10), ("dog", 200)):
             for i in range(3):
                 _png(tmp_path / "a" / split / c / f"{i}.png", v)
-    s = open_splits({"name": "auto", "path": str(tmp_path / "a")})
+    s = open_splits(DataConfig(**{"name": "auto", "path": str(tmp_path / "a")}))
     assert s["train"].classes == ["cat", "dog"] and len(s["train"]) == 6 and len(s["test"]) == 6
     img, label = s["test"].get(4)
     assert img.shape == (3, 10, 14) and label == 1 and abs(img.mean().item() - 200 / 255) < 1e-6
     for c in ("x", "y"):
         for i in range(10):
             _png(tmp_path / "b" / c / f"{i}.jpg", 50)
-    s = open_splits({"name": "folder", "path": str(tmp_path / "b"), "holdout": 0.2, "dev_fraction": 0.25})
+    s = open_splits(DataConfig(**{"name": "folder", "path": str(tmp_path / "b"), "holdout": 0.2, "dev_fraction": 0.25}))
     assert len(s["test"]) == 4 and len(s["dev"]) == 4 and len(s["train"]) == 12
     assert np.bincount(s["test"].labels).tolist() == [2, 2]
     with pytest.raises(ValueError, match="no class folders"):
-        open_splits({"name": "folder", "path": str(tmp_path / "a" / "train" / "cat")})
+        open_splits(DataConfig(**{"name": "folder", "path": str(tmp_path / "a" / "train" / "cat")}))
 
 
 def test_list_file(tmp_path: Path) -> None:
@@ -48,11 +49,11 @@ def test_list_file(tmp_path: Path) -> None:
     _png(tmp_path / "im" / "b.png", 255)
     (tmp_path / "train.txt").write_text("# path label\nim/a.png cat\nim/b.png dog\n\n")
     (tmp_path / "test.txt").write_text(f"{tmp_path}/im/b.png dog\n")
-    s = open_splits({"name": "list", "path": str(tmp_path / "train.txt"), "test_path": str(tmp_path / "test.txt")})
+    s = open_splits(DataConfig(**{"name": "list", "path": str(tmp_path / "train.txt"), "test_path": str(tmp_path / "test.txt")}))
     assert s["train"].classes == ["cat", "dog"] and s["test"].labels.tolist() == [1]
     (tmp_path / "bad.txt").write_text("im/a.png\n")
     with pytest.raises(ValueError, match=r"bad.txt:1: expected 'path label'"):
-        open_splits({"name": "list", "path": str(tmp_path / "bad.txt")})
+        open_splits(DataConfig(**{"name": "list", "path": str(tmp_path / "bad.txt")}))
 
 
 @pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
@@ -70,23 +71,23 @@ def test_cifar_python_batches(tmp_path: Path, kind: str) -> None:
     meta, names = ("batches.meta", b"label_names") if kind == "cifar10" else ("meta", b"fine_label_names")
     with open(sub / meta, "wb") as fh:
         pickle.dump({names: [f"c{i}".encode() for i in range(k)]}, fh)
-    s = open_splits({"name": "auto", "path": str(tmp_path)})
+    s = open_splits(DataConfig(**{"name": "auto", "path": str(tmp_path)}))
     assert len(s["train"]) == (20 if kind == "cifar10" else 4) and len(s["test"]) == 4
     assert s["train"].classes[3] == "c3"
     img, _ = s["test"].get(1)  # channel-major rows of 1024 pixels, as published
     assert torch.equal((img * 255).round().to(torch.uint8), torch.from_numpy(data["test" if kind == "cifar100" else "test_batch"][1].reshape(3, 32, 32)))
     (sub / files[0]).write_bytes(b"garbage")
     with pytest.raises(ValueError, match=files[0]):
-        open_splits({"name": kind, "path": str(tmp_path)})
+        open_splits(DataConfig(**{"name": kind, "path": str(tmp_path)}))
 
 
 def test_bundled_sources() -> None:
-    s = open_splits({"name": "lfw"})
+    s = open_splits(DataConfig(**{"name": "lfw"}))
     assert s["train"].classes == ["non-face", "face"] and len(s["train"]) + len(s["test"]) == 200
-    d = open_splits({"name": "digits", "dev_fraction": 0.1})
+    d = open_splits(DataConfig(**{"name": "digits", "dev_fraction": 0.1}))
     assert (len(d["train"]), len(d["dev"]), len(d["test"])) == (1212, 135, 450)
     with pytest.raises(ValueError, match="data.path is not set"):
-        open_splits({"name": "cifar10"})
+        open_splits(DataConfig(**{"name": "cifar10"}))
 
 
 def test_inception_crop() -> None:
@@ -105,7 +106,7 @@ def test_loader_is_deterministic_sharded_and_skips_bad_files(tmp_path: Path) -> 
     for i in range(12):
         _png(tmp_path / str(i % 2) / f"{i:02d}.png", 20 * i)
     (tmp_path / "1" / "zz_bad.png").write_bytes(b"not a png")
-    ds = open_splits({"name": "folder", "path": str(tmp_path), "holdout": 0.1})["train"]
+    ds = open_splits(DataConfig(**{"name": "folder", "path": str(tmp_path), "holdout": 0.1}))["train"]
     pp = PreprocessConfig(img_size=(8, 8))
     tf = TrainTransform(pp, "inception", flip=True)
     one = StepLoader(ds, 6, tf, seed=3)

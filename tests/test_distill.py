@@ -16,9 +16,9 @@ from vitkit.formats import load_pretrained, save_pretrained
 from vitkit.models import create_model
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import TwoHeads
-from vitkit.train.config import load_config
+from vitkit.train.config import TrainConfig, load_config
 from vitkit.train.distill import Teacher, distillation_loss
-from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.train.engine import Trainer
 from vitkit.train.run import check_config, run_experiment
 
 
@@ -119,10 +119,10 @@ def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys) -> 
 def test_deit_recipes_load_carry_the_paper_values_and_dry_run(name: str, tmp_path: Path) -> None:
     cfg = load_config(name)
     check_config(cfg)
-    assert cfg["train"]["batch_size"] == 1024 and cfg["optim"]["lr"] == 1e-3 and cfg["optim"]["weight_decay"] == 0.05
-    assert cfg["data"]["randaugment"] == [2, 9] and cfg["data"]["random_erasing"] == 0.25
-    assert (cfg["train"]["mixup"], cfg["train"]["cutmix"]) == (0.8, 1.0) and cfg["model"]["drop_path"] == 0.1
-    assert cfg["model"]["name"] == "vit_" + name.split("_")[1]  # deit_s16_i1k -> vit_s16
+    assert cfg.train.batch_size == 1024 and cfg.train.lr == 1e-3 and cfg.train.weight_decay == 0.05
+    assert cfg.data.randaugment == [2, 9] and cfg.data.random_erasing == 0.25
+    assert (cfg.train.mixup, cfg.train.cutmix) == (0.8, 1.0) and cfg.model.arch["drop_path"] == 0.1
+    assert cfg.model.name == "vit_" + name.split("_")[1]  # deit_s16_i1k -> vit_s16
     small = load_config(name, ["model.img_size=32", "train.bf16=false"])
     assert run_experiment(small, tmp_path / "dry", dry_run=1, progress=False)["steps"] == 1
 

@@ -23,8 +23,8 @@ from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
 from vitkit.data.shards import ShardDataset, pack
 from vitkit.data.transforms import TrainTransform
-from vitkit.train.config import load_config
-from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.train.config import TrainConfig, load_config
+from vitkit.train.engine import Trainer
 from vitkit.train.run import run_experiment
 
 N = 6  # steps per phase

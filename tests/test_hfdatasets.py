@@ -14,6 +14,7 @@ from PIL import Image
 
 from tests.helpers import assert_read_once_per_epoch, assert_resumes_bitwise, digits_model
 from vitkit.cli import main
+from vitkit.data.config import DataConfig
 from vitkit.data.datasets import detect_kind, open_splits
 from vitkit.data.digits import LABELS, load_digits_split
 from vitkit.data.hfdatasets import HFImageDataset
@@ -45,14 +46,14 @@ def test_saved_dataset_dict_reads_back_pixels_labels_and_class_names(tmp_path) -
                                "validation": datasets.Dataset.from_dict(_records(test, 30), features=_features())})
     dd.save_to_disk(str(tmp_path / "dd"))
     assert detect_kind(str(tmp_path / "dd")) == "hf"
-    splits = open_splits({"name": "auto", "path": str(tmp_path / "dd"), "channels": 1})
+    splits = open_splits(DataConfig(**{"name": "auto", "path": str(tmp_path / "dd"), "channels": 1}))
     assert splits["train"].source.endswith("[train]") and splits["test"].source.endswith("[validation]")
+    from vitkit.train.config import config_from_dict
     from vitkit.train.run import describe_run
 
-    header = describe_run(digits_model(), splits, {"data": {"name": "hf", "path": str(tmp_path / "dd")},
-                                                   "train": {"batch_size": 8}, "schedule": {"steps": 1},
-                                                   "optim": {"name": "sgd", "lr": 0.1}, "model": {"pretrained": ""}},
-                          [])
+    cfg = config_from_dict({"data": {"name": "hf", "path": str(tmp_path / "dd")}, "train": {"batch_size": 8},
+                            "schedule": {"steps": 1}, "optim": {"name": "sgd", "lr": 0.1}})
+    header = describe_run(digits_model(), splits, cfg, [])
     assert f"splits: train = {tmp_path / 'dd'}[train], test = {tmp_path / 'dd'}[validation]" in header
     assert len(splits["train"]) == 120 and len(splits["test"]) == 30
     assert splits["train"].classes == list(LABELS)
@@ -69,7 +70,7 @@ def test_saved_dataset_dict_reads_back_pixels_labels_and_class_names(tmp_path) -
     assert np.array_equal(shards.labels, train.labels[:120]) and shards.classes == list(LABELS)
     (tmp_path / "dd" / "dataset_dict.json").write_text("{torn")
     with pytest.raises(ValueError, match="dataset_dict.json: not a DatasetDict's split list"):
-        open_splits({"name": "hf", "path": str(tmp_path / "dd")})
+        open_splits(DataConfig(**{"name": "hf", "path": str(tmp_path / "dd")}))
 
 
 def test_parquet_with_other_column_names(tmp_path) -> None:  # noqa: ANN001
@@ -84,9 +85,9 @@ def test_parquet_with_other_column_names(tmp_path) -> None:  # noqa: ANN001
     ds.select(range(40, 60)).to_parquet(str(tmp_path / "pq" / "train-1.parquet"))
     cfg = {"name": "hf", "path": str(tmp_path / "pq"), "channels": 1, "hf_cache": str(tmp_path / "cache")}
     with pytest.raises(ValueError, match="no ClassLabel column .* data.label_column .*columns: picture, target, note"):
-        open_splits(cfg)
+        open_splits(DataConfig(**cfg))
     with pytest.warns(UserWarning, match="classes are named by their index"):
-        splits = open_splits({**cfg, "label_column": "target", "holdout": 0.25})
+        splits = open_splits(DataConfig(**{**cfg, "label_column": "target", "holdout": 0.25}))
     assert len(splits["train"]) == 45 and len(splits["test"]) == 15  # no test split given: a holdout
     with pytest.warns(UserWarning, match="not a ClassLabel"):
         full = HFImageDataset(str(tmp_path / "pq" / "*.parquet"), channels=1, label_column="target",

@@ -23,6 +23,7 @@ from PIL import Image
 from tests.helpers import digits_model
 from vitkit.cli import main
 from vitkit.data.cifar import safe_unpickle
+from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
 from vitkit.data.folders import image_folder, list_file
 from vitkit.data.preprocess import load_image, read_image
@@ -238,14 +239,14 @@ def test_an_interrupted_or_changed_pack_is_refused(tmp_path: Path) -> None:
                  "--no-progress"]) == 0
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert sum(manifest["samples"].values()) == 12 and len(manifest["shards"]) == 4
-    assert len(open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})["train"]) == 10
+    assert len(open_splits(DataConfig(**{"name": "auto", "path": str(tmp_path / "p"), "channels": 1}))["train"]) == 10
     last = tmp_path / "p" / "train-000002.tar"
     last.write_bytes(last.read_bytes()[:-1024])  # a truncated copy
     with pytest.raises(ValueError, match="train-000002.tar: .* bytes, the manifest says"):
-        open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})
+        open_splits(DataConfig(**{"name": "auto", "path": str(tmp_path / "p"), "channels": 1}))
     (tmp_path / "p" / "manifest.json").unlink()  # as a pack killed before its end leaves it
     with pytest.raises(ValueError, match="no manifest.json, so its `vitkit data pack` did not finish"):
-        open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})
+        open_splits(DataConfig(**{"name": "auto", "path": str(tmp_path / "p"), "channels": 1}))
 
 
 def test_paths_that_are_not_regular_files_are_refused_without_blocking(tmp_path: Path) -> None:

@@ -109,8 +109,8 @@ SMALL = ["model.width=32", "model.depth=2", "model.num_heads=2", "model.mlp_dim=
          "data.num_workers=0", "data.augment='none'", "train.ckpt_every=0", "train.batch_size=64"]
 
 
-def vit_patch(cfg: dict) -> int:
-    return int(cfg["model"]["patch_size"])
+def vit_patch(cfg) -> int:  # noqa: ANN001
+    return int(cfg.model.arch["patch_size"])
 
 
 def test_engine_pretrains_with_mpp_then_finetunes(tmp_path) -> None:
@@ -150,12 +150,12 @@ def test_engine_pretrains_with_mpp_then_finetunes(tmp_path) -> None:
 
 
 def test_paper_mpp_recipe_values_and_dry_run(tmp_path) -> None:
-    from vitkit.train.config import load_config, train_config
+    from vitkit.train.config import load_config
     from vitkit.train.run import run_experiment
 
     cfg = load_config("pretrain_mpp_jft_b16")
-    t = train_config(cfg)
-    assert cfg["train"]["objective"] == "mpp" and cfg["mpp"]["corrupt"] == 0.5 and cfg["mpp"]["bits"] == 3
+    t = cfg.train
+    assert cfg.objective == "mpp" and cfg.mpp.corrupt == 0.5 and cfg.mpp.bits == 3
     assert (t.lr, t.warmup_steps, t.schedule, t.steps, t.batch_size) == (2e-4, 10_000, "cosine", 1_000_000, 4096)
     tiny = ["model.width=32", "model.depth=1", "model.num_heads=2", "model.mlp_dim=64", "model.img_size=32",
             "model.patch_size=16", "train.batch_size=8", "train.tensorboard=false", "data.num_workers=0",

@@ -106,9 +106,9 @@ def test_options_round_trip_in_vitkit_format_and_are_refused_by_the_others(tmp_p
 
 def test_plain_vit_recipe_loads_checks_and_dry_runs(tmp_path: Path) -> None:
     cfg = load_config("plain_vit_s16_i1k")
-    assert cfg["model"]["pooling"] == "gap" and cfg["model"]["posemb"] == "sincos2d"
-    assert cfg["train"]["batch_size"] == 1024 and cfg["train"]["mixup"] == 0.2
-    assert cfg["data"]["randaugment"] == [2, 10] and cfg["schedule"]["warmup_steps"] == 10000
+    assert cfg.model.arch["pooling"] == "gap" and cfg.model.arch["posemb"] == "sincos2d"
+    assert cfg.train.batch_size == 1024 and cfg.train.mixup == 0.2
+    assert cfg.data.randaugment == [2, 10] and cfg.train.warmup_steps == 10000
     check_config(cfg)
     small = load_config("plain_vit_s16_i1k", ["model.img_size=32", "train.bf16=false"])
     res = run_experiment(small, tmp_path / "dry", dry_run=2, progress=False)

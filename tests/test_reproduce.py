@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.cli import main
+from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.evaluate import eval_loader
@@ -25,7 +26,7 @@ from vitkit.reproduce.plan import MODELS, Pretrain, pretrain_config
 from vitkit.reproduce.runs import UNIT_FILE, Workbench
 from vitkit.reproduce.transfer import FewShotEvaluator, transfer_sets
 from vitkit.train.config import config_from_dict, load_config
-from vitkit.train.engine import read_metrics
+from vitkit.train.metrics import read_metrics
 from vitkit.train.run import check_config, run_experiment
 
 
@@ -52,15 +53,15 @@ def test_glyphs_are_a_pure_function_of_seed_split_and_index() -> None:
 
 def test_glyphs_and_nested_subsets_through_the_data_config() -> None:
     base = {"name": "glyphs", "glyph_images": 2000, "glyph_classes": 20, "glyph_size": 12, "glyph_seed": 0}
-    full = open_splits(base)
+    full = open_splits(DataConfig(**base))
     assert len(full["train"]) == 2000 and len(full["test"]) == 1000 and full["train"].classes[3] == "glyph0003"
-    a = open_splits({**base, "subset": 300})["train"]
-    b = open_splits({**base, "subset": 900})["train"]
+    a = open_splits(DataConfig(**{**base, "subset": 300}))["train"]
+    b = open_splits(DataConfig(**{**base, "subset": 900}))["train"]
     assert len(a) == 300 and set(a.indices) < set(b.indices)  # the smaller subset inside the larger
-    with_dev = open_splits({**base, "subset": 300, "dev_fraction": 0.1})  # the dev split comes out of the subset
+    with_dev = open_splits(DataConfig(**{**base, "subset": 300, "dev_fraction": 0.1}))  # the dev split comes out of the subset
     assert len(with_dev["train"]) + len(with_dev["dev"]) == 300
     with pytest.raises(ValueError, match="data.subset is 5000 but the training split has only 2000"):
-        open_splits({**base, "subset": 5000})
+        open_splits(DataConfig(**{**base, "subset": 5000}))
     with pytest.raises(ValueError, match="data.glyph_classes must be a whole number >= 2, got 1"):
         check_config(config_from_dict({"data": {"name": "glyphs", "glyph_classes": 1}}))
     with pytest.raises(ValueError, match="unknown key"):
@@ -110,7 +111,7 @@ def test_evaluators_run_during_training_on_the_model_itself(tmp_path: Path) -> N
         return {"norm": float(sum(p.detach().abs().sum() for p in model.parameters()))}
 
     cfg = config_from_dict(pretrain_config(Pretrain("ViT", "S", steps=6, objective="mpp"), SMOKE))
-    cfg["train"]["eval_every"] = 3
+    cfg = cfg.updated({"train.eval_every": 3})
     run_experiment(cfg, tmp_path / "run", progress=False, evaluators={"probe": probe})
     from vitkit.models.vit import VisionTransformer
 
@@ -186,4 +187,4 @@ def test_reproduce_names_and_arguments_are_checked(tmp_path: Path, capsys) -> No
     assert main(["reproduce", "fig9", "--smoke", "--out", str(tmp_path)]) == 2
     assert "unknown experiment(s) ['fig9']" in capsys.readouterr().err
     for name in ("digits_demo",):  # the recipes still load with the new data keys
-        assert load_config(name)["data"]["subset"] == 0
+        assert load_config(name).data.subset == 0

@@ -16,6 +16,7 @@ from PIL import Image
 
 from tests.helpers import assert_read_once_per_epoch, assert_resumes_bitwise, digits_model
 from vitkit.cli import main
+from vitkit.data.config import DataConfig
 from vitkit.data.datasets import detect_kind, open_splits
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
@@ -54,17 +55,17 @@ def test_pack_then_read_keeps_every_image_and_label(tmp_path: Path, capsys) -> N
     assert "train:" in capsys.readouterr().out
     assert detect_kind(str(tmp_path / "p")) == "shards"
     packed = ShardDataset(str(tmp_path / "p" / "train-000000.tar"), channels=1)
-    source = open_splits({"name": "folder", "path": str(src), "channels": 1})["train"]  # a held-out Subset
+    source = open_splits(DataConfig(**{"name": "folder", "path": str(src), "channels": 1}))["train"]  # a held-out Subset
     for i in range(3):  # its files keep their own bytes (no re-encoding)
         assert packed.raw(i) == (Path(source.describe(i)).read_bytes(), ".png")
     # the packed folder as data.path: train-*.tar to train on, test-*.tar to test on, never mixed
-    whole = open_splits({"name": "auto", "path": str(tmp_path / "p"), "channels": 1})
+    whole = open_splits(DataConfig(**{"name": "auto", "path": str(tmp_path / "p"), "channels": 1}))
     assert len(whole["train"]) == 54 and len(whole["test"]) == 6
     assert all(":test_" in whole["test"].describe(i) for i in range(6))
     assert all(":train_" in whole["train"].describe(i) for i in range(54))
     assert detect_kind(str(tmp_path / "p" / ".." / "folder")) == "folder"  # a parent folder's ".." is no shard range
-    splits = open_splits({"name": "shards", "path": str(tmp_path / "p" / "train-{000000..000003}.tar"),
-                          "test_path": str(tmp_path / "p" / "test-000000.tar"), "channels": 1})
+    splits = open_splits(DataConfig(**{"name": "shards", "path": str(tmp_path / "p" / "train-{000000..000003}.tar"),
+                          "test_path": str(tmp_path / "p" / "test-000000.tar"), "channels": 1}))
     assert len(splits["train"]) + len(splits["test"]) == 60
     assert json.loads((tmp_path / "p" / "classes.json").read_text()) == splits["train"].classes
     assert main(["data", "pack", str(src), str(tmp_path / "p"), "--no-progress"]) == 2  # never over old shards
@@ -115,7 +116,7 @@ def test_i21k_recipe_trains_on_shards(tmp_path: Path) -> None:
     pack(train, tmp_path / "s", "train", shard_size=500)
     pack(test, tmp_path / "s", "test", shard_size=500)
     cfg = load_config("pretrain_i21k_b16")
-    assert (cfg["data"]["name"], cfg["model"]["num_classes"], cfg["train"]["parallel"]) == ("shards", 21843, "ddp")
+    assert (cfg.data.name, cfg.model.num_classes, cfg.train.parallel) == ("shards", 21843, "ddp")
     with pytest.raises(ValueError, match="data.name is 'shards' but data.path is not set"):
         run_experiment(cfg, tmp_path / "nopath", progress=False)
     cfg = load_config("pretrain_i21k_b16", [

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from helpers import differing_keys, digits_model, digits_trainer
 
 from vitkit.train import run
-from vitkit.train.config import load_config, train_config
-from vitkit.train.engine import TrainConfig, Trainer, read_metrics
+from vitkit.train.config import TrainConfig, load_config
+from vitkit.train.engine import Trainer
+from vitkit.train.metrics import read_metrics
 
 TINY = ["model.img_size=16", "model.patch_size=8", "model.width=16", "model.depth=2", "model.num_heads=2",
         "model.mlp_dim=32", "model.representation_size=16", "train.tensorboard=false"]
@@ -89,14 +90,14 @@ def test_compile_option_trains_like_eager(tmp_path: Path, backend: str) -> None:
 
 
 def test_run_config_switches_reach_the_engine(tmp_path: Path) -> None:
-    assert train_config(load_config(None, ["train.compile=true"])).compile == "inductor"
-    assert train_config(load_config(None, ["train.compile=eager"])).compile == "eager"
-    assert train_config(load_config("pretrain_i1k_b16", ["train.parallel=fsdp"])).parallel == "fsdp"
-    assert train_config(load_config("pretrain_jft_b16")).parallel == "ddp"
+    assert load_config(None, ["train.compile=true"]).train.compile == "inductor"
+    assert load_config(None, ["train.compile=eager"]).train.compile == "eager"
+    assert load_config("pretrain_i1k_b16", ["train.parallel=fsdp"]).train.parallel == "fsdp"
+    assert load_config("pretrain_jft_b16").train.parallel == "ddp"
     model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
     with pytest.raises(ValueError, match="parallel mode 'zero3'"):
         digits_trainer(model, TrainConfig(parallel="zero3"), tmp_path)
-    assert train_config(load_config(None, ["train.world_invariant=true"])).world_invariant is True
+    assert load_config(None, ["train.world_invariant=true"]).train.world_invariant is True
     with pytest.raises(ValueError, match="world_invariant works with parallel = ddp"):
         TrainConfig(world_invariant=True, parallel="fsdp")
 
@@ -144,9 +145,9 @@ def test_layer_wise_lr_decay_gives_the_documented_rates(tmp_path: Path) -> None:
     t.fit()
     assert sorted({g["lr"] for g in t.opt.param_groups}) == [1e-3 * 0.5**k for k in (4, 3, 2, 1, 0)]
     assert [r["lr"] for r in read_metrics(tmp_path / "metrics.jsonl") if "lr" in r] == [1e-3, 1e-3]
-    assert train_config(load_config("digits_finetune", ["optim.layer_decay=0.75"])).layer_decay == 0.75
+    assert load_config("digits_finetune", ["optim.layer_decay=0.75"]).train.layer_decay == 0.75
     with pytest.raises(ValueError, match="optim.layer_decay must be a number in"):
-        train_config(load_config("digits_finetune", ["optim.layer_decay=1.5"]))
+        load_config("digits_finetune", ["optim.layer_decay=1.5"])
 
 
 @pytest.mark.parametrize("k", [0, 1])

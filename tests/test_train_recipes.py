@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import digits_model, digits_trainer
 
-from vitkit.train.config import load_config, recipe_names, train_config
-from vitkit.train.engine import TrainConfig, Trainer
+from vitkit.train.config import TrainConfig, load_config, recipe_names
+from vitkit.train.engine import Trainer
 from vitkit.train.run import run_experiment, run_sweep
 
 TINY = ["model.img_size=16", "model.patch_size=8", "model.width=16", "model.depth=1", "model.num_heads=2",
@@ -32,17 +32,17 @@ def test_paper_recipes_carry_the_papers_numbers() -> None:
     assert set(PRETRAIN) | set(FINETUNE) | {"digits_pretrain", "digits_finetune"} <= set(recipe_names())
     for name, (lr, wd, decay, dropout, k) in PRETRAIN.items():
         c = load_config(name)
-        t = train_config(c)
+        t = c.train
         assert (t.optimizer, t.betas, t.lr, t.weight_decay, t.schedule) == ("adamw", (0.9, 0.999), lr, wd, decay)
-        assert (t.warmup_steps, t.clip_norm, t.batch_size, c["model"]["img_size"]) == (10000, 1.0, 4096, 224)
-        assert (c["model"]["dropout"], c["model"]["num_classes"]) == (dropout, k)
+        assert (t.warmup_steps, t.clip_norm, t.batch_size, c.model.img_size) == (10000, 1.0, 4096, 224)
+        assert (c.model.arch["dropout"], c.model.num_classes) == (dropout, k)
     for name, (steps, dev, k) in FINETUNE.items():
         c = load_config(f"recipes/{name}.toml")  # the repo-root spelling works too
-        t = train_config(c)
+        t = c.train
         assert (t.optimizer, t.momentum, t.weight_decay, t.clip_norm, t.schedule) == ("sgd", 0.9, 0.0, 1.0, "cosine")
-        assert (t.batch_size, t.steps, c["model"]["img_size"], c["data"]["dev_fraction"]) == (512, steps, 384, dev)
-        assert c["sweep"]["lrs"] == [0.001, 0.003, 0.01, 0.03] and c["model"]["num_classes"] == k and t.warmup_steps > 0
-    assert train_config(load_config("finetune_imagenet")).ema_decay == 0.9999
+        assert (t.batch_size, t.steps, c.model.img_size, c.data.dev_fraction) == (512, steps, 384, dev)
+        assert c.sweep.lrs == [0.001, 0.003, 0.01, 0.03] and c.model.num_classes == k and t.warmup_steps > 0
+    assert load_config("finetune_imagenet").train.ema_decay == 0.9999
 
 
 @pytest.mark.parametrize("name", sorted(PRETRAIN) + sorted(FINETUNE))
@@ -56,9 +56,21 @@ def test_recipe_dry_runs(name: str, tmp_path: Path) -> None:
 
 def test_overrides_and_errors() -> None:
     c = load_config("digits_pretrain", ["optim.lr=0.003", "optim.betas=[0.8, 0.9]", "data.name=lfw"])
-    assert c["optim"]["lr"] == 0.003 and c["optim"]["betas"] == [0.8, 0.9] and c["data"]["name"] == "lfw"
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['lrr'\] in \[optim\]"):
+    assert c.train.lr == 0.003 and c.train.betas == (0.8, 0.9) and c.data.name == "lfw"
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['lrr'\] in \[optim\] \(did you mean lr\?\)"):
         load_config("digits_pretrain", ["optim.lrr=1"])
+    with pytest.raises(ValueError, match=r"unknown section \[optimm\] \(did you mean optim\?\)"):
+        load_config("digits_pretrain", ["optimm.lr=1"])
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['widht'\] in \[model\] \(did you mean width\?\)"):
+        load_config(None, values={"model.widht": 8})
+    # a bad value fails when the config is built, naming its recipe key; typed values need no TOML quoting
+    with pytest.raises(ValueError, match="optim.lr must be"):
+        load_config("digits_pretrain", values={"optim.lr": -1.0})
+    odd = load_config("digits_pretrain", values={"data.path": "it's \"quoted\"", "data.name": "folder"})
+    assert odd.data.path == "it's \"quoted\"" and odd.updated({"optim.lr": 0.5}).train.lr == 0.5
+    # the nested dict run_config.json holds reads back to an equal config; --set wins over typed values
+    assert type(c).from_sections(c.sections()) == c
+    assert load_config("digits_pretrain", ["optim.lr=0.5"], values={"optim.lr": 0.1}).train.lr == 0.5
     with pytest.raises(ValueError, match="section.key=value"):
         load_config("digits_pretrain", ["lr=1"])
     with pytest.raises(FileNotFoundError, match="no config file or recipe 'nope'"):

@@ -20,7 +20,7 @@ import vitkit
 from vitkit.cli import build_parser, main
 from vitkit.data.digits import load_digits_split
 from vitkit.train.config import load_config
-from vitkit.train.engine import curve_series
+from vitkit.train.metrics import curve_series
 from vitkit.train.run import default_run_dir, run_experiment
 
 TINY = ["model.width=16", "model.depth=1", "model.num_heads=2", "model.mlp_dim=32", "schedule.steps=2",
@@ -218,7 +218,8 @@ def test_logged_loss_is_weighted_by_examples(tmp_path: Path) -> None:
     multi-process run reduces across ranks)."""
     from helpers import digits_trainer
 
-    from vitkit.train.engine import TrainConfig, read_metrics
+    from vitkit.train.config import TrainConfig
+    from vitkit.train.metrics import read_metrics
 
     t = digits_trainer(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32),
                        TrainConfig(steps=4, batch_size=16, lr=1e-3, warmup_steps=0, log_every=2), tmp_path)
@@ -242,7 +243,8 @@ def test_a_resume_between_log_lines_logs_what_an_uninterrupted_run_logs(tmp_path
     every 5 steps logs at step 10 the mean of steps 6-10, as the uninterrupted run does, bit for bit."""
     from helpers import digits_trainer
 
-    from vitkit.train.engine import TrainConfig, read_metrics
+    from vitkit.train.config import TrainConfig
+    from vitkit.train.metrics import read_metrics
 
     cfg = TrainConfig(steps=12, batch_size=16, lr=1e-3, warmup_steps=0, log_every=5, tensorboard=False)
 

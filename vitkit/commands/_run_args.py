@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vitkit.train.config import RunConfig
 
 
 def add_run_arguments(p: argparse.ArgumentParser, default_config: str | None, kind: str) -> None:
@@ -21,7 +24,8 @@ def add_run_arguments(p: argparse.ArgumentParser, default_config: str | None, ki
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def prepare(args: argparse.Namespace, extra: list[str] = ()) -> dict[str, Any]:
+def prepare(args: argparse.Namespace, values: dict[str, Any] | None = None) -> RunConfig:
+    """The RunConfig of --config, the command's typed `values` ({"section.key": value}) and --set (last wins)."""
     import os
 
     from vitkit.train.config import load_config
@@ -29,9 +33,10 @@ def prepare(args: argparse.Namespace, extra: list[str] = ()) -> dict[str, Any]:
     from vitkit.utils.hardware import set_threads
 
     set_threads(args.threads)
+    values = dict(values or {})
     if args.from_scratch:
-        extra = [*extra, "model.require_pretrained=false"]
-    cfg = load_config(args.config, [*extra, *args.overrides])
+        values["model.require_pretrained"] = False
+    cfg = load_config(args.config, args.overrides, values=values)  # an explicit --set wins over the command's values
     if args.out is None:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError("under torchrun give --out: every process must name the same run folder")

@@ -42,11 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_data(args: argparse.Namespace) -> int:
     from vitkit.bench.loader import format_pipeline, measure_pipeline, train_rate
     from vitkit.bench.machine import machine_info
-    from vitkit.data.datasets import data_config, open_splits
+    from vitkit.data.datasets import DataConfig, open_splits
 
     batch = (args.batch or [64])[0]
     img = (args.img_size or [224])[0]
-    ds = open_splits(data_config(args.data, 3))["train"]
+    ds = open_splits(DataConfig.from_flag(args.data, 3))["train"]
     info = machine_info()
     print("  ".join(f"{k}: {v}" for k, v in info.items()))
     print(f"{args.data}: {len(ds)} training images; batch {batch}, Inception crop to {img} px + flip")

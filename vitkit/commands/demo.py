@@ -24,11 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def demo_overrides(steps: int | None, seed: int, bf16: bool) -> list[str]:
-    """The `--set` overrides that the demo's flags stand for."""
-    out = [f"train.seed={seed}", f"train.bf16={'true' if bf16 else 'false'}"]
+def demo_values(steps: int | None, seed: int, bf16: bool) -> dict[str, object]:
+    """The recipe keys that the demo's flags stand for."""
+    out: dict[str, object] = {"train.seed": seed, "train.bf16": bf16}
     if steps is not None:
-        out += [f"schedule.steps={steps}", f"schedule.warmup_steps={min(100, max(1, steps // 10))}"]
+        out.update({"schedule.steps": steps, "schedule.warmup_steps": min(100, max(1, steps // 10))})
     return out
 
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.utils.hardware import set_threads
 
     set_threads(args.threads)
-    cfg = load_config(RECIPE, demo_overrides(args.steps, args.seed, args.bf16))
+    cfg = load_config(RECIPE, values=demo_values(args.steps, args.seed, args.bf16))
     print(f"vitkit demo: recipe {RECIPE} (the same run as `vitkit train --config recipes/{RECIPE}.toml`)")
     try:
         res = run_experiment(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite, header=True)

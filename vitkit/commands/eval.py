@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.data.datasets import data_config, open_splits
+    from vitkit.data.datasets import DataConfig, open_splits
     from vitkit.evaluate import align_classes, eval_loader, evaluate_loader
     from vitkit.formats import load_pretrained
     from vitkit.utils import check_int
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, low=0)
     model = load_pretrained(args.model, **load_hints(args))
     pp = model.preprocess
-    dcfg = data_config(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
+    dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
     splits = open_splits(dcfg)
     carved = getattr(splits["test"], "carved", False)  # the source has no test split of its own
     split = args.split or ("all" if carved else "test")

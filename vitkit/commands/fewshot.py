@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from vitkit.data.datasets import data_config, open_splits
+    from vitkit.data.datasets import DataConfig, open_splits
     from vitkit.evaluate import eval_loader
     from vitkit.fewshot import DEFAULT_L2, describe_representation, extract_features, fewshot_table
     from vitkit.formats import load_pretrained
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
     model = load_pretrained(args.model, **load_hints(args))
     pp = model.preprocess
-    dcfg = data_config(args.data, model.config.in_chans, args.workers, args.batch_size)
+    dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size)
     splits = open_splits(dcfg)
     train, test = splits["train"], splits["test"]
     if train.channels != model.config.in_chans:

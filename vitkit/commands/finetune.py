@@ -41,31 +41,26 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.formats import load_pretrained
     from vitkit.train.run import run_experiment
 
-    source = load_pretrained(args.model, **load_hints(args))  # its channels decide the data's
-    extra = [f"model.pretrained={_q(args.model)}", f"data.channels={source.config.in_chans}"]
-    extra += [f"model.{k}={_q(v) if isinstance(v, str) else v}" for k, v in load_hints(args).items() if v is not None]
-    del source
+    hints = {k: v for k, v in load_hints(args).items() if v is not None}
+    source = load_pretrained(args.model, **hints)  # read once: its channels decide the data's, then it is trained
+    values = {"model.pretrained": args.model, "data.channels": source.config.in_chans,
+              **{f"model.{k}": v for k, v in hints.items()}}
     if args.data:
-        if args.data in ("digits", "lfw"):
-            extra += [f"data.name={_q(args.data)}", 'data.path=""']
-        else:
-            extra += ['data.name="auto"', f"data.path={_q(args.data)}"]
-    for key, val in (("model.img_size", args.img_size), ("model.num_classes", args.num_classes),
-                     ("schedule.steps", args.steps), ("optim.lr", args.lr), ("optim.layer_decay", args.layer_decay),
-                     ("optim.train_blocks", args.train_blocks)):
+        named = args.data in ("digits", "lfw")
+        values.update({"data.name": args.data if named else "auto", "data.path": "" if named else args.data})
+    for k, val in (("model.img_size", args.img_size), ("model.num_classes", args.num_classes),
+                   ("schedule.steps", args.steps), ("optim.lr", args.lr), ("optim.layer_decay", args.layer_decay),
+                   ("optim.train_blocks", args.train_blocks)):
         if val is not None:
-            extra.append(f"{key}={val}")
-    cfg = prepare(args, extra)
+            values[k] = val
+    cfg = prepare(args, values)
+    if cfg.model.pretrained != args.model:  # a --set named another checkpoint: that one is read instead
+        source = None
     try:
         res = run_experiment(cfg, args.out, resume=args.resume, progress=not args.no_progress, force=args.force,
-                             overwrite=args.overwrite, header=True)
+                             overwrite=args.overwrite, header=True, source=source)
         if dist.rank() == 0:
             report(res)
     finally:
         dist.shutdown()
     return 0
-
-
-def _q(s: str) -> str:
-    """A TOML string literal for a --set value."""
-    return "'" + s + "'" if "'" not in s else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

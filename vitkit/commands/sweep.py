@@ -19,10 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.data.datasets import open_splits
-    from vitkit.evaluate import eval_loader, evaluate_loader
-    from vitkit.formats import load_pretrained
-    from vitkit.train.run import run_sweep
+    from vitkit.train.run import run_sweep, test_accuracy
 
     cfg = prepare(args)
     lrs = [float(x) for x in args.lrs.split(",")] if args.lrs else None
@@ -33,9 +30,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['lr']:>10g}  {100 * r['dev_top1']:8.2f}%{mark}")
     print(f"chosen on dev: lr {res['best_lr']:g} ({res['best_out']}); summary in {args.out}/sweep.json")
     if args.test:
-        model = load_pretrained(f"{res['best_out']}/model")
-        test = open_splits(cfg["data"])["test"]
-        d = cfg["data"]
-        r = evaluate_loader(model, eval_loader(test, model.preprocess, d["eval_batch_size"], d["num_workers"]))
+        r = test_accuracy(res["best_out"], cfg)
         print(f"test top-1 of the chosen run: {100 * r['top1']:.2f}%")
     return 0

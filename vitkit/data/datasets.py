@@ -8,12 +8,12 @@ folders, list files and CIFAR python batches (the types are in base.py). Nothing
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from vitkit.data.base import ArrayDataset, Dataset, FileDataset, Subset, holdout, synthetic
 from vitkit.data.cifar import find_cifar, load_cifar
+from vitkit.data.config import DATA_NAMES, DataConfig
 from vitkit.data.digits import load_digits_split
 from vitkit.data.folders import image_folder, list_file
 from vitkit.data.glyphs import glyph_test_size, glyphs
@@ -22,11 +22,8 @@ from vitkit.data.lfw import load_lfw_subset
 from vitkit.data.preprocess import max_image_pixels
 from vitkit.data.shards import ShardDataset, is_shard_pattern, split_patterns
 
-__all__ = ["ArrayDataset", "Dataset", "FileDataset", "Subset", "data_config", "detect_kind", "holdout",
-           "open_splits", "synthetic"]
-
-DATA_NAMES = ("digits", "lfw", "glyphs", "shards", "hf", "cifar10", "cifar100", "folder", "list", "auto")
-
+__all__ = ["ArrayDataset", "DataConfig", "Dataset", "FileDataset", "Subset", "detect_kind", "holdout", "open_splits",
+           "synthetic"]
 
 def detect_kind(path: str) -> str:
     """cifar10 / cifar100 / shards / hf / folder / list for a user-supplied path."""
@@ -43,29 +40,20 @@ def detect_kind(path: str) -> str:
     return found[0] if found else "folder"
 
 
-def data_config(data: str, channels: int, num_workers: int = 0, eval_batch_size: int = 256,
-                max_pixels: int | None = None) -> dict[str, Any]:
-    """A data config section for a command-line `--data` value: `digits`, `lfw`, or a path (kind detected)."""
-    named = data in ("digits", "lfw")
-    return {"name": data if named else "auto", "path": "" if named else data, "channels": channels,
-            "num_workers": num_workers, "eval_batch_size": eval_batch_size, "max_pixels": max_pixels or 0}
-
-
-def _hf_splits(cfg: dict[str, Any], path: str) -> tuple[Dataset, Dataset | None]:
+def _hf_splits(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
     """A saved DatasetDict gives train = data.split (default "train") and test = data.test_split (default
     "test", else "validation", else none: then a holdout); a single Dataset or Parquet gives train = data.path
     and test = data.test_path."""
-    kw = {"channels": int(cfg.get("channels", 3)), "max_pixels": int(cfg.get("max_pixels", 0) or 0) or None,
-          "image_column": cfg.get("image_column") or None, "label_column": cfg.get("label_column") or None,
-          "cache_dir": cfg.get("hf_cache") or None}
+    kw = {"channels": cfg.channels, "max_pixels": cfg.pixel_limit, "image_column": cfg.image_column or None,
+          "label_column": cfg.label_column or None, "cache_dir": cfg.hf_cache or None}
     names = splits_of(path)
     if names:
-        train = HFImageDataset(path, split=cfg.get("split") or "train", **kw)
-        test_split = cfg.get("test_split") or next((s for s in ("test", "validation") if s in names), None)
+        train = HFImageDataset(path, split=cfg.split or "train", **kw)
+        test_split = cfg.test_split or next((s for s in ("test", "validation") if s in names), None)
         test = HFImageDataset(path, classes=train.classes, split=test_split, **kw) if test_split else None
         return train, test
     train = HFImageDataset(path, **kw)
-    test_path = cfg.get("test_path", "")
+    test_path = cfg.test_path
     return train, (HFImageDataset(test_path, classes=train.classes, **kw) if test_path else None)
 
 
@@ -77,18 +65,15 @@ def _carved(train: Dataset, fraction: float) -> tuple[Subset, Subset]:
     return kept, held
 
 
-def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
-    """{"train", "test", and "dev" when cfg["dev_fraction"] > 0} for a data config section.
-
-    Keys used: name (digits | lfw | glyphs | shards | hf | cifar10 | cifar100 | folder | list | auto), path,
-    test_path, split / test_split / image_column / label_column / hf_cache (hf),
-    holdout (test fraction when the source has no test split), dev_fraction, channels, max_pixels
-    (files over it are skipped as unreadable; 0 = $VITKIT_MAX_IMAGE_PIXELS or Pillow's limit),
-    glyph_images / glyph_classes / glyph_size / glyph_seed (the glyphs), subset / subset_seed (train on
-    a random subset of that many training images, as the paper's Fig. 4 does; subsets of one seed nest).
-    """
-    name, path = cfg.get("name", "auto"), str(cfg.get("path", "") or "")
-    max_image_pixels(int(cfg.get("max_pixels", 0) or 0) or None)  # a bad $VITKIT_MAX_IMAGE_PIXELS fails here, once
+def open_splits(cfg: DataConfig) -> dict[str, Dataset]:
+    """{"train", "test", and "dev" when data.dev_fraction > 0} for a [data] section (see DataConfig's keys): the
+    source's own test split, else a stratified holdout of data.holdout; data.subset trains on a random subset of
+    that many training images (the paper's Fig. 4; subsets of one seed nest); files over data.max_pixels are
+    skipped as unreadable (0 = $VITKIT_MAX_IMAGE_PIXELS or Pillow's limit)."""
+    if not isinstance(cfg, DataConfig):
+        raise TypeError(f"open_splits takes a DataConfig, got {type(cfg).__name__}")
+    name, path = cfg.name, cfg.path
+    max_image_pixels(cfg.pixel_limit)  # a bad $VITKIT_MAX_IMAGE_PIXELS fails here, once
     if name == "auto":
         if not path:
             raise ValueError("data.path is not set: point at an image folder, a CIFAR folder or a list file")
@@ -101,8 +86,7 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     elif name == "lfw":
         train, test = holdout(load_lfw_subset(), 0.25)
     elif name == "glyphs":
-        n, k = int(cfg.get("glyph_images", 100_000)), int(cfg.get("glyph_classes", 1000))
-        size, seed = int(cfg.get("glyph_size", 16)), int(cfg.get("glyph_seed", 0))
+        n, k, size, seed = cfg.glyph_images, cfg.glyph_classes, cfg.glyph_size, cfg.glyph_seed
         train = glyphs(n, k, size, seed, "train")
         test = glyphs(glyph_test_size(n), k, size, seed, "test")
     elif name in ("cifar10", "cifar100"):
@@ -110,32 +94,31 @@ def open_splits(cfg: dict[str, Any]) -> dict[str, Dataset]:
     elif name == "hf":
         train, test = _hf_splits(cfg, path)
         if test is None:
-            train, test = _carved(train, float(cfg.get("holdout", 0.1)))
+            train, test = _carved(train, cfg.holdout)
     elif name in ("folder", "list", "shards"):  # shards: data.path / test_path are patterns (dir/train-{0..9}.tar)
-        channels = int(cfg.get("channels", 3))
-        max_pixels = int(cfg.get("max_pixels", 0) or 0) or None
+        channels, max_pixels = cfg.channels, cfg.pixel_limit
         if name == "folder":
             train, test = image_folder(path, channels, max_pixels)
         else:
             source = list_file if name == "list" else ShardDataset
-            test_path = cfg.get("test_path", "")
+            test_path = cfg.test_path
             if name == "shards":  # a folder of `vitkit data pack` output: its train-*.tar and test-*.tar
                 path, packed_test = split_patterns(path)
                 test_path = test_path or packed_test or ""
             train = source(path, channels, max_pixels=max_pixels)
             test = source(test_path, channels, train.classes, max_pixels) if test_path else None
         if test is None:
-            train, test = _carved(train, float(cfg.get("holdout", 0.1)))
+            train, test = _carved(train, cfg.holdout)
     else:
         raise ValueError(f"unknown data set {name!r}; choose one of {', '.join(DATA_NAMES)}")
     out: dict[str, Dataset] = {"train": train, "test": test}
-    subset = int(cfg.get("subset", 0) or 0)
+    subset = cfg.subset
     if subset:
         if subset > len(train):
             raise ValueError(f"data.subset is {subset} but the training split has only {len(train)} images")
-        order = np.random.default_rng(int(cfg.get("subset_seed", 0))).permutation(len(train))
+        order = np.random.default_rng(cfg.subset_seed).permutation(len(train))
         train = out["train"] = Subset(train, np.sort(order[:subset]))  # the dev split below is carved from it
-    frac = float(cfg.get("dev_fraction", 0.0) or 0.0)
+    frac = cfg.dev_fraction
     if frac > 0:
         out["train"], out["dev"] = holdout(train, frac)
     return out

@@ -14,7 +14,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from vitkit.data.datasets import data_config, open_splits
+from vitkit.data.datasets import DataConfig, open_splits
 from vitkit.data.shards import CLASSES_FILE, MANIFEST_FILE, pack
 from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import FolderLock, inside, overlapping
@@ -44,7 +44,7 @@ def pack_source(src: str, out: str | Path, shard_size: int, channels: int = 3, o
         old = sorted(out.glob("*.tar"))
         if old and not overwrite:
             raise FileExistsError(f"{out} already holds {len(old)} shard(s); choose another folder or pass --overwrite")
-        splits = open_splits(data_config(src, channels))
+        splits = open_splits(DataConfig.from_flag(src, channels))
         (out / MANIFEST_FILE).unlink(missing_ok=True)  # first: a pack killed from here on leaves no manifest
         for f in old:
             f.unlink()

@@ -69,7 +69,7 @@ def random_init_fewshot(wb: Workbench, family: str) -> dict[str, float]:
     """Few-shot figures of a family's untrained network (seed 0): what pre-training has to beat."""
     cfg = config_from_dict(pretrain_config(Pretrain(family, "B"), wb.scale))
     torch.manual_seed(0)
-    model = build_model(cfg["model"], [f"glyph{i:04d}" for i in range(wb.scale.glyph_classes)], 1, cfg["data"])
+    model = build_model(cfg.model, [f"glyph{i:04d}" for i in range(wb.scale.glyph_classes)], 1, cfg.data)
     return wb.evaluator(model.eval())
 
 

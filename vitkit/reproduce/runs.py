@@ -20,8 +20,9 @@ from vitkit.formats import load_pretrained
 from vitkit.models.flops import model_flops
 from vitkit.reproduce.plan import Pretrain, Scale, finetune_config, model_section, pretrain_config
 from vitkit.reproduce.transfer import FewShotEvaluator
-from vitkit.train.config import config_from_dict
-from vitkit.train.engine import TrainConfig, Trainer, read_metrics
+from vitkit.train.config import TrainConfig, config_from_dict
+from vitkit.train.engine import Trainer
+from vitkit.train.metrics import read_metrics
 from vitkit.train.run import run_experiment
 from vitkit.utils.atomic import atomic_write_text
 

@@ -1,86 +1,339 @@
-"""Run configs: TOML recipe files with `extends`, command-line overrides, validation.
+"""Run configs, typed: a `RunConfig` of one dataclass per recipe section, from TOML recipes with `extends`,
+`--set section.key=value` overrides and the commands' typed values.
 
-A recipe has the sections below; every key is optional (DEFAULTS fills the rest). `extends =
-"name"` at the top starts from another recipe. `--set section.key=value` overrides one key (the
-value is read as TOML, so `0.003`, `true`, `[0.9, 0.999]` and `"text"` all work; a bare word is a
-string). Keys of [model] that are not listed here are fields of the model's config (ViTConfig: width,
-depth, ...; BiTConfig for `bit` models: layers, width_factor, numerics).
+| section                          | dataclass                          | what it holds                                   |
+|----------------------------------|------------------------------------|-------------------------------------------------|
+| [model]                          | ModelSpec                          | registry name or checkpoint, size, classes, and |
+|                                  |                                    | the architecture's own fields (ViTConfig, ...)  |
+| [data]                           | vitkit.data.config.DataConfig      | the source, augmentation, loading               |
+| [optim], [schedule], [train]     | TrainConfig (+ RunConfig.objective,| the engine's run; the objective and the teacher |
+|                                  | RunConfig.teacher)                 |                                                 |
+| [mpp]                            | MppConfig                          | masked patch prediction (§4.6, appendix B.1.2)  |
+| [sweep]                          | SweepConfig                        | the learning rates of `vitkit sweep`            |
+
+Every key is optional (its dataclass holds its one default). `extends = "name"` at the top of a recipe starts
+from another recipe. `--set section.key=value` overrides one key (the value is read as TOML, so `0.003`, `true`,
+`[0.9, 0.999]` and `"text"` all work; a bare word is a string); commands pass typed values (`values=`), never TOML
+text. An unknown section or key is refused with the closest valid name. A bad value fails when the RunConfig is
+built, naming its key, before any data is read.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
-from vitkit.data.datasets import DATA_NAMES
-from vitkit.data.transforms import AUGMENTS
+from vitkit import distributed as dist
+from vitkit.data.config import AUGREG, DataConfig
 from vitkit.models.resnet import BiTConfig
 from vitkit.models.vit import ViTConfig
-from vitkit.train.engine import TrainConfig
-from vitkit.utils import check_choice, check_int, check_range
+from vitkit.train.distill import KINDS
+from vitkit.train.optim import SCHEDULES
+from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
+from vitkit.utils.recipe import RecipeSection, closest, key
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "model": {
-        "name": "vit_b16",  # registry name used when training from scratch
-        "pretrained": "",  # checkpoint to fine-tune (any format vitkit reads)
-        "img_size": 224,
-        "num_classes": 0,  # 0: the number of classes of the data
-        "grad_checkpointing": False,
-        "require_pretrained": False,  # fine-tuning recipes: refuse to start without model.pretrained
-    },
-    "data": {
-        "name": "auto",  # digits | lfw | glyphs | shards | hf | cifar10 | cifar100 | folder | list | auto (from path)
-        "path": "",
-        "test_path": "",  # list files: a separate test list; shards: the test shards' pattern; hf: test Parquet
-        "split": "",  # hf: the training split of a saved DatasetDict ("" = train)
-        "test_split": "",  # hf: its test split ("" = test, else validation, else a holdout)
-        "image_column": "",  # hf: the image column ("" = the one Image feature)
-        "label_column": "",  # hf: the label column ("" = the one ClassLabel feature, else "label")
-        "hf_cache": "",  # hf: where Parquet is converted to Arrow ("" = the datasets cache)
-        "holdout": 0.1,  # test fraction for sources without a test split
-        "dev_fraction": 0.0,  # hold-out dev split carved from train (evaluation during training, sweeps)
-        "eval_split": "dev",  # split evaluated every train.eval_every steps: dev | test
-        "augment": "inception",  # inception | affine | none
-        "area": [0.05, 1.0],
-        "ratio": [0.75, 1.3333333333333333],
-        "flip": True,
-        "crop_pct": 0.0,  # evaluation: 0 = resize to the final size without a crop (the original)
-        "mean": [0.5],  # one value per channel, or one value for all; [-1, 1] scaling by default
-        "std": [0.5],
-        "channels": 3,
-        "num_workers": 2,
-        "eval_batch_size": 256,
-        "max_pixels": 0,  # images with more pixels are skipped as unreadable; 0 = Pillow's limit (179M)
-        "randaugment": [0, 0],  # RandAugment [num_ops, magnitude] (AugReg: [2, 10] .. [2, 20]); 0 ops = off
-        "random_erasing": 0.0,  # probability of erasing one random rectangle (DeiT: 0.25)
-        "augreg": "",  # an AugReg preset (none, light1, light2, medium1, medium2, strong1, strong2): sets
-        # data.randaugment and train.mixup as "How to train your ViT" (Steiner et al. 2022) does
-        "subset": 0,  # train on a random subset of this many training images (0 = all; Fig. 4's subsets)
-        "subset_seed": 0,  # which subset (the subsets of one seed nest: the smaller inside the larger)
-        "glyph_images": 100000,  # data.name = "glyphs": procedurally drawn training images (data/glyphs.py)
-        "glyph_classes": 1000,
-        "glyph_size": 16,  # pixels per side
-        "glyph_seed": 0,
-    },
-    **TrainConfig.recipe_defaults(),  # [optim], [schedule], [train]: the engine's own fields and defaults
-    "mpp": {  # §4.6 / appendix B.1.2, used when train.objective = "mpp"
-        "corrupt": 0.5,  # fraction of patch embeddings corrupted
-        "replace_mask": 0.8,  # of those: replaced by the learned [mask] embedding
-        "replace_random": 0.1,  # ... by another patch's embedding (the rest are kept)
-        "bits": 3,  # mean colour quantised to 3 bits per channel: 512 classes for RGB
-    },
-    "sweep": {"lrs": [0.001, 0.003, 0.01, 0.03]},
-}
-# [train] keys of the runner rather than of the engine
-DEFAULTS["train"]["objective"] = "classify"  # classify (labels) | mpp (masked patch prediction, §4.6)
-DEFAULTS["train"]["teacher"] = ""  # checkpoint of the distillation teacher (train.distill = soft | hard; DeiT)
+MAX_LR = 100.0  # no schedule in use comes near; above it a run only makes NaNs
+COMPILE_BACKENDS = ("", "inductor", "aot_eager", "eager", "cudagraphs")
+OBJECTIVES = ("classify", "mpp")  # labels, or masked patch prediction (§4.6)
+
+
+@dataclass
+class TrainConfig(RecipeSection):
+    """Plain data describing one training run (serialised into the run folder as train_config.json).
+
+    The [optim], [schedule] and [train] sections of a recipe: each field declares the recipe key it is
+    (`[optim] name` is `optimizer`, `[schedule] decay` is `schedule`, the others keep their names), so a key
+    has one name and one default."""
+
+    steps: int = key("schedule.steps", 1000)
+    batch_size: int = key("train.batch_size", 512, "the global batch (all processes, all micro-batches)")
+    grad_accum: int = key("train.grad_accum", 1, "micro-batches per step; the global batch stays batch_size")
+    world_invariant: bool = key("train.world_invariant", False, "bitwise the same run under any number of "
+                                 "processes that divides grad_accum (each micro-batch's gradient is computed whole "
+                                 "on one rank, then the gradients are summed in micro-batch order); DDP only")
+    optimizer: str = key("optim.name", "adamw", "adamw | adam | sgd")
+    lr: float = key("optim.lr", 1e-3)
+    betas: tuple[float, float] = key("optim.betas", (0.9, 0.999))
+    momentum: float = key("optim.momentum", 0.9, "SGD momentum")
+    weight_decay: float = key("optim.weight_decay", 0.0)
+    warmup_steps: int = key("schedule.warmup_steps", 100)
+    schedule: str = key("schedule.decay", "cosine", "cosine | linear | constant")
+    min_lr: float = key("schedule.min_lr", 0.0)
+    clip_norm: float | None = key("optim.clip_norm", 1.0, "global gradient-norm clipping; 0 or None = off")
+    label_smoothing: float = key("optim.label_smoothing", 0.0)
+    mixup: float = key("train.mixup", 0.0, "Mixup: Beta(alpha, alpha) of the blend; 0 = off")
+    cutmix: float = key("train.cutmix", 0.0, "CutMix: Beta(alpha, alpha) of the kept area; 0 = off")
+    mix_switch_prob: float = key("train.mix_switch_prob", 0.5, "with both on: the chance a batch gets CutMix")
+    mix_prob: float = key("train.mix_prob", 1.0, "the chance a batch is mixed at all")
+    distill: str = key("train.distill", "none", "knowledge distillation from train.teacher: none | soft | hard")
+    distill_alpha: float = key("train.distill_alpha", 0.5, "weight of the distillation term (1 - it: the labels')")
+    distill_tau: float = key("train.distill_tau", 1.0, "soft distillation temperature")
+    layer_decay: float | None = key("optim.layer_decay", 0.0, "layer-wise lr decay (fine-tuning): block i of L at "
+                                     "lr x decay^(L - i), embeddings lowest, head full; 0 or None = off")
+    train_blocks: int = key("optim.train_blocks", -1, "fine-tuning: -1 trains all; 0 the head alone (linear probe); "
+                             "k the last k blocks, the final norm and the head")
+    ema_decay: float | None = key("train.ema_decay", 0.0, "Polyak averaging factor; 0 or None = off")
+    bf16: bool = key("train.bf16", False, "bf16 autocast (the precision bf16-autocast: fp32 master weights)")
+    seed: int = key("train.seed", 0)
+    log_every: int = key("train.log_every", 10)
+    eval_every: int = key("train.eval_every", 0)
+    ckpt_every: int = key("train.ckpt_every", 0)
+    device: str = key("train.device", "cpu")
+    tensorboard: bool = key("train.tensorboard", True, "also write TensorBoard event files (when installed)")
+    compile: str | bool = key("train.compile", "", "torch.compile backend (true = inductor); '' = eager")
+    parallel: str = key("train.parallel", "ddp", "under torchrun: ddp (replicated weights) | fsdp (sharded)")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Checked on construction: a bad value fails before any data is read, naming the field."""
+        if self.compile is True or self.compile is False:
+            self.compile = "inductor" if self.compile else ""
+        self.clip_norm = self.clip_norm or None
+        self.ema_decay = self.ema_decay or None
+        self.layer_decay = self.layer_decay or None
+        check_int("steps", self.steps)
+        check_int("batch_size", self.batch_size)
+        check_int("grad_accum", self.grad_accum)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        check_int("log_every", self.log_every)
+        check_int("eval_every", self.eval_every, low=0)
+        check_int("ckpt_every", self.ckpt_every, low=0)
+        check_int("seed", self.seed, low=0)
+        check_int("train_blocks", self.train_blocks, low=-1)
+        check_choice("optimizer", self.optimizer.lower() if isinstance(self.optimizer, str) else self.optimizer,
+                     ("adamw", "adam", "sgd"))
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_range("lr", self.lr, 0.0, MAX_LR, low_open=True, high_open=False)
+        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        if not isinstance(self.bf16, bool):
+            raise ValueError(f"bf16 must be true or false, got {self.bf16!r}")
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_BACKENDS:
+            raise ValueError(f"compile must be true, false or a torch.compile backend ({', '.join(COMPILE_BACKENDS[1:])}),"
+                             f" got {self.compile!r}")
+        check_range("min_lr", self.min_lr, 0.0, math.inf)
+        check_range("weight_decay", self.weight_decay, 0.0, math.inf)
+        check_range("momentum", self.momentum, 0.0, 1.0)
+        check_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
+        check_range("mixup", self.mixup, 0.0, math.inf)
+        check_range("cutmix", self.cutmix, 0.0, math.inf)
+        check_range("mix_switch_prob", self.mix_switch_prob, 0.0, 1.0, high_open=False)
+        check_range("mix_prob", self.mix_prob, 0.0, 1.0, high_open=False)
+        check_choice("distill", self.distill, KINDS)
+        check_range("distill_alpha", self.distill_alpha, 0.0, 1.0, high_open=False)
+        check_range("distill_tau", self.distill_tau, 0.0, math.inf, low_open=True)
+        if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
+            raise ValueError(f"betas must be two numbers (beta1, beta2), got {self.betas!r}")
+        self.betas = (check_range("betas[0]", self.betas[0], 0.0, 1.0), check_range("betas[1]", self.betas[1], 0.0, 1.0))
+        if self.clip_norm is not None:
+            check_range("clip_norm", self.clip_norm, 0.0, math.inf, low_open=True)
+        if self.ema_decay is not None:
+            check_range("ema_decay", self.ema_decay, 0.0, 1.0, low_open=True)
+        if self.layer_decay is not None:
+            check_range("layer_decay", self.layer_decay, 0.0, 1.0, low_open=True, high_open=False)
+        if self.parallel not in dist.PARALLEL:
+            raise ValueError(f"parallel mode {self.parallel!r} is unknown; choose one of {', '.join(dist.PARALLEL)}")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
+        if self.world_invariant and self.parallel == "fsdp":
+            raise ValueError("train.world_invariant works with parallel = ddp (FSDP reduces sharded gradients itself)")
+        dist.check_device(self.device)
+
+    @property
+    def precision(self) -> str:
+        """The run's precision in vitkit's one vocabulary (`vitkit.utils.precision`)."""
+        return "bf16-autocast" if self.bf16 else "fp32"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        check_fields(cls, d, "training options")
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+
+@dataclass
+class ModelSpec(RecipeSection):
+    """[model]: what is trained. A registry name (from scratch) or a checkpoint to fine-tune; every other key of the
+    section is a field of the model's own config (ViTConfig: width, depth, ...; BiTConfig for `bit` models), kept in
+    `arch` and handed to `create_model`, or, for a checkpoint, the values its file may not record (num_heads, gelu,
+    ln_eps)."""
+
+    name: str = key("model.name", "vit_b16", "registry name used when training from scratch")
+    pretrained: str = key("model.pretrained", "", "checkpoint to fine-tune (any format vitkit reads)")
+    img_size: Any = key("model.img_size", 224)
+    num_classes: int = key("model.num_classes", 0, "0: the number of classes of the data")
+    grad_checkpointing: bool = key("model.grad_checkpointing", False)
+    require_pretrained: bool = key("model.require_pretrained", False, "fine-tuning recipes: refuse to start without "
+                                   "model.pretrained")
+    arch: dict[str, Any] = field(default_factory=dict)
+
+    ARCH_FIELDS = frozenset(ViTConfig.__dataclass_fields__) | frozenset(BiTConfig.__dataclass_fields__)
+    HINTS = ("num_heads", "gelu", "ln_eps")  # what a checkpoint file may not record
+
+    def __post_init__(self) -> None:
+        for k in ("name", "pretrained"):
+            if not isinstance(getattr(self, k), str):
+                raise ValueError(f"model.{k} must be a string, got {getattr(self, k)!r}")
+        to_pair(self.img_size, "model.img_size")
+        check_int("model.num_classes", self.num_classes, low=0)
+        for k in ("grad_checkpointing", "require_pretrained"):
+            if not isinstance(getattr(self, k), bool):
+                raise ValueError(f"model.{k} must be true or false, got {getattr(self, k)!r}")
+        bad = sorted(set(self.arch) - self.ARCH_FIELDS)
+        if bad:
+            raise ValueError(f"unknown key(s) {bad} in [model]{closest(bad[0], self.known_keys())}")
+
+    @classmethod
+    def known_keys(cls) -> set[str]:
+        return {k for _, k in cls.recipe_fields().values()} | set(cls.ARCH_FIELDS)
+
+    @classmethod
+    def from_recipe(cls, sections: dict[str, Any], **extra: Any) -> ModelSpec:
+        own = {k for _, k in cls.recipe_fields().values()}
+        arch = {k: v for k, v in sections.get("model", {}).items() if k not in own}
+        return super().from_recipe(sections, arch=arch, **extra)
+
+    def to_recipe(self) -> dict[str, dict[str, Any]]:
+        out = super().to_recipe()
+        out["model"].update(self.arch)
+        return out
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return to_pair(self.img_size, "model.img_size")
+
+    @property
+    def in_chans(self) -> int | None:
+        return self.arch.get("in_chans")
+
+    @property
+    def hints(self) -> dict[str, Any]:
+        """The [model] values a pretrained checkpoint's file may not record (`load_pretrained`'s hints)."""
+        return {k: self.arch[k] for k in self.HINTS if k in self.arch}
+
+
+@dataclass
+class MppConfig(RecipeSection):
+    """[mpp]: masked patch prediction (§4.6, appendix B.1.2), used when train.objective = "mpp"."""
+
+    corrupt: float = key("mpp.corrupt", 0.5, "fraction of patch embeddings corrupted")
+    replace_mask: float = key("mpp.replace_mask", 0.8, "of those: replaced by the learned [mask] embedding")
+    replace_random: float = key("mpp.replace_random", 0.1, "... by another patch's embedding (the rest are kept)")
+    bits: int = key("mpp.bits", 3, "mean colour quantised to this many bits per channel: 512 classes for RGB")
+
+    def __post_init__(self) -> None:
+        check_range("mpp.corrupt", self.corrupt, 0.0, 1.0, high_open=False, low_open=True)
+        check_range("mpp.replace_mask", self.replace_mask, 0.0, 1.0, high_open=False)
+        check_range("mpp.replace_random", self.replace_random, 0.0, 1.0 - float(self.replace_mask), high_open=False)
+        check_int("mpp.bits", self.bits)
+
+
+@dataclass
+class SweepConfig(RecipeSection):
+    """[sweep]: one run per learning rate, the pick on the dev split."""
+
+    lrs: list[float] = key("sweep.lrs", [0.001, 0.003, 0.01, 0.03])
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lrs, list):
+            raise ValueError(f"sweep.lrs must be a list of learning rates, got {self.lrs!r}")
+        for lr in self.lrs:
+            check_range("sweep.lrs[]", lr, 0.0, MAX_LR, low_open=True, high_open=False)
+
+
+SECTIONS: dict[str, type[RecipeSection]] = {"model": ModelSpec, "data": DataConfig, "mpp": MppConfig,
+                                            "sweep": SweepConfig}
 TOP_LEVEL = {"description", "extends"}
 RECIPE_DIR = "recipes"
+
+
+@dataclass
+class RunConfig(RecipeSection):
+    """A whole run: one typed section each, plus the run's objective and teacher (recipe keys train.objective,
+    train.teacher). `from_sections` / `sections` convert from / to the nested dict a recipe and run_config.json hold;
+    `updated` returns a copy with some recipe keys changed (typed values)."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    mpp: MppConfig = field(default_factory=MppConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    objective: str = key("train.objective", "classify", "classify (labels) | mpp (masked patch prediction, §4.6)")
+    teacher: str = key("train.teacher", "", "checkpoint of the distillation teacher (train.distill = soft | hard)")
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        """The checks that span sections."""
+        check_choice("train.objective", self.objective, OBJECTIVES)
+        if not isinstance(self.teacher, str):
+            raise ValueError(f"train.teacher must be a checkpoint path, got {self.teacher!r}")
+        if bool(self.teacher) != (self.train.distill != "none"):
+            raise ValueError("distillation needs both train.distill (soft | hard) and train.teacher (a checkpoint); "
+                             f"got train.distill = {self.train.distill!r}, train.teacher = {self.teacher!r}")
+        if self.objective == "mpp" and self.teacher:
+            raise ValueError("masked patch prediction (train.objective = mpp) has no classes to distil: unset "
+                             "train.teacher")
+        if self.objective == "mpp" and (self.train.mixup or self.train.cutmix):
+            raise ValueError("train.mixup / train.cutmix mix labels; masked patch prediction (train.objective = mpp) "
+                             "has none: turn them off")
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """{section: {key: default}} of every recipe key."""
+        out: dict[str, Any] = {}
+        for section in (ModelSpec, DataConfig, TrainConfig, MppConfig, SweepConfig, cls):
+            for sec, body in section.recipe_defaults().items():
+                out.setdefault(sec, {}).update(body)
+        return out
+
+    @classmethod
+    def from_sections(cls, raw: dict[str, Any], where: str = "config") -> RunConfig:
+        """A RunConfig from a recipe's nested dict over the defaults; unknown sections and keys are refused
+        (with the closest valid name), a bad value names its key, an AugReg preset is written out."""
+        check_keys(raw, where)
+        merged = merge(cls.defaults(), {k: v for k, v in raw.items() if k not in TOP_LEVEL})
+        merged = apply_augreg(merged)
+        desc = raw.get("description", "")
+        if not isinstance(desc, str):
+            raise ValueError(f"{where}: description must be a string, got {desc!r}")
+        return cls.from_recipe(merged, model=ModelSpec.from_recipe(merged), data=DataConfig.from_recipe(merged),
+                               train=TrainConfig.from_recipe(merged), mpp=MppConfig.from_recipe(merged),
+                               sweep=SweepConfig.from_recipe(merged), description=desc)
+
+    def sections(self) -> dict[str, Any]:
+        """The nested dict of every key (run_config.json; `from_sections` reads it back to an equal RunConfig)."""
+        out: dict[str, Any] = {"description": self.description} if self.description else {}
+        for part in (self.model, self.data, self.train, self.mpp, self.sweep):
+            out = merge(out, part.to_recipe())
+        for sec, body in super().to_recipe().items():
+            out[sec].update(body)
+        return out
+
+    def updated(self, values: dict[str, Any]) -> RunConfig:
+        """A copy with recipe keys changed: `{"optim.lr": 0.01, "data.path": "/data"}` (typed values)."""
+        return RunConfig.from_sections(merge(self.sections(), nest(values)), "values")
+
+    def flat(self) -> dict[str, Any]:
+        """{"section.key": value} of every key (what a resume compares)."""
+        return flatten(self.sections())
+
+
+def flatten(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {f"{sec}.{k}" if isinstance(body, dict) else sec: v
+            for sec, body in cfg.items() for k, v in (body.items() if isinstance(body, dict) else [("", body)])}
 
 
 def recipe_names() -> list[str]:
@@ -112,36 +365,42 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(ref: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """DEFAULTS <- the recipe chain of `ref` (a path or a recipe name) <- `section.key=value` overrides."""
+def load_config(ref: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+                values: dict[str, Any] | None = None) -> RunConfig:
+    """The defaults <- the recipe chain of `ref` (a path or a recipe name) <- `values` ({"section.key": value},
+    typed, as commands give them) <- `section.key=value` overrides (TOML text, as `--set` gives them)."""
     layers, seen = [], []
     while ref:
         raw, where = _read_toml(ref)
         if where in seen:
             raise ValueError(f"{where}: `extends` loops back to itself")
         seen.append(where)
-        _check(raw, where)
+        check_keys(raw, where)
         layers.append(raw)
         ref = raw.get("extends")
-    cfg = copy.deepcopy(DEFAULTS)
+    cfg: dict[str, Any] = {}
     for raw in reversed(layers):
         cfg = merge(cfg, {k: v for k, v in raw.items() if k != "extends"})
+    if values:
+        over = nest(values)
+        check_keys(over, "values")
+        cfg = merge(cfg, over)
     for item in overrides:
-        cfg = merge(cfg, parse_override(item))
-    _check(cfg, "--set")
-    return apply_augreg(cfg)
+        over = parse_override(item)
+        check_keys(over, "--set")
+        cfg = merge(cfg, over)
+    return RunConfig.from_sections(cfg, seen[0] if seen else "config")
 
 
-# AugReg's augmentation presets (Steiner et al. 2022, as big_vision's vit_i1k config): RandAugment and Mixup alpha
-AUGREG: dict[str, dict[str, Any]] = {
-    "none": {"randaugment": [0, 0], "mixup": 0.0},
-    "light1": {"randaugment": [2, 0], "mixup": 0.0},
-    "light2": {"randaugment": [2, 10], "mixup": 0.2},
-    "medium1": {"randaugment": [2, 15], "mixup": 0.2},
-    "medium2": {"randaugment": [2, 15], "mixup": 0.5},
-    "strong1": {"randaugment": [2, 20], "mixup": 0.5},
-    "strong2": {"randaugment": [2, 20], "mixup": 0.8},
-}
+def nest(values: dict[str, Any]) -> dict[str, Any]:
+    """{"optim.lr": 0.1} -> {"optim": {"lr": 0.1}}."""
+    out: dict[str, Any] = {}
+    for dotted, v in values.items():
+        sec, dot, k = dotted.partition(".")
+        if not dot or not k or "." in k:
+            raise ValueError(f"{dotted!r}: a recipe key is section.key, e.g. optim.lr")
+        out.setdefault(sec, {})[k] = v
+    return out
 
 
 def apply_augreg(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -154,26 +413,24 @@ def apply_augreg(cfg: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"data.augreg must be one of {', '.join(AUGREG)} (or empty), got {name!r}")
     preset = AUGREG[name]
     out = merge(cfg, {"data": {"randaugment": preset["randaugment"]}, "train": {"mixup": preset["mixup"]}})
-    for sec, key in (("data", "randaugment"), ("train", "mixup")):
-        have = cfg[sec][key]
-        if have not in (DEFAULTS[sec][key], preset[key]):
-            raise ValueError(f"{sec}.{key} = {have!r} disagrees with data.augreg = {name!r} ({preset[key]!r}); "
+    defaults = RunConfig.defaults()
+    for sec, k in (("data", "randaugment"), ("train", "mixup")):
+        have = cfg[sec][k]
+        if have not in (defaults[sec][k], preset[k]):
+            raise ValueError(f"{sec}.{k} = {have!r} disagrees with data.augreg = {name!r} ({preset[k]!r}); "
                              "set one or the other")
     return out
 
 
-def config_from_dict(raw: dict[str, Any], where: str = "config") -> dict[str, Any]:
-    """DEFAULTS <- `raw` (sections of a run config written as Python data), unknown keys refused."""
-    _check(raw, where)
-    cfg = merge(DEFAULTS, {k: v for k, v in raw.items() if k != "extends"})
-    _check(cfg, where)
-    return apply_augreg(cfg)
+def config_from_dict(raw: dict[str, Any], where: str = "config") -> RunConfig:
+    """A RunConfig from sections written as Python data (the defaults fill the rest; unknown keys refused)."""
+    return RunConfig.from_sections(raw, where)
 
 
 def parse_override(item: str) -> dict[str, Any]:
     """`optim.lr=0.003` -> {"optim": {"lr": 0.003}}."""
-    key, sep, value = item.partition("=")
-    parts = key.strip().split(".")
+    k, sep, value = item.partition("=")
+    parts = k.strip().split(".")
     if not sep or len(parts) != 2 or not all(parts):
         raise ValueError(f"--set {item!r}: expected section.key=value, e.g. optim.lr=0.003")
     try:
@@ -181,97 +438,21 @@ def parse_override(item: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError:
         v = value.strip()
     except RecursionError:
-        raise ValueError(f"--set {key.strip()}: the value is nested too deep") from None
+        raise ValueError(f"--set {k.strip()}: the value is nested too deep") from None
     return {parts[0]: {parts[1]: v}}
 
 
-def _check(cfg: dict[str, Any], where: str) -> None:
-    arch_fields = set(ViTConfig.__dataclass_fields__) | set(BiTConfig.__dataclass_fields__)  # [model] overrides
+def check_keys(cfg: dict[str, Any], where: str) -> None:
+    """Unknown sections and keys refused, naming the closest valid one."""
+    known = RunConfig.defaults()
     for section, body in cfg.items():
         if section in TOP_LEVEL:
             continue
-        if section not in DEFAULTS or not isinstance(body, dict):
-            raise ValueError(f"{where}: unknown section [{section}]; sections: {sorted(DEFAULTS)}")
-        allowed = set(DEFAULTS[section]) | (arch_fields if section == "model" else set())
+        if section not in known or not isinstance(body, dict):
+            raise ValueError(f"{where}: unknown section [{section}]{closest(section, known)}; sections: "
+                             f"{sorted(known)}")
+        allowed = set(known[section]) | (set(ModelSpec.ARCH_FIELDS) if section == "model" else set())
         bad = sorted(set(body) - allowed)
         if bad:
-            raise ValueError(f"{where}: unknown key(s) {bad} in [{section}]; known: {sorted(allowed)}")
-
-
-def train_config(cfg: dict[str, Any]) -> TrainConfig:
-    """The engine's TrainConfig for a run config; a bad value is a ValueError naming its recipe key."""
-    fields = TrainConfig.recipe_fields()
-    try:
-        return TrainConfig(**{name: cfg[section][key] for name, (section, key) in fields.items()})
-    except ValueError as e:
-        msg = str(e)
-        name = msg.split(" ", 1)[0].split("[", 1)[0]
-        raise ValueError(".".join(fields[name]) + msg[len(name):] if name in fields else msg) from e
-
-
-GLYPH_MEMORY = 4 << 30  # bytes of glyph images a run may draw and hold
-
-
-def check_sections(cfg: dict[str, Any]) -> None:
-    """The [data], [mpp] and [train] values that TrainConfig and ViTConfig do not cover; a ValueError
-    names the first bad key. Called before any data is read."""
-    d, m, t = cfg["data"], cfg["mpp"], cfg["train"]
-    check_choice("data.name", d["name"], DATA_NAMES)
-    check_range("data.holdout", d["holdout"], 0.0, 1.0, low_open=True)
-    check_range("data.dev_fraction", d["dev_fraction"], 0.0, 1.0)
-    check_choice("data.eval_split", d["eval_split"], ("dev", "test"))
-    check_choice("data.augment", d["augment"], AUGMENTS)
-    for key, lo, hi in (("area", 0.0, 1.0), ("ratio", 0.0, math.inf)):
-        pair = d[key]
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise ValueError(f"data.{key} must be two numbers [low, high], got {pair!r}")
-        a = check_range(f"data.{key}[0]", pair[0], lo, hi, high_open=False, low_open=True)
-        b = check_range(f"data.{key}[1]", pair[1], lo, hi, high_open=False, low_open=True)
-        if a > b:
-            raise ValueError(f"data.{key} must be [low, high] with low <= high, got {pair!r}")
-    check_range("data.crop_pct", d["crop_pct"], 0.0, 1.0, high_open=False)
-    if 0 < d["crop_pct"] < 0.05:
-        raise ValueError(f"data.crop_pct must be 0 (no crop) or in [0.05, 1], got {d['crop_pct']!r}")
-    for key in ("mean", "std"):
-        vals = d[key] if isinstance(d[key], list) else [d[key]]
-        for v in vals:
-            check_range(f"data.{key}[]", v, -math.inf if key == "mean" else 0.0, math.inf, low_open=key == "std")
-    check_choice("data.channels", d["channels"], (1, 3))
-    check_int("data.num_workers", d["num_workers"], low=0)
-    check_int("data.eval_batch_size", d["eval_batch_size"])
-    check_int("data.max_pixels", d["max_pixels"], low=0)
-    check_int("data.subset", d["subset"], low=0)
-    check_int("data.subset_seed", d["subset_seed"], low=0)
-    check_int("data.glyph_images", d["glyph_images"])
-    check_int("data.glyph_classes", d["glyph_classes"], low=2, high=1 << 20)
-    check_int("data.glyph_size", d["glyph_size"], low=4, high=1024)
-    if d["glyph_images"] * d["glyph_size"] ** 2 > GLYPH_MEMORY:  # drawn up front and held in memory
-        raise ValueError(f"data.glyph_images = {d['glyph_images']:,} images of {d['glyph_size']}x{d['glyph_size']} "
-                         f"px need {d['glyph_images'] * d['glyph_size'] ** 2:,} bytes in memory, over the "
-                         f"{GLYPH_MEMORY:,} allowed (at most {GLYPH_MEMORY // d['glyph_size'] ** 2:,} images)")
-    check_int("data.glyph_seed", d["glyph_seed"], low=0)
-    ra = d["randaugment"]
-    if not isinstance(ra, list) or len(ra) != 2:
-        raise ValueError(f"data.randaugment must be [num_ops, magnitude], got {ra!r}")
-    check_int("data.randaugment[0]", ra[0], low=0, high=16)  # RandAugment applies 1-3 operations
-    check_range("data.randaugment[1]", ra[1], 0.0, 30.0, high_open=False)
-    check_range("data.random_erasing", d["random_erasing"], 0.0, 1.0, high_open=False)
-    if d["augreg"] and d["augreg"] not in AUGREG:
-        raise ValueError(f"data.augreg must be one of {', '.join(AUGREG)} (or empty), got {d['augreg']!r}")
-    check_choice("train.objective", t["objective"], ("classify", "mpp"))
-    if bool(t["teacher"]) != (t["distill"] != "none"):
-        raise ValueError("distillation needs both train.distill (soft | hard) and train.teacher (a checkpoint); got "
-                         f"train.distill = {t['distill']!r}, train.teacher = {t['teacher']!r}")
-    if t["teacher"] and not Path(t["teacher"]).exists():
-        raise FileNotFoundError(f"train.teacher: no checkpoint at {t['teacher']}")
-    if t["objective"] == "mpp" and t["teacher"]:
-        raise ValueError("masked patch prediction (train.objective = mpp) has no classes to distil: unset train.teacher")
-    if t["objective"] == "mpp" and (t["mixup"] or t["cutmix"]):
-        raise ValueError("train.mixup / train.cutmix mix labels; masked patch prediction (train.objective = mpp) "
-                         "has none: turn them off")
-    check_range("mpp.corrupt", m["corrupt"], 0.0, 1.0, high_open=False, low_open=True)
-    check_range("mpp.replace_mask", m["replace_mask"], 0.0, 1.0, high_open=False)
-    check_range("mpp.replace_random", m["replace_random"], 0.0, 1.0 - float(m["replace_mask"]), high_open=False)
-    check_int("mpp.bits", m["bits"])
-    if not isinstance(cfg["sweep"]["lrs"], list):
-        raise ValueError(f"sweep.lrs must be a list of learning rates, got {cfg['sweep']['lrs']!r}")
+            raise ValueError(f"{where}: unknown key(s) {bad} in [{section}]{closest(bad[0], allowed)}; known: "
+                             f"{sorted(allowed)}")

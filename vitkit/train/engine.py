@@ -16,12 +16,9 @@ reduced in micro-batch order instead, so any world size that divides `grad_accum
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,156 +33,13 @@ from vitkit.data.base import fingerprint
 from vitkit.data.loader import StepLoader, step_generator
 from vitkit.formats.common import check_tensor_values, pickle_refusal
 from vitkit.models.vit import TwoHeads
-from vitkit.train.distill import KINDS, distillation_loss
-from vitkit.train.optim import EMA, SCHEDULES, build_optimizer, freeze, lr_at, param_groups
-from vitkit.utils import check_choice, check_fields, check_int, check_range
+from vitkit.train.config import TrainConfig
+from vitkit.train.distill import distillation_loss
+from vitkit.train.grads import world_invariant_grads
+from vitkit.train.metrics import metric_lines
+from vitkit.train.optim import EMA, build_optimizer, freeze, lr_at, param_groups
 from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
 from vitkit.utils.precision import autocast
-
-
-def _key(key: str, default: Any, doc: str = "") -> Any:
-    """A TrainConfig field that is the recipe key `key` (section.name) with its one default."""
-    return field(default=default, metadata={"key": key, "doc": doc})
-
-
-MAX_LR = 100.0  # no schedule in use comes near; above it a run only makes NaNs
-COMPILE_BACKENDS = ("", "inductor", "aot_eager", "eager", "cudagraphs")
-
-
-@dataclass
-class TrainConfig:
-    """Plain data describing one training run (serialised into the run folder as train_config.json).
-
-    Each field declares the recipe key it is (`[optim] name` is `optimizer`, `[schedule] decay` is
-    `schedule`, the others keep their names); the recipe defaults (vitkit.train.config.DEFAULTS) are
-    derived from these, so a key has one name and one default."""
-
-    steps: int = _key("schedule.steps", 1000)
-    batch_size: int = _key("train.batch_size", 512, "the global batch (all processes, all micro-batches)")
-    grad_accum: int = _key("train.grad_accum", 1, "micro-batches per step; the global batch stays batch_size")
-    world_invariant: bool = _key("train.world_invariant", False, "bitwise the same run under any number of "
-                                 "processes that divides grad_accum (each micro-batch's gradient is computed whole "
-                                 "on one rank, then the gradients are summed in micro-batch order); DDP only")
-    optimizer: str = _key("optim.name", "adamw", "adamw | adam | sgd")
-    lr: float = _key("optim.lr", 1e-3)
-    betas: tuple[float, float] = _key("optim.betas", (0.9, 0.999))
-    momentum: float = _key("optim.momentum", 0.9, "SGD momentum")
-    weight_decay: float = _key("optim.weight_decay", 0.0)
-    warmup_steps: int = _key("schedule.warmup_steps", 100)
-    schedule: str = _key("schedule.decay", "cosine", "cosine | linear | constant")
-    min_lr: float = _key("schedule.min_lr", 0.0)
-    clip_norm: float | None = _key("optim.clip_norm", 1.0, "global gradient-norm clipping; 0 or None = off")
-    label_smoothing: float = _key("optim.label_smoothing", 0.0)
-    mixup: float = _key("train.mixup", 0.0, "Mixup: Beta(alpha, alpha) of the blend; 0 = off")
-    cutmix: float = _key("train.cutmix", 0.0, "CutMix: Beta(alpha, alpha) of the kept area; 0 = off")
-    mix_switch_prob: float = _key("train.mix_switch_prob", 0.5, "with both on: the chance a batch gets CutMix")
-    mix_prob: float = _key("train.mix_prob", 1.0, "the chance a batch is mixed at all")
-    distill: str = _key("train.distill", "none", "knowledge distillation from train.teacher: none | soft | hard")
-    distill_alpha: float = _key("train.distill_alpha", 0.5, "weight of the distillation term (1 - it: the labels')")
-    distill_tau: float = _key("train.distill_tau", 1.0, "soft distillation temperature")
-    layer_decay: float | None = _key("optim.layer_decay", 0.0, "layer-wise lr decay (fine-tuning): block i of L at "
-                                     "lr x decay^(L - i), embeddings lowest, head full; 0 or None = off")
-    train_blocks: int = _key("optim.train_blocks", -1, "fine-tuning: -1 trains all; 0 the head alone (linear probe); "
-                             "k the last k blocks, the final norm and the head")
-    ema_decay: float | None = _key("train.ema_decay", 0.0, "Polyak averaging factor; 0 or None = off")
-    bf16: bool = _key("train.bf16", False, "bf16 autocast (the precision bf16-autocast: fp32 master weights)")
-    seed: int = _key("train.seed", 0)
-    log_every: int = _key("train.log_every", 10)
-    eval_every: int = _key("train.eval_every", 0)
-    ckpt_every: int = _key("train.ckpt_every", 0)
-    device: str = _key("train.device", "cpu")
-    tensorboard: bool = _key("train.tensorboard", True, "also write TensorBoard event files (when installed)")
-    compile: str | bool = _key("train.compile", "", "torch.compile backend (true = inductor); '' = eager")
-    parallel: str = _key("train.parallel", "ddp", "under torchrun: ddp (replicated weights) | fsdp (sharded)")
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def recipe_fields(cls) -> dict[str, tuple[str, str]]:
-        """{field: (section, key)} of the fields that are recipe keys."""
-        return {f.name: tuple(f.metadata["key"].split(".")) for f in dataclasses.fields(cls) if "key" in f.metadata}
-
-    @classmethod
-    def recipe_defaults(cls) -> dict[str, dict[str, Any]]:
-        """{section: {key: default}}: the recipe defaults of the [optim], [schedule] and [train] keys."""
-        out: dict[str, dict[str, Any]] = {}
-        for f in dataclasses.fields(cls):
-            if "key" in f.metadata:
-                section, key = f.metadata["key"].split(".")
-                out.setdefault(section, {})[key] = list(f.default) if isinstance(f.default, tuple) else f.default
-        return out
-
-    def __post_init__(self) -> None:
-        """Checked on construction: a bad value fails before any data is read, naming the field."""
-        if self.compile is True or self.compile is False:
-            self.compile = "inductor" if self.compile else ""
-        self.clip_norm = self.clip_norm or None
-        self.ema_decay = self.ema_decay or None
-        self.layer_decay = self.layer_decay or None
-        check_int("steps", self.steps)
-        check_int("batch_size", self.batch_size)
-        check_int("grad_accum", self.grad_accum)
-        check_int("warmup_steps", self.warmup_steps, low=0)
-        check_int("log_every", self.log_every)
-        check_int("eval_every", self.eval_every, low=0)
-        check_int("ckpt_every", self.ckpt_every, low=0)
-        check_int("seed", self.seed, low=0)
-        check_int("train_blocks", self.train_blocks, low=-1)
-        check_choice("optimizer", self.optimizer.lower() if isinstance(self.optimizer, str) else self.optimizer,
-                     ("adamw", "adam", "sgd"))
-        check_choice("schedule", self.schedule, SCHEDULES)
-        check_range("lr", self.lr, 0.0, MAX_LR, low_open=True, high_open=False)
-        check_int("seed", self.seed, low=0, high=2**32 - 1)
-        if not isinstance(self.bf16, bool):
-            raise ValueError(f"bf16 must be true or false, got {self.bf16!r}")
-        if not isinstance(self.compile, bool) and self.compile not in COMPILE_BACKENDS:
-            raise ValueError(f"compile must be true, false or a torch.compile backend ({', '.join(COMPILE_BACKENDS[1:])}),"
-                             f" got {self.compile!r}")
-        check_range("min_lr", self.min_lr, 0.0, math.inf)
-        check_range("weight_decay", self.weight_decay, 0.0, math.inf)
-        check_range("momentum", self.momentum, 0.0, 1.0)
-        check_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
-        check_range("mixup", self.mixup, 0.0, math.inf)
-        check_range("cutmix", self.cutmix, 0.0, math.inf)
-        check_range("mix_switch_prob", self.mix_switch_prob, 0.0, 1.0, high_open=False)
-        check_range("mix_prob", self.mix_prob, 0.0, 1.0, high_open=False)
-        check_choice("distill", self.distill, KINDS)
-        check_range("distill_alpha", self.distill_alpha, 0.0, 1.0, high_open=False)
-        check_range("distill_tau", self.distill_tau, 0.0, math.inf, low_open=True)
-        if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
-            raise ValueError(f"betas must be two numbers (beta1, beta2), got {self.betas!r}")
-        self.betas = (check_range("betas[0]", self.betas[0], 0.0, 1.0), check_range("betas[1]", self.betas[1], 0.0, 1.0))
-        if self.clip_norm is not None:
-            check_range("clip_norm", self.clip_norm, 0.0, math.inf, low_open=True)
-        if self.ema_decay is not None:
-            check_range("ema_decay", self.ema_decay, 0.0, 1.0, low_open=True)
-        if self.layer_decay is not None:
-            check_range("layer_decay", self.layer_decay, 0.0, 1.0, low_open=True, high_open=False)
-        if self.parallel not in dist.PARALLEL:
-            raise ValueError(f"parallel mode {self.parallel!r} is unknown; choose one of {', '.join(dist.PARALLEL)}")
-        if self.batch_size % self.grad_accum:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
-        if self.world_invariant and self.parallel == "fsdp":
-            raise ValueError("train.world_invariant works with parallel = ddp (FSDP reduces sharded gradients itself)")
-        dist.check_device(self.device)
-
-
-    @property
-    def precision(self) -> str:
-        """The run's precision in vitkit's one vocabulary (`vitkit.utils.precision`)."""
-        return "bf16-autocast" if self.bf16 else "fp32"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        check_fields(cls, d, "training options")
-        d = dict(d)
-        if "betas" in d:
-            d["betas"] = tuple(d["betas"])
-        return cls(**d)
 
 
 class Trainer:
@@ -404,7 +258,7 @@ class Trainer:
         The loss of each micro-batch is weighted by its share of the batch, so accumulating k
         micro-batches gives the gradient of the whole batch's mean loss (as one big batch would).
         With `world_invariant`, `positions` (each row's place in the global batch) say which micro-batch
-        a row belongs to; see `_world_invariant_grads`."""
+        a row belongs to; see `vitkit.train.grads`."""
         cfg, model = self.cfg, self.model
         lr = lr_at(step, cfg.lr, cfg.steps, cfg.warmup_steps, cfg.schedule, cfg.min_lr)
         for g in self.opt.param_groups:
@@ -412,7 +266,7 @@ class Trainer:
         self.lr = lr
         self.opt.zero_grad(set_to_none=True)
         if cfg.world_invariant:
-            total_loss, correct = self._world_invariant_grads(step, x, y, positions)
+            total_loss, correct = world_invariant_grads(self, step, x, y, positions)
         else:
             torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * self.rank)  # dropout / drop-path draws
             mix = Mix()
@@ -468,57 +322,6 @@ class Trainer:
         (loss * weight).backward()
         hard = target if target.ndim == 1 else ym  # accuracy against the images' own labels under mixing
         return loss.item(), (logits.argmax(-1) == hard).float().sum().item()
-
-    def _world_invariant_grads(self, step: int, x: torch.Tensor, y: torch.Tensor,
-                               positions: list[int] | None) -> tuple[float, float]:
-        """Set the gradient of the global batch's mean loss so that it does not depend on the world size.
-
-        Micro-batch k of the global batch (positions k*m.., m = batch_size / grad_accum) lies whole on one rank
-        (the loader gives each rank a contiguous block). Its gradient is computed alone, with dropout drawn
-        from (seed, step, k) and Mixup/CutMix within the micro-batch, and the rows of all ranks are gathered
-        and summed in the order k = 0, 1, ... -- the floating-point sum a single process accumulating the same
-        micro-batches forms. Costs grad_accum gradient copies per rank; returns this rank's (loss, correct)."""
-        cfg = self.cfg
-        if positions is None or len(positions) != len(y):
-            raise ValueError("train.world_invariant needs the position of every row of the batch in the global batch")
-        m = cfg.batch_size // cfg.grad_accum
-        local = cfg.grad_accum // self.world
-        micro = torch.tensor(positions) // m
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        dtypes = {p.dtype for p in params}
-        if len(dtypes) > 1:
-            raise ValueError(f"train.world_invariant needs the trained parameters in one dtype, got "
-                             f"{sorted(map(str, dtypes))}")
-        # this rank's micro-batch gradients, one zeroed row each; backward adds straight into views of its row
-        mine = torch.zeros(local, sum(p.numel() for p in params), dtype=params[0].dtype, device=cfg.device)
-        n_global = int(dist.sum_across([float(len(y))], cfg.device)[0])
-        total_loss, correct = 0.0, 0.0
-        no_sync = getattr(self.forward_model, "no_sync", contextlib.nullcontext)  # the reduction is ours
-        for i in range(local):
-            k = self.rank * local + i
-            sel = (micro == k).nonzero().flatten()
-            if len(sel) == 0:  # every image of this micro-batch was unreadable: it adds nothing
-                continue
-            torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * k)  # dropout / drop-path draws
-            xm, ym, mix = x[sel], y[sel], Mix()
-            if cfg.mixup or cfg.cutmix:
-                xm, mix = self._mix(xm, step, -1 - k)
-            xm, ym = xm.to(cfg.device), ym.to(cfg.device)
-            _point_grads(params, mine[i])
-            with no_sync():
-                loss, right = self._forward_backward(xm, ym, mix, ym, 0, len(ym) / n_global)
-            total_loss += loss * len(ym) / len(y)
-            correct += right
-        parts = [mine]
-        if self.world > 1:
-            parts = [mine if r == self.rank else torch.empty_like(mine) for r in range(self.world)]
-            torch.distributed.all_gather(parts, mine)
-        rows = [row for part in parts for row in part]  # rank r holds micro-batches r*local.. : k order
-        grad = rows[0]
-        for row in rows[1:]:
-            grad += row
-        _point_grads(params, grad)
-        return total_loss, correct
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The full weights; under FSDP every rank must call it and only rank 0 gets them."""
@@ -598,79 +401,3 @@ class Trainer:
         if self.ema is not None and self.step >= cfg.steps:  # the averaged weights are the result (appendix B.1.1)
             self.ema.copy_to(self.model)  # (not at a stop_at pause: training goes on from the raw weights)
         return last
-
-
-def _point_grads(params: list[nn.Parameter], flat: torch.Tensor) -> None:
-    """Make each parameter's .grad a view of its slice of `flat` (a backward pass then adds into it)."""
-    offset = 0
-    for p in params:
-        p.grad = flat[offset : offset + p.numel()].view_as(p)
-        offset += p.numel()
-
-
-def metric_lines(path: str | Path) -> list[tuple[int, str, dict[str, Any] | None]]:
-    """(line number, text, record) of each non-blank line of a metrics.jsonl; the record is None for a
-    torn line (a kill in the middle of an append)."""
-    out: list[tuple[int, str, dict[str, Any] | None]] = []
-    for n, ln in enumerate(Path(path).read_text().splitlines(), 1):
-        if ln.strip():
-            try:
-                out.append((n, ln, json.loads(ln)))
-            except ValueError:
-                out.append((n, ln, None))
-    return out
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The JSONL metrics of a run as a list of records (a torn line from a kill mid-write is left out)."""
-    return [rec for _, _, rec in metric_lines(path) if rec is not None]
-
-
-def curve_series(recs: list[dict[str, Any]]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
-    """The lines of curves.png, by panel ("loss", "accuracy") and label: training, the periodic evaluation,
-    and each final evaluation split on its own (a final test point is never joined to dev points)."""
-    tr = [r for r in recs if "loss" in r]
-    out: dict[str, dict[str, tuple[list[int], list[float]]]] = {
-        "loss": {"train loss": ([r["step"] for r in tr], [r["loss"] for r in tr])},
-        "accuracy": {"train (augmented batches)": ([r["step"] for r in tr], [100 * r["train_acc"] for r in tr])},
-    }
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in recs:
-        if "eval_top1" in r:
-            groups.setdefault(f"{r['split']} (final)" if "split" in r else "eval (during training)", []).append(r)
-    for label, rs in groups.items():
-        out["loss"][label] = ([r["step"] for r in rs], [r["eval_loss"] for r in rs])
-        out["accuracy"][label] = ([r["step"] for r in rs], [100 * r["eval_top1"] for r in rs])
-    return out
-
-
-def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:
-    """Loss and accuracy curves of a run as a PNG (matplotlib, Agg)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series = curve_series(read_metrics(metrics_path))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, (panel, lines) in zip(axes, series.items()):
-        for label, (x, y) in lines.items():
-            if label.startswith("train"):
-                ax.plot(x, y, label=label)
-            elif label.endswith("(final)"):
-                ax.plot(x, y, linestyle="none", marker="*", markersize=11, label=label)
-            else:
-                ax.plot(x, y, marker="o", label=label)
-        ax.set_xlabel("step")
-        ax.set_ylabel("cross-entropy" if panel == "loss" else "accuracy (%)")
-        ax.set_title(panel)
-        ax.legend()
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    png = Path(png_path)
-    with atomic_path(png) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    return png

@@ -13,6 +13,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
+from vitkit.data.config import DataConfig
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
 from vitkit.data.transforms import TrainTransform
@@ -28,14 +30,12 @@ from vitkit.evaluate import eval_loader, evaluate_loader
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.registry import create_model
 from vitkit.models.vit import VisionTransformer, ViTConfig
-from vitkit.train.config import DEFAULTS, check_sections, merge, train_config
+from vitkit.train.config import ModelSpec, RunConfig, TrainConfig, flatten
 from vitkit.train.distill import Teacher
-from vitkit.train.engine import TrainConfig, Trainer, plot_curves
-from vitkit.utils import check_int, to_pair
+from vitkit.train.engine import Trainer
+from vitkit.train.metrics import plot_curves
 from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import FolderLock
-
-_MODEL_CONTROL = set(DEFAULTS["model"])
 
 
 def _per_channel(v: Any, channels: int, what: str) -> tuple[float, ...]:
@@ -47,47 +47,45 @@ def _per_channel(v: Any, channels: int, what: str) -> tuple[float, ...]:
     return tuple(v)
 
 
-def _new_model(mcfg: dict[str, Any], k: int, channels: int) -> nn.Module:
-    """A model from the registry (training from scratch), with the [model] keys as overrides."""
-    size = to_pair(mcfg["img_size"], "model.img_size")
-    arch = {key: v for key, v in mcfg.items() if key not in _MODEL_CONTROL}
-    return create_model(mcfg["name"], **{"num_classes": k, "img_size": size, "in_chans": channels, **arch})
+def _new_model(spec: ModelSpec, k: int, channels: int) -> nn.Module:
+    """A model from the registry (training from scratch), with the [model] architecture keys as overrides."""
+    return create_model(spec.name, **{"num_classes": k, "img_size": spec.size, "in_chans": channels, **spec.arch})
 
 
-def check_config(cfg: dict[str, Any]) -> None:
-    """Every value of a run config, checked before any data is read or anything is written: a bad one
-    is a ValueError naming its key (an unknown schedule fails here, not 10k steps into a run)."""
-    check_sections(cfg)
-    train_config(cfg)
-    mcfg = cfg["model"]
-    check_int("model.num_classes", mcfg["num_classes"], low=0)
-    if mcfg["pretrained"]:
-        if not Path(mcfg["pretrained"]).exists():
-            raise FileNotFoundError(f"model.pretrained: no checkpoint at {mcfg['pretrained']}")
+def check_config(cfg: RunConfig) -> None:
+    """What a RunConfig's own validation cannot know, checked before any data is read or anything is written:
+    the checkpoints it names exist, and the architecture it names builds (on the meta device, no weights)."""
+    if not isinstance(cfg, RunConfig):
+        raise TypeError(f"a run takes a RunConfig (vitkit.train.config.load_config), got {type(cfg).__name__}")
+    if cfg.teacher and not Path(cfg.teacher).exists():
+        raise FileNotFoundError(f"train.teacher: no checkpoint at {cfg.teacher}")
+    spec = cfg.model
+    if spec.pretrained:
+        if not Path(spec.pretrained).exists():
+            raise FileNotFoundError(f"model.pretrained: no checkpoint at {spec.pretrained}")
         return
-    channels = int(mcfg.get("in_chans", cfg["data"]["channels"]))
     try:
         with torch.device("meta"):  # builds the architecture without allocating its weights
-            _new_model(mcfg, int(mcfg["num_classes"]) or 1, channels)
+            _new_model(spec, spec.num_classes or 1, spec.in_chans or cfg.data.channels)
     except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"[model] {e}") from e
 
 
-def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: dict[str, Any],
-                notes: list[str] | None = None) -> nn.Module:
+def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataConfig,
+                notes: list[str] | None = None, source: nn.Module | None = None) -> nn.Module:
     """The model of a run, with `model.preprocess` set for its training resolution and classes.
 
-    `notes` receives a line for each thing changed in a pretrained model (head, position embeddings)."""
+    `notes` receives a line for each thing changed in a pretrained model (head, position embeddings). `source` is
+    the checkpoint of model.pretrained when the caller has loaded it already (it is read once)."""
     from vitkit.formats import adapt, load_pretrained
 
-    k = int(mcfg["num_classes"]) or len(classes)
+    k = spec.num_classes or len(classes)
     if k < len(classes):  # a label beyond the head would fail mid-run
         raise ValueError(f"model.num_classes = {k}, but the data has {len(classes)} classes; leave it 0 to take the "
                          "data's count")
-    size = to_pair(mcfg["img_size"], "model.img_size")
-    if mcfg["pretrained"]:
-        hints = {k: mcfg[k] for k in ("num_heads", "gelu", "ln_eps") if k in mcfg}  # what the file may not record
-        model = load_pretrained(mcfg["pretrained"], **hints)
+    size = spec.size
+    if spec.pretrained:
+        model = source if source is not None else load_pretrained(spec.pretrained, **spec.hints)
         vit = isinstance(model, VisionTransformer)
         grid, classes_before = model.config.grid_size if vit else None, model.config.num_classes
         model = adapt(model, num_classes=k, img_size=size).train()
@@ -98,62 +96,54 @@ def build_model(mcfg: dict[str, Any], classes: list[str], channels: int, dcfg: d
             notes.append(f"replaced: the {classes_before}-way head by a new zero-initialised {k}-way head")
         mean, std = model.preprocess.mean, model.preprocess.std  # the checkpoint's own normalisation
     else:
-        model = _new_model(mcfg, k, channels)
+        model = _new_model(spec, k, channels)
         mean, std = None, None
     if model.config.in_chans != channels:
         raise ValueError(f"the model takes {model.config.in_chans}-channel images, the data has {channels} channels")
-    mean = mean or _per_channel(dcfg["mean"], channels, "mean")
-    std = std or _per_channel(dcfg["std"], channels, "std")
+    mean = mean or _per_channel(dcfg.mean, channels, "mean")
+    std = std or _per_channel(dcfg.std, channels, "std")
     labels = list(classes) + [f"unused_{i}" for i in range(len(classes), k)]  # a larger head keeps the names
     if k > len(classes) and notes is not None:
         notes.append(f"note: model.num_classes = {k} > the data's {len(classes)} classes: outputs "
                      f"{len(classes)}..{k - 1} have no data (named unused_{len(classes)}, ...)")
     model.preprocess = PreprocessConfig(
-        img_size=model.config.img_size, mean=mean, std=std, crop_pct=float(dcfg["crop_pct"]) or None, labels=labels
+        img_size=model.config.img_size, mean=mean, std=std, crop_pct=float(dcfg.crop_pct) or None, labels=labels
     )
-    if mcfg["grad_checkpointing"]:
+    if spec.grad_checkpointing:
         model.set_grad_checkpointing(True)
     return model
 
 
-def _dry_run_config(cfg: dict[str, Any], steps: int) -> dict[str, Any]:
+def _dry_run_config(cfg: RunConfig, steps: int) -> RunConfig:
     """A few steps of the recipe on synthetic data, batch 8 (micro-batches kept when accumulating)."""
-    t = cfg["train"]
-    accum = 2 if int(t["grad_accum"]) > 1 else 1
-    return merge(cfg, {
-        "schedule": {"steps": steps, "warmup_steps": min(int(cfg["schedule"]["warmup_steps"]), 1)},
-        "train": {"batch_size": 8, "grad_accum": accum, "eval_every": 0, "ckpt_every": 0, "log_every": 1},
-        "data": {"num_workers": 0},
-    })
+    return cfg.updated({
+        "schedule.steps": steps, "schedule.warmup_steps": min(cfg.train.warmup_steps, 1), "train.batch_size": 8,
+        "train.grad_accum": 2 if cfg.train.grad_accum > 1 else 1, "train.eval_every": 0, "train.ckpt_every": 0,
+        "train.log_every": 1, "data.num_workers": 0})
 
 
-def _splits(cfg: dict[str, Any], dry_run: int) -> dict[str, Dataset]:
+def _splits(cfg: RunConfig, dry_run: int) -> dict[str, Dataset]:
     if not dry_run:
-        return open_splits(cfg["data"])
-    m = cfg["model"]
-    k = int(m["num_classes"]) or 10
-    size = to_pair(m["img_size"], "model.img_size")
-    ch = int(m.get("in_chans", cfg["data"]["channels"]))
-    return {"train": synthetic(k, size, ch, n=16), "test": synthetic(k, size, ch, n=8, seed=1)}
+        return open_splits(cfg.data)
+    k = cfg.model.num_classes or 10
+    ch = cfg.model.in_chans or cfg.data.channels
+    return {"train": synthetic(k, cfg.model.size, ch, n=16), "test": synthetic(k, cfg.model.size, ch, n=8, seed=1)}
 
 
-def _eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: dict[str, Any]) -> StepLoader:
-    return eval_loader(ds, preprocess, int(dcfg["eval_batch_size"]), int(dcfg["num_workers"]))
+def _eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: DataConfig) -> StepLoader:
+    return eval_loader(ds, preprocess, dcfg.eval_batch_size, dcfg.num_workers)
 
 
-def objective_model(model: nn.Module, cfg: dict[str, Any]) -> nn.Module:
+def objective_model(model: nn.Module, cfg: RunConfig) -> nn.Module:
     """What the engine trains: the classifier itself, or (train.objective = "mpp") the ViT wrapped for
     masked patch prediction (§4.6); either way `model` is the ViT that gets saved and fine-tuned."""
-    objective = cfg["train"]["objective"]
-    if objective == "classify":
+    if cfg.objective == "classify":
         return model
-    if objective == "mpp":
-        from vitkit.models.mpp import MaskedPatchPrediction
+    from vitkit.models.mpp import MaskedPatchPrediction
 
-        m = cfg["mpp"]
-        return MaskedPatchPrediction(model, model.preprocess.mean, model.preprocess.std, float(m["corrupt"]),
-                                     float(m["replace_mask"]), float(m["replace_random"]), int(m["bits"]))
-    raise ValueError(f"train.objective must be classify or mpp, got {objective!r}")
+    m = cfg.mpp
+    return MaskedPatchPrediction(model, model.preprocess.mean, model.preprocess.std, m.corrupt, m.replace_mask,
+                                 m.replace_random, m.bits)
 
 
 # Files a run writes in its folder; `overwrite=True` removes exactly these (nothing else of the user's).
@@ -165,12 +155,17 @@ RESUME_FREE = {"description", "data.num_workers", "data.eval_batch_size", "data.
     ".".join(key) for name, key in TrainConfig.recipe_fields().items() if name in Trainer.RESUME_FREE}
 
 
-def _flat(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {f"{sec}.{k}" if isinstance(body, dict) else sec: v
-            for sec, body in cfg.items() for k, v in (body.items() if isinstance(body, dict) else [("", body)])}
+def _saved_flat(path: Path) -> dict[str, Any]:
+    """The keys of a saved run_config.json, normalised as a RunConfig writes them (so a value spelled otherwise,
+    e.g. clip_norm 0 for off, is not a difference); as written when it no longer reads as a RunConfig."""
+    raw = json.loads(path.read_text())
+    try:
+        return RunConfig.from_sections(raw, str(path)).flat()
+    except (ValueError, TypeError):
+        return flatten(raw)
 
 
-def prepare_run_folder(out: Path, cfg: dict[str, Any], resume: bool, force: bool, overwrite: bool) -> None:
+def prepare_run_folder(out: Path, cfg: RunConfig, resume: bool, force: bool, overwrite: bool) -> None:
     """Never overwrite a run silently: an existing run folder needs `resume` (checked against the saved
     recipe; `force` accepts differences) or `overwrite` (its run files are removed first)."""
     import shutil
@@ -184,10 +179,10 @@ def prepare_run_folder(out: Path, cfg: dict[str, Any], resume: bool, force: bool
         saved_path = out / "run_config.json"
         if saved_path.is_file() and not force:
             try:
-                saved = _flat(json.loads(saved_path.read_text()))
+                saved = _saved_flat(saved_path)
             except ValueError as e:
                 raise ValueError(f"{saved_path}: not readable JSON ({e}); resume with --force to skip the check") from e
-            now = _flat(cfg)
+            now = cfg.flat()
             diff = [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
                     if k not in RESUME_FREE and saved.get(k) != now.get(k)]
             if diff:
@@ -240,7 +235,7 @@ def default_run_dir(cfg_ref: str | None, kind: str = "train") -> Path:
     return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, Any], notes: list[str],
+def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: RunConfig, notes: list[str],
                  dry_run: bool = False) -> str:
     """The header printed before training: model, parameters, data sizes, what was resampled/replaced."""
     c = model.config
@@ -251,13 +246,13 @@ def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, An
     else:
         arch = f"{c.name or 'BiT'} (ResNet-v2, units {list(c.layers)}, width x{c.width_factor:g}, {size})"
     sizes = ", ".join(f"{len(ds)} {name}" for name, ds in splits.items())
-    t, s = cfg["train"], cfg["schedule"]
-    src = cfg["model"]["pretrained"] or "random init"
+    t = cfg.train
+    src = cfg.model.pretrained or "random init"
     lines = [f"model: {arch}, {n_params / 1e6:.2f}M parameters, from {src}",
              ("data: synthetic images (a dry run; the recipe's data is not read)" if dry_run else
-              f"data: {cfg['data']['name']} {cfg['data']['path']}".rstrip()) + f" ({sizes} images, "
+              f"data: {cfg.data.name} {cfg.data.path}".rstrip()) + f" ({sizes} images, "
              f"{len(splits['train'].classes)} classes)",
-             f"training: {s['steps']} steps of batch {t['batch_size']}, {cfg['optim']['name']} lr {cfg['optim']['lr']:g}"]
+             f"training: {t.steps} steps of batch {t.batch_size}, {t.optimizer} lr {t.lr:g}"]
     named = {k: getattr(ds, "source", None) for k, ds in splits.items()}  # e.g. which splits of a DatasetDict
     if any(named.values()) and not dry_run:
         lines.insert(2, "splits: " + ", ".join(f"{k} = {v}" for k, v in named.items() if v))
@@ -265,7 +260,7 @@ def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: dict[str, An
 
 
 def run_experiment(
-    cfg: dict[str, Any],
+    cfg: RunConfig,
     out: str | Path,
     resume: bool = False,
     dry_run: int = 0,
@@ -277,34 +272,59 @@ def run_experiment(
     save: bool | None = None,
     header: bool = False,
     evaluators: Mapping[str, Callable[[nn.Module], dict[str, float]]] | None = None,
+    source: nn.Module | None = None,
 ) -> dict[str, Any]:
-    """Train as `cfg` says; returns {"steps", "train_s", "dev", "test", "model_dir", ...}.
+    """Train as `cfg` says; returns {"steps", "train_s", "dev", "test", "model_dir", ...}: `build_run`, then
+    `Trainer.fit`, then `finish_run`.
 
     `out` must be a new (or empty) folder unless `resume` or `overwrite`; it is locked for the life of the run
     (a second run on it is refused with the holder's pid). A dry run saves no checkpoint
     and no model unless `save=True`. `header=True` prints what is trained on what before starting.
     `evaluators` ({name: fn(model) -> metrics}) run beside the eval split every `train.eval_every` steps,
-    on the (EMA) weights of the model being trained; their metrics are logged as `eval_<name>_<key>`."""
+    on the (EMA) weights of the model being trained; their metrics are logged as `eval_<name>_<key>`.
+    `source`: model.pretrained already loaded by the caller (it is not read again)."""
     with contextlib.ExitStack() as held:
-        return _run(cfg, Path(out), resume, dry_run, progress, final_test, force, overwrite, save, header,
-                    evaluators, held)
+        run = build_run(cfg, Path(out), resume, dry_run, progress, force=force, overwrite=overwrite, save=save,
+                        header=header, evaluators=evaluators, held=held, source=source)
+        if run.finished is not None:
+            return run.finished
+        if run.trainer.is_main:
+            atomic_write_text(run.out / "run_config.json", json.dumps(run.cfg.sections(), indent=2) + "\n")
+        t0 = time.perf_counter()
+        run.trainer.fit()
+        return finish_run(run, time.perf_counter() - t0, final_test)
 
 
-def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: bool, final_test: bool, force: bool,
-         overwrite: bool, save: bool | None, header: bool,
-         evaluators: Mapping[str, Callable[[nn.Module], dict[str, float]]] | None,
-         held: contextlib.ExitStack) -> dict[str, Any]:
+@dataclass
+class Run:
+    """A run built and ready to fit: its config, folder, splits, the model that is saved, what the engine trains
+    (the model, or its MPP wrapper) and the Trainer. `finished` holds the result of a run found already done."""
+
+    cfg: RunConfig
+    out: Path
+    splits: dict[str, Dataset]
+    model: nn.Module
+    trained: nn.Module
+    trainer: Trainer
+    save: bool
+    finished: dict[str, Any] | None = None
+
+
+def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0, progress: bool = True, *,
+              force: bool = False, overwrite: bool = False, save: bool | None = None, header: bool = False,
+              evaluators: Mapping[str, Callable[[nn.Module], dict[str, float]]] | None = None,
+              held: contextlib.ExitStack, source: nn.Module | None = None) -> Run:
+    """Check the config, lock and prepare the run folder, open the data, build the model, the loader, the periodic
+    evaluation and the Trainer (resumed from the folder's state with `resume`)."""
     if dry_run:
         cfg = _dry_run_config(cfg, dry_run)
     save = (not dry_run) if save is None else save
     check_config(cfg)
-    m = cfg["model"]
-    if m["require_pretrained"] and not m["pretrained"] and not dry_run:
-        raise ValueError(f"{cfg.get('description') or 'this recipe'}: a fine-tuning recipe needs model.pretrained "
+    if cfg.model.require_pretrained and not cfg.model.pretrained and not dry_run:
+        raise ValueError(f"{cfg.description or 'this recipe'}: a fine-tuning recipe needs model.pretrained "
                          "(vitkit finetune --model PATH, or --set model.pretrained=PATH); to train it from a random "
                          "init instead, say so with --from-scratch")
-    device = dist.init_from_env(cfg["train"]["device"])
-    cfg = merge(cfg, {"train": {"device": device}})
+    cfg = cfg.updated({"train.device": dist.init_from_env(cfg.train.device)})
     if dist.rank() == 0:
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(20, "the run folder is a file", str(out))
@@ -312,54 +332,25 @@ def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: b
         prepare_run_folder(out, cfg, resume, force, overwrite)
     dist.barrier()
     splits = _splits(cfg, dry_run)
-    torch.manual_seed(int(cfg["train"]["seed"]))  # the initial weights are a function of the seed
+    torch.manual_seed(cfg.train.seed)  # the initial weights are a function of the seed
     train = splits["train"]
     notes: list[str] = []
-    model = build_model(cfg["model"], train.classes, train.channels, cfg["data"], notes)
+    model = build_model(cfg.model, train.classes, train.channels, cfg.data, notes, source=source)
     trained = objective_model(model, cfg)  # the ViT itself, or the ViT inside its §4.6 MPP wrapper
-    tcfg = train_config(cfg)
-    d = cfg["data"]
+    tcfg, d = cfg.train, cfg.data
     if header and dist.rank() == 0:
         print(describe_run(model, splits, cfg, notes, bool(dry_run)), flush=True)
-    tf = TrainTransform(model.preprocess, d["augment"], tuple(d["area"]), tuple(d["ratio"]), bool(d["flip"]),
-                        tuple(d["randaugment"]), float(d["random_erasing"]))
+    tf = TrainTransform(model.preprocess, d.augment, tuple(d.area), tuple(d.ratio), d.flip, tuple(d.randaugment),
+                        float(d.random_erasing))
     loader = StepLoader(train, tcfg.batch_size, tf, tcfg.seed, rank=dist.rank(), world=dist.world_size(),
-                        num_workers=int(d["num_workers"]), pin_memory=torch.device(tcfg.device).type == "cuda")
-    eval_ds = splits.get(d["eval_split"])
-    eval_fn = None
-    trainer: Trainer
-    if (eval_ds is not None or evaluators) and tcfg.eval_every:
-        if evaluators and dist.world_size() > 1:
-            raise ValueError("extra evaluators run on one process; train without torchrun to use them")
-        ev_loader = _eval_loader(eval_ds, model.preprocess, d) if eval_ds is not None else None
-
-        def eval_fn(m: nn.Module) -> dict[str, float]:
-            res: dict[str, float] = {}
-            if ev_loader is not None:
-                skipped: list[str] = []
-                res = evaluate_loader(m, ev_loader, tcfg.precision, tcfg.device, skipped=skipped)
-                if skipped:  # named in the log, as the training split's are
-                    trainer.log({"step": trainer.step, "split": d["eval_split"], "eval_skipped_images": skipped})
-                    for msg in skipped:
-                        tqdm.write(f"skipped unreadable {d['eval_split']} image: {msg}")
-            for name, fn in (evaluators or {}).items():  # on the model itself (inside an MPP wrapper: the ViT)
-                was_training = model.training
-                model.eval()
-                res.update({f"{name}_{k}": v for k, v in fn(model).items()})
-                model.train(was_training)
-            return res
-
-    teacher = None
-    if cfg["train"]["teacher"]:
-        from vitkit.formats import load_pretrained
-
-        teacher = Teacher(load_pretrained(cfg["train"]["teacher"]), model.preprocess, model.config.num_classes,
-                          f"train.teacher {cfg['train']['teacher']}")
-        if (header or teacher.matched_by != "name") and dist.rank() == 0:  # an assumption is always shown
-            print(f"distillation: {tcfg.distill} (alpha {tcfg.distill_alpha:g}, tau {tcfg.distill_tau:g}) from "
-                  f"{cfg['train']['teacher']}, classes matched by {teacher.matched_by}", flush=True)
+                        num_workers=d.num_workers, pin_memory=torch.device(tcfg.device).type == "cuda")
+    holder: list[Trainer] = []  # the periodic evaluation logs through the trainer built below
+    eval_fn = _periodic_eval(model, splits.get(d.eval_split), cfg, evaluators, holder)
+    teacher = _teacher(cfg, model, header)
     trainer = Trainer(trained, tcfg, loader, out, eval_fn=eval_fn, progress=progress, save_checkpoints=save,
                       teacher=teacher)
+    holder.append(trainer)
+    run = Run(cfg, out, splits, model, trained, trainer, save)
     if resume:
         trainer.load_state(force=force)
         done = out / "result.json"
@@ -368,11 +359,62 @@ def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: b
                 print(f"{out}: this run already finished ({trainer.step} of {tcfg.steps} steps, result.json written);"
                       " nothing to resume", flush=True)
             dist.barrier()
-            return json.loads(done.read_text())
-    if trainer.is_main:
-        atomic_write_text(out / "run_config.json", json.dumps(cfg, indent=2) + "\n")
-    t0 = time.perf_counter()
-    trainer.fit()
+            run.finished = json.loads(done.read_text())
+    return run
+
+
+def _periodic_eval(model: nn.Module, eval_ds: Dataset | None, cfg: RunConfig,
+                   evaluators: Mapping[str, Callable[[nn.Module], dict[str, float]]] | None,
+                   holder: list[Trainer]) -> Callable[[nn.Module], dict[str, float]] | None:
+    """The evaluation run every train.eval_every steps: the eval split, and the extra `evaluators` on the model
+    itself (inside an MPP wrapper: the ViT); None when there is nothing to evaluate."""
+    tcfg, d = cfg.train, cfg.data
+    if (eval_ds is None and not evaluators) or not tcfg.eval_every:
+        return None
+    if evaluators and dist.world_size() > 1:
+        raise ValueError("extra evaluators run on one process; train without torchrun to use them")
+    ev_loader = _eval_loader(eval_ds, model.preprocess, d) if eval_ds is not None else None
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        res: dict[str, float] = {}
+        if ev_loader is not None:
+            skipped: list[str] = []
+            res = evaluate_loader(m, ev_loader, tcfg.precision, tcfg.device, skipped=skipped)
+            if skipped:  # named in the log, as the training split's are
+                trainer = holder[0]
+                trainer.log({"step": trainer.step, "split": d.eval_split, "eval_skipped_images": skipped})
+                for msg in skipped:
+                    tqdm.write(f"skipped unreadable {d.eval_split} image: {msg}")
+        for name, fn in (evaluators or {}).items():
+            was_training = model.training
+            model.eval()
+            res.update({f"{name}_{k}": v for k, v in fn(model).items()})
+            model.train(was_training)
+        return res
+
+    return eval_fn
+
+
+def _teacher(cfg: RunConfig, model: nn.Module, header: bool) -> Teacher | None:
+    """The distillation teacher of train.teacher (DeiT), its classes matched to the student's; None without one."""
+    if not cfg.teacher:
+        return None
+    from vitkit.formats import load_pretrained
+
+    tcfg = cfg.train
+    teacher = Teacher(load_pretrained(cfg.teacher), model.preprocess, model.config.num_classes,
+                      f"train.teacher {cfg.teacher}")
+    if (header or teacher.matched_by != "name") and dist.rank() == 0:  # an assumption is always shown
+        print(f"distillation: {tcfg.distill} (alpha {tcfg.distill_alpha:g}, tau {tcfg.distill_tau:g}) from "
+              f"{cfg.teacher}, classes matched by {teacher.matched_by}", flush=True)
+    return teacher
+
+
+def finish_run(run: Run, train_s: float, final_test: bool = True) -> dict[str, Any]:
+    """After fitting: evaluate the final (EMA) weights on dev and test (once, at the end), save the model with its
+    preprocessing, draw curves.png and write result.json (rank 0)."""
+    trainer, model, trained, out, cfg = run.trainer, run.model, run.trained, run.out, run.cfg
+    tcfg = cfg.train
     if trainer.sharded:  # evaluate and save an unsharded copy of the final weights on rank 0
         weights = trainer.model_state()
         if trainer.is_main:  # the same architecture, built without weights (no second checkpoint read)
@@ -382,45 +424,44 @@ def _run(cfg: dict[str, Any], out: Path, resume: bool, dry_run: int, progress: b
             trained = objective_model(fresh, cfg)
             trained.load_state_dict(weights, assign=True)
             model, trained = fresh, trained.to(tcfg.device)
-    result: dict[str, Any] = {"steps": trainer.step, "train_s": time.perf_counter() - t0, "out": str(out),
+    result: dict[str, Any] = {"steps": trainer.step, "train_s": train_s, "out": str(out),
                               "skipped_images": trainer.skipped_images}
     if trainer.is_main:
         model.eval()
         for name in ("dev", "test"):
-            if splits.get(name) is None or (name == "test" and not final_test):
+            if run.splits.get(name) is None or (name == "test" and not final_test):
                 continue
             trained.eval()
             skipped: list[str] = []
-            res = evaluate_loader(trained, _eval_loader(splits[name], model.preprocess, d), tcfg.precision, tcfg.device,
-                                  skipped=skipped)
+            res = evaluate_loader(trained, _eval_loader(run.splits[name], model.preprocess, cfg.data), tcfg.precision,
+                                  tcfg.device, skipped=skipped)
             result[name] = res
             trainer.log({"step": trainer.step, "split": name, "final": True, **{f"eval_{k}": v for k, v in res.items()},
                          **({"eval_skipped_images": skipped} if skipped else {})})
-        if save:
+        if run.save:
             from vitkit.formats import save_pretrained
 
-            model_cpu = model.to("cpu")
-            save_pretrained(model_cpu, out / "model")
+            save_pretrained(model.to("cpu"), out / "model")
             result["model_dir"] = str(out / "model")
-        plot_curves(trainer.metrics_path, out / "curves.png", title=f"{cfg.get('description', '')}".strip())
+        plot_curves(trainer.metrics_path, out / "curves.png", title=cfg.description.strip())
         result["curves"] = str(out / "curves.png")
         atomic_write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
     dist.barrier()
     return result
 
 
-def run_sweep(cfg: dict[str, Any], out: str | Path, lrs: list[float] | None = None, progress: bool = True,
+def run_sweep(cfg: RunConfig, out: str | Path, lrs: list[float] | None = None, progress: bool = True,
               overwrite: bool = False) -> dict[str, Any]:
     """One run per learning rate; the pick is the best dev top-1 (the paper's hold-out dev split)."""
-    lrs = [float(x) for x in (lrs or cfg["sweep"]["lrs"])]
+    lrs = [float(x) for x in (lrs or cfg.sweep.lrs)]
     if not lrs:
         raise ValueError("no learning rates to sweep (sweep.lrs is empty)")
-    if not float(cfg["data"]["dev_fraction"]):
+    if not cfg.data.dev_fraction:
         raise ValueError("a sweep picks on a dev split: set data.dev_fraction (e.g. 0.02 for CIFAR, 0.1 for Pets)")
     out = Path(out)
     runs = []
     for lr in lrs:
-        res = run_experiment(merge(cfg, {"optim": {"lr": lr}}), out / f"lr_{lr:g}", progress=progress, final_test=False,
+        res = run_experiment(cfg.updated({"optim.lr": lr}), out / f"lr_{lr:g}", progress=progress, final_test=False,
                              overwrite=overwrite)
         runs.append({"lr": lr, "dev_top1": res["dev"]["top1"], "dev_loss": res["dev"]["loss"], "out": res["out"]})
     best = max(runs, key=lambda r: (r["dev_top1"], -r["dev_loss"]))
@@ -429,3 +470,11 @@ def run_sweep(cfg: dict[str, Any], out: str | Path, lrs: list[float] | None = No
         atomic_write_text(out / "sweep.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
+
+def test_accuracy(run_dir: str | Path, cfg: RunConfig) -> dict[str, float]:
+    """The test metrics of the model a run saved (`vitkit sweep --test` on the chosen run: once, after choosing)."""
+    from vitkit.formats import load_pretrained
+
+    model = load_pretrained(Path(run_dir) / "model")
+    test = open_splits(cfg.data)["test"]
+    return evaluate_loader(model, _eval_loader(test, model.preprocess, cfg.data))

@@ -1,0 +1,89 @@
+"""Predictions for image files, outside training: the inputs `vitkit predict` takes, its top-k rows, their table.
+
+`expand_inputs` turns files, folders (searched recursively) and list files into image paths; `predict_files`
+streams them in batches through a model's own preprocessing and a `Predictor` (or the model itself), yielding
+one row per readable image and naming the unreadable ones; `write_predictions` writes the rows as CSV or JSONL,
+atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitkit.data.base import FileDataset
+from vitkit.data.folders import IMAGE_EXTENSIONS
+from vitkit.evaluate import check_finite, eval_loader
+from vitkit.models.preprocess import PreprocessConfig
+from vitkit.utils.atomic import atomic_path
+
+LIST_SUFFIXES = (".txt", ".lst")
+OUTPUT_SUFFIXES = (".csv", ".jsonl")
+
+
+def expand_inputs(items: list[str]) -> list[str]:
+    """Image paths in the order given: files as they are, folders searched recursively (sorted), list files
+    (`.txt` / `.lst`: one path per line, relative to the list; what follows the path, e.g. a label, is ignored)."""
+    out: list[str] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+            if not found:
+                raise ValueError(f"{p}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in this folder")
+            out += found
+        elif p.is_file() and p.suffix.lower() in LIST_SUFFIXES:
+            for line in p.read_text().splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    f = Path(line.split()[0])
+                    out.append(str(f if f.is_absolute() else p.parent / f))
+        else:
+            out.append(item)  # a file (an unreadable or missing one is named and skipped later)
+    return out
+
+
+def predict_files(net: nn.Module | Callable[[torch.Tensor], torch.Tensor], preprocess: PreprocessConfig,
+                  paths: list[str], topk: int = 5, batch_size: int = 32, workers: int = 0,
+                  max_pixels: int | None = None, skipped: list[str] | None = None,
+                  progress: Callable[[int], Any] | None = None) -> Iterator[dict[str, Any]]:
+    """{"path", "labels", "probs"} (the top-k by softmax probability) for each readable image of `paths`, in order.
+    An unreadable file is left out and its message appended to `skipped`; `progress(n)` is told of every n files
+    done. `net` takes normalised (B, C, H, W) float images and returns logits (a Predictor, or the model)."""
+    ds = FileDataset(paths, [0] * len(paths), [""], preprocess.channels, max_pixels)
+    loader = eval_loader(ds, preprocess, batch_size, workers)
+    labels = preprocess.labels
+    for b in loader.iterate(0, len(loader)):
+        if skipped is not None:
+            skipped.extend(b.skipped)
+        if len(b.y):
+            with torch.inference_mode():
+                probs = check_finite(net(b.x).float(), "logits").softmax(-1).cpu()
+            top = probs.topk(min(topk, probs.shape[-1]))
+            for j, ps, ix in zip(b.indices, top.values.tolist(), top.indices.tolist()):
+                yield {"path": paths[j], "labels": [labels[i] if i < len(labels) else str(i) for i in ix],
+                       "probs": [round(p, 6) for p in ps]}
+        if progress is not None:
+            progress(len(b.indices) + len(b.skipped))
+
+
+def write_predictions(rows: list[dict[str, Any]], path: str | Path, k: int) -> Path:
+    """The rows as a .csv (path, label_1, prob_1, ...) or a .jsonl table, written atomically."""
+    path = Path(path)
+    if path.suffix not in OUTPUT_SUFFIXES:
+        raise ValueError(f"--output {path}: write a .csv or a .jsonl file")
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        if path.suffix == ".jsonl":
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        else:
+            w = csv.writer(f)
+            w.writerow(["path"] + [c for i in range(1, k + 1) for c in (f"label_{i}", f"prob_{i}")])
+            for r in rows:
+                w.writerow([r["path"]] + [v for lab, p in zip(r["labels"], r["probs"]) for v in (lab, p)])
+    return path
