@@ -132,3 +132,21 @@ def align_classes(model_labels: Sequence[str], num_classes: int, data_classes: S
                          f"{len(data_classes)} classes, so they cannot be matched")
     return np.arange(num_classes, dtype=np.int64), (
         f"{model_name} stores no class names: data classes matched by index (0..{num_classes - 1}, sorted names)")
+
+
+@torch.inference_mode()
+def compare_exports(model: nn.Module, paths: dict[str, Any], images: torch.Tensor,
+                    labels: torch.Tensor) -> dict[str, dict[str, float]]:
+    """Top-1 accuracy of `model` (fp32, "pytorch") and of each exported file of `paths` on normalised `images`, with
+    each export's top-1 agreement and largest logit difference against the model."""
+    from vitkit.export import exported_runner
+
+    ref = model(images)
+    out = {"pytorch": {"accuracy": (ref.argmax(-1) == labels).float().mean().item()}}
+    for name, p in paths.items():
+        run = exported_runner(p)
+        logits = torch.cat([run(b) for b in images.split(256)])
+        out[name] = {"accuracy": (logits.argmax(-1) == labels).float().mean().item(),
+                     "agreement": (logits.argmax(-1) == ref.argmax(-1)).float().mean().item(),
+                     "max_abs_diff": (logits - ref).abs().max().item()}
+    return out

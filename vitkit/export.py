@@ -317,3 +317,26 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
         pre.unlink(missing_ok=True)
     _tag_onnx(dst, _onnx_doc(src))  # quantisation keeps the graph, not always its metadata
     return dst
+
+
+def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False) -> dict[str, Path]:
+    """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` (onnx) its dynamic
+    quantisation beside; returns {"<fmt> fp32": path, "onnx int8": path}."""
+    import tempfile
+
+    if fmt not in EXPORT_SUFFIXES:
+        raise ValueError(f"export format must be one of {', '.join(EXPORT_SUFFIXES)}, got {fmt!r}")
+    if int8 and fmt != "onnx":
+        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
+    out = Path(out)
+    if fmt == "onnx":
+        export_onnx(model, out, opset=opset)
+    elif fmt == "openvino":
+        with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
+            export_openvino(export_onnx(model, Path(tmp) / "model.onnx", opset=opset), out)
+    else:
+        export_aoti(model, out)
+    paths = {f"{fmt} fp32": out}
+    if int8:
+        paths["onnx int8"] = quantize_int8(out, out.with_suffix(".int8.onnx"))
+    return paths

@@ -91,6 +91,14 @@ class SuiteConfig:
     peak_repeats: int = 10  # the peak is the fastest of these (per size), measured before and after the cases
     overrides: dict[str, Any] = field(default_factory=dict)  # ViTConfig overrides for every case (tests)
 
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.peers if p not in PEERS]
+        if unknown:
+            raise ValueError(f"unknown peers {unknown}; known: {list(PEERS)}")
+        bad = sorted({c.precision for c in self.cases} - set(BENCH_PRECISIONS))
+        if bad:
+            raise ValueError(f"unknown precision {bad}; known: {list(BENCH_PRECISIONS)}")
+
 
 def config_for(case: Case, gelu: str = "exact", **overrides: Any) -> ViTConfig:
     """The vitkit config of `case`; GELU exact by default, as HF's "gelu" and timm's nn.GELU."""

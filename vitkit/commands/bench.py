@@ -76,19 +76,12 @@ def run(args: argparse.Namespace) -> int:
         resolve_device,
         run_suite,
     )
-    from vitkit.bench.precision import BENCH_PRECISIONS
     from vitkit.utils.hardware import set_threads
 
     set_threads(args.threads)
     device = resolve_device(args.device)
     peers = list(PEERS) if args.peers is None else [p for p in args.peers if p != "none"]
-    unknown = [p for p in peers if p not in PEERS]
-    if unknown:
-        raise ValueError(f"unknown peers {unknown}; known: {list(PEERS)}")
     precisions = args.precision or ["fp32"]
-    bad = [p for p in precisions if p not in BENCH_PRECISIONS]
-    if bad:
-        raise ValueError(f"unknown precision {bad}; known: {list(BENCH_PRECISIONS)}")
     if args.models or args.img_size or args.batch or args.mode or args.precision:
         cases = grid_cases(
             args.models or ["vit_b16"], args.img_size or [224], args.batch or [1, 8], args.mode or ["infer"], precisions

@@ -47,18 +47,8 @@ def _load(source: str, hints: dict):  # noqa: ANN202
 
 
 def run(args: argparse.Namespace) -> int:
-    import tempfile
-
     from vitkit.bench.exports import bench_exports
-    from vitkit.export import (
-        check_parity,
-        export_aoti,
-        export_onnx,
-        export_openvino,
-        output_paths,
-        quantize_int8,
-        refuse_overwriting_inputs,
-    )
+    from vitkit.export import check_parity, export_model, output_paths, refuse_overwriting_inputs
     from vitkit.utils import check_int
 
     if args.int8 and args.format != "onnx":
@@ -72,19 +62,10 @@ def run(args: argparse.Namespace) -> int:
     model = model.float().eval()
     if args.img_size:
         model.set_img_size(args.img_size)
-    if args.format == "onnx":
-        export_onnx(model, out, opset=args.opset)
-    elif args.format == "openvino":
-        with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
-            export_openvino(export_onnx(model, Path(tmp) / "model.onnx", opset=args.opset), out)
-    else:
-        export_aoti(model, out)
-    print(f"wrote {out} (dynamic batch, {model.config.img_size[0]}x{model.config.img_size[1]})")
-    paths = {f"{args.format} fp32": out}
-    if args.int8:
-        q = quantize_int8(out, out.with_suffix(".int8.onnx"))
-        paths["onnx int8"] = q
-        print(f"wrote {q}")
+    paths = export_model(model, args.format, out, args.opset, args.int8)
+    for name, p in paths.items():
+        print(f"wrote {p}" + (f" (dynamic batch, {model.config.img_size[0]}x{model.config.img_size[1]})"
+                              if name.endswith("fp32") else ""))
     if not args.no_check:
         for name, p in paths.items():
             r = check_parity(model, p)
@@ -112,23 +93,12 @@ def _eval_digits(model, paths: dict[str, Path]) -> None:  # noqa: ANN001
     import torch
 
     from vitkit.data.digits import load_digits_split
-    from vitkit.export import exported_runner
+    from vitkit.evaluate import compare_exports
 
     _, test = load_digits_split()
-    labels = torch.from_numpy(test.labels)
     pre = model.preprocess
-    x = pre.normalize(pre.resize(test.images))
-    with torch.inference_mode():
-        ref = model(x)
-    print(
-        f"digits test ({len(test)} images): pytorch fp32 accuracy {(ref.argmax(-1) == labels).float().mean():.4f}"
-    )
-    for name, p in paths.items():
-        run = exported_runner(p)
-        logits = torch.cat([run(b) for b in x.split(256)])
-        acc = (logits.argmax(-1) == labels).float().mean().item()
-        agree = (logits.argmax(-1) == ref.argmax(-1)).float().mean().item()
-        print(
-            f"  {name}: accuracy {acc:.4f}, top-1 agreement with pytorch {agree:.4f}, "
-            f"max |dlogit| {(logits - ref).abs().max().item():.2e}"
-        )
+    res = compare_exports(model, paths, pre.normalize(pre.resize(test.images)), torch.from_numpy(test.labels))
+    print(f"digits test ({len(test)} images): pytorch fp32 accuracy {res.pop('pytorch')['accuracy']:.4f}")
+    for name, r in res.items():
+        print(f"  {name}: accuracy {r['accuracy']:.4f}, top-1 agreement with pytorch {r['agreement']:.4f}, "
+              f"max |dlogit| {r['max_abs_diff']:.2e}")

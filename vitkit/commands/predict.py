@@ -19,7 +19,6 @@ from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
-LIST_SUFFIXES = (".txt", ".lst")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,42 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_load_arguments(p)
 
 
-def expand_inputs(items: list[str]) -> list[str]:
-    """Image paths in the order given: files as they are, folders searched recursively (sorted), lists read."""
-    from pathlib import Path
-
-    from vitkit.data.folders import IMAGE_EXTENSIONS
-
-    out: list[str] = []
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            found = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
-            if not found:
-                raise ValueError(f"{p}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in this folder")
-            out += found
-        elif p.is_file() and p.suffix.lower() in LIST_SUFFIXES:
-            for line in p.read_text().splitlines():
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    f = Path(line.split()[0])
-                    out.append(str(f if f.is_absolute() else p.parent / f))
-        else:
-            out.append(item)  # a file (an unreadable or missing one is named and skipped later)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    import csv
-    import json
-
     from tqdm.auto import tqdm
 
-    from vitkit.data.base import FileDataset
     from vitkit.data.preprocess import max_image_pixels
     from vitkit.distributed import check_device
-    from vitkit.evaluate import check_finite, eval_loader
     from vitkit.formats import load_pretrained
+    from vitkit.predict import OUTPUT_SUFFIXES, expand_inputs, predict_files, write_predictions
     from vitkit.utils import check_int
 
     check_int("--topk", args.topk)
@@ -81,49 +51,38 @@ def run(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
     max_image_pixels(args.max_pixels)  # --max-pixels 0 or a bad $VITKIT_MAX_IMAGE_PIXELS: refused before any work
-    if args.output and not args.output.endswith((".csv", ".jsonl")):
+    if args.output and not args.output.endswith(OUTPUT_SUFFIXES):
         raise ValueError(f"--output {args.output}: write a .csv or a .jsonl file")
     model = load_pretrained(args.model, **load_hints(args))
     if model.config.num_classes == 0:
         raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes; "
                          "use `vitkit fewshot` to evaluate its features, or fine-tune it with `vitkit finetune`")
-    pp = model.preprocess
     k = min(args.topk, model.config.num_classes)
     if k < args.topk:
         print(f"note: {args.model} predicts {k} classes; showing {k}", file=sys.stderr)
     paths = expand_inputs(args.images)
-    ds = FileDataset(paths, [0] * len(paths), [""], model.config.in_chans, args.max_pixels)
-    loader = eval_loader(ds, pp, args.batch_size, args.workers)
     net = predictor_for(model, args, n_images=len(paths))
-    rows, failed = [], []
+    rows: list[dict] = []
+    failed: list[str] = []
     show = not args.no_progress and len(paths) > args.batch_size
-    bar = tqdm(total=len(paths), desc="predict", unit="img", disable=not show, file=sys.stderr)
-    for b in loader.iterate(0, len(loader)):
-        for msg in b.skipped:
-            print(f"skipped: {msg}", file=sys.stderr)
-        failed += b.skipped
-        readable = [paths[j] for j in b.indices]
-        if len(b.y):
-            probs = check_finite(net(b.x).float(), "logits").softmax(-1).cpu()
-            top = probs.topk(k)
-            for name, ps, ix in zip(readable, top.values.tolist(), top.indices.tolist()):
-                labels = [pp.labels[i] if i < len(pp.labels) else str(i) for i in ix]
-                rows.append({"path": name, "labels": labels, "probs": [round(p, 6) for p in ps]})
-                if not args.output:
-                    print(f"{name}: " + ", ".join(f"{lab} ({100 * p:.1f}%)" for lab, p in zip(labels, ps)))
-        bar.update(len(b.indices) + len(b.skipped))
-    bar.close()
-    if args.output:
-        from vitkit.utils.atomic import atomic_path
+    with tqdm(total=len(paths), desc="predict", unit="img", disable=not show, file=sys.stderr) as bar:
 
-        with atomic_path(args.output) as tmp, open(tmp, "w", newline="") as f:
-            if args.output.endswith(".jsonl"):
-                f.writelines(json.dumps(r) + "\n" for r in rows)
-            else:
-                w = csv.writer(f)
-                w.writerow(["path"] + [c for i in range(1, k + 1) for c in (f"label_{i}", f"prob_{i}")])
-                for r in rows:
-                    w.writerow([r["path"]] + [v for lab, p in zip(r["labels"], r["probs"]) for v in (lab, p)])
+        said = [0]
+
+        def done(n: int) -> None:  # a batch is through: name its unreadable files as they come
+            for msg in failed[said[0]:]:
+                tqdm.write(f"skipped: {msg}", file=sys.stderr)
+            said[0] = len(failed)
+            bar.update(n)
+
+        for row in predict_files(net, model.preprocess, paths, k, args.batch_size, args.workers, args.max_pixels,
+                                 skipped=failed, progress=done):
+            rows.append(row)
+            if not args.output:
+                print(f"{row['path']}: " + ", ".join(f"{lab} ({100 * p:.1f}%)" for lab, p in zip(row["labels"],
+                                                                                              row["probs"])))
+    if args.output:
+        write_predictions(rows, args.output, k)
         print(f"wrote {len(rows)} predictions to {args.output}", file=sys.stderr)
     if failed:
         print(f"{len(failed)} of {len(paths)} images could not be read", file=sys.stderr)
