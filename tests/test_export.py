@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import vitkit
+from tests.helpers import trained_digits_vit
 from vitkit.cli import main
+from vitkit.data.digits import load_digits_split
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -56,12 +58,20 @@ def _copy_at(model: vitkit.VisionTransformer, size: int) -> vitkit.VisionTransfo
     return m.eval()
 
 
-def test_int8_quantisation_runs_and_mostly_agrees(tmp_path) -> None:  # noqa: ANN001
-    model = _tiny()
+def test_int8_quantisation_keeps_the_readmes_tolerances(tmp_path) -> None:  # noqa: ANN001
+    """The README's int8 promise on a trained model: logits within 15% of their scale, >= 99% of top-1 answers kept
+    (on the digits test split, through the exported file itself)."""
+    model = trained_digits_vit()
     path = export_onnx(model, tmp_path / "m.onnx")
     q = quantize_int8(path, tmp_path / "m.int8.onnx")
-    r = check_parity(model, q, batch_sizes=(16,))
-    assert r.max_abs_diff < 0.5 * r.max_abs_logit and r.top1_agreement >= 0.5
+    _, test = load_digits_split()
+    x = model.preprocess(test.images)
+    with torch.no_grad():
+        ref = model(x)
+    got = onnx_logits(ort_session(q), x)
+    err = (got - ref).abs().max().item() / ref.abs().max().item()
+    same = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    assert err <= 0.15 and same >= 0.99, (err, same)
 
 
 def test_benchmark_sessions_do_not_spin() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import digits_model
+from helpers import digits_model, trained_digits_vit
 
 import vitkit
 from vitkit.cli import main
@@ -56,30 +56,13 @@ def test_auto_runtime_follows_what_is_installed_and_the_job() -> None:
     assert resolve_precision("int8") == ("int8", "asked for")
 
 
-@functools.cache
-def _trained() -> torch.nn.Module:
-    """A digits ViT trained for a few hundred steps (about 90% test accuracy): a model whose answers mean something."""
-    torch.manual_seed(0)
-    model = digits_model(width=48, depth=2, num_heads=3, mlp_dim=96)
-    train, _ = load_digits_split()
-    x, y = model.preprocess(train.images), torch.from_numpy(train.labels)
-    opt = torch.optim.AdamW(model.parameters(), 3e-3)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(300):
-        i = torch.randint(0, len(y), (64,), generator=g)
-        loss = torch.nn.functional.cross_entropy(model(x[i]), y[i])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
-
-
 PATHS = [  # runtime, precision, compile, max |dlogit| / max |logit| allowed, top-1 agreement required
     ("torch", "fp32", False, 0.0, 1.0),
     ("torch", "fp32", True, 1e-4, 1.0),
     ("onnxruntime", "fp32", False, 1e-4, 1.0),
     ("openvino", "fp32", False, 1e-4, 1.0),
     ("torch", "bf16", False, 0.05, 0.98),
+    ("torch", "bf16-autocast", False, 0.05, 0.98),
     ("openvino", "bf16", False, 0.05, 0.98),
     ("onnxruntime", "int8", False, 0.15, 0.99),
 ]
@@ -91,7 +74,7 @@ def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile
                                            agree: float) -> None:
     if runtime == "openvino" and not OPENVINO:
         pytest.skip("openvino is not installed")
-    model = _trained()
+    model = trained_digits_vit()
     _, test = load_digits_split()
     x = model.preprocess(test.images)
     with torch.no_grad():
@@ -107,7 +90,7 @@ def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile
 
 
 def test_int8_keeps_the_answers_of_a_model_read_from_the_released_npz_layout(tmp_path: Path) -> None:
-    model = _trained()
+    model = trained_digits_vit()
     npz = vitkit.save_pretrained(model, tmp_path / "released.npz", format="npz")
     loaded = vitkit.load_pretrained(npz).eval()
     _, test = load_digits_split()
@@ -123,7 +106,7 @@ def test_int8_keeps_the_answers_of_a_model_read_from_the_released_npz_layout(tmp
 
 
 def test_predict_and_eval_run_int8_and_name_their_choices(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    vitkit.save_pretrained(_trained(), tmp_path / "m")
+    vitkit.save_pretrained(trained_digits_vit(), tmp_path / "m")
     _, test = load_digits_split()
     from PIL import Image
 
@@ -159,7 +142,7 @@ def test_predict_and_eval_run_int8_and_name_their_choices(tmp_path: Path, capsys
 def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """`vitkit export --format aoti` (torch.export + AOTInductor, a C++ build: ~20 s here) and `--format openvino`
     write files that reproduce the PyTorch logits at several batch sizes, without the model's code."""
-    model = _trained()
+    model = trained_digits_vit()
     vitkit.save_pretrained(model, tmp_path / "m")
     formats = ["aoti"] + (["openvino"] if OPENVINO else [])
     from vitkit.export import exported_runner
@@ -184,7 +167,7 @@ def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Pat
     int8 (which only onnxruntime runs), is refused with the reason, as one line."""
     import vitkit.runtime
 
-    vitkit.save_pretrained(_trained(), tmp_path / "m")
+    vitkit.save_pretrained(trained_digits_vit(), tmp_path / "m")
     _, test = load_digits_split()
     from PIL import Image
 

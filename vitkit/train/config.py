@@ -23,12 +23,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from vitkit import distributed as dist
 from vitkit.data.config import AUGREG, DataConfig
