@@ -1,4 +1,4 @@
-"""Exact resume: a run SIGKILLed at a random step after a checkpoint and resumed ends bitwise equal
+"""Exact resume: a run SIGKILLed at a chosen step after a checkpoint and resumed ends bitwise equal
 to an uninterrupted run (CPU, fixed seed), with file data (an image folder, and the same images packed into
 tar shards), worker processes, Inception crop + flip +
 RandAugment + random erasing, Mixup / CutMix, dropout, and a corrupt image that is skipped, counted and named."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -23,8 +22,9 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from vitkit.data.digits import load_digits_split
+from vitkit.train.engine import HOLD_ENV
 
-STEPS = 100  # the first checkpoint is at step 10: the rest leaves a kill ~1 s to land mid-run
+STEPS = 50  # checkpoints every 10 steps; each test kills at a chosen step between two of them
 
 CONFIG = """
 [model]
@@ -113,20 +113,21 @@ def _run_config(tmp_path: Path, source: str, extra_train: str = "") -> Path:
     return cfg
 
 
-def _kill_after_first_checkpoint(run: subprocess.Popen, state: Path) -> int:
-    """SIGKILL `run` and every process it started at a random moment after its first checkpoint `state` is
-    written; the step of the state it left."""
-    deadline = time.time() + 120
-    while not state.exists() and run.poll() is None and time.time() < deadline:
+def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -> int:
+    """SIGKILL `run` and every process it started once each of its `ranks` holds at `step` (the engine's
+    $VITKIT_HOLD_AT_STEP hook: after that step's work, past its first checkpoint); the step of the state it left."""
+    held = [out / f".held-at-{step}.rank{r}" for r in range(ranks)]
+    deadline = time.time() + 300
+    while not all(f.exists() for f in held) and run.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    time.sleep(random.uniform(0.0, 0.4))  # a random step after the first checkpoint
     for pid in _descendants(run.pid) + [run.pid]:  # (torchrun's workers too) at once
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _, err = run.communicate()
     assert run.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {(err or '')[-2000:]}"
-    saved_step = torch.load(state, weights_only=True)["step"]
-    assert 10 <= saved_step < STEPS and saved_step % 10 == 0
+    assert all(f.exists() for f in held), f"the run never reached step {step}"
+    saved_step = torch.load(out / "train_state.pt", weights_only=True)["step"]
+    assert saved_step == step // 10 * 10  # the last checkpoint before the kill: steps after it are redone
     return saved_step
 
 
@@ -145,15 +146,15 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("source", ["folder", "shards"])
-def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str) -> None:
+@pytest.mark.parametrize("source,kill_at", [("folder", 17), ("shards", 34)])
+def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_at: int) -> None:
     cfg = _run_config(tmp_path, source)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     full = subprocess.Popen(_train_cmd(cfg, tmp_path / "full"), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    killed = subprocess.Popen(_train_cmd(cfg, tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    saved_step = _kill_after_first_checkpoint(killed, tmp_path / "killed" / "train_state.pt")
+    killed = subprocess.Popen(_train_cmd(cfg, tmp_path / "killed"), env={**env, HOLD_ENV: str(kill_at)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    saved_step = _kill_at_step(killed, tmp_path / "killed", kill_at)
 
     resumed = subprocess.run(_train_cmd(cfg, tmp_path / "killed", "--resume"), env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -186,9 +187,9 @@ def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> N
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
                 "vitkit.cli"]
-    killed = subprocess.Popen(torchrun + _train_cmd(cfg, tmp_path / "killed")[3:], env=env,
+    killed = subprocess.Popen(torchrun + _train_cmd(cfg, tmp_path / "killed")[3:], env={**env, HOLD_ENV: "25"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    saved_step = _kill_after_first_checkpoint(killed, tmp_path / "killed" / "train_state.pt")
+    saved_step = _kill_at_step(killed, tmp_path / "killed", 25, ranks=2)
 
     full = subprocess.run(_train_cmd(cfg, tmp_path / "full"), env=env, capture_output=True, text=True)
     assert full.returncode == 0, full.stderr[-2000:]

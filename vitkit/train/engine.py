@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,8 @@ from vitkit.train.metrics import metric_lines
 from vitkit.train.optim import EMA, build_optimizer, freeze, lr_at, param_groups
 from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
 from vitkit.utils.precision import autocast
+
+HOLD_ENV = "VITKIT_HOLD_AT_STEP"  # tests: stop at this step (after its checkpoint) until killed; see Trainer._hold
 
 
 class Trainer:
@@ -339,6 +342,13 @@ class Trainer:
         finally:
             self.model.load_state_dict(backup)
 
+    def _hold(self) -> None:
+        """$VITKIT_HOLD_AT_STEP reached (a crash-safety test's hook): say so in `<out>/.held-at-<step>` and wait to be
+        killed, so a SIGKILL lands at a chosen step rather than after a guessed sleep."""
+        (self.out / f".held-at-{self.step}.rank{self.rank}").write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
+
     def fit(self, stop_at: int | None = None) -> dict[str, Any]:
         """Train from `self.step` to `cfg.steps` (or `stop_at`); returns the last logged metrics."""
         if self._resumed_at is not None and self.is_main:
@@ -352,6 +362,7 @@ class Trainer:
         show = self.progress and self.is_main
         bar = tqdm(total=end, initial=self.step, disable=not show, desc="train", unit="step", dynamic_ncols=True)
         last: dict[str, Any] = {}
+        hold_at = int(os.environ.get(HOLD_ENV, "0") or 0)
         t0 = time.perf_counter()
         for batch in self.data.iterate(self.step, end):
             if batch.step != self.step:  # the loader and the loop must agree, or resume is not exact
@@ -395,6 +406,8 @@ class Trainer:
                 dist.barrier()
             if self.save_checkpoints and cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < end:
                 self.save_state()
+            if self.step == hold_at:
+                self._hold()
         bar.close()
         if self.save_checkpoints:
             self.save_state()
