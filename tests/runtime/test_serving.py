@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import digits_model
 from PIL import Image
 
 import vitkit
+from tests.helpers import digits_model
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
 from vitkit.data.preprocess import load_image

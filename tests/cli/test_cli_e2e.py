@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import differing_keys
 from PIL import Image
 
 import vitkit
+from tests.helpers import differing_keys
 from vitkit.data.digits import load_digits_split
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import differing_keys
 from PIL import Image
 from safetensors.torch import load_file
 
+from tests.helpers import differing_keys
 from vitkit.data.digits import load_digits_split
 from vitkit.train.engine import HOLD_ENV
 

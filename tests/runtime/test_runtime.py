@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import digits_model, trained_digits_vit
 
 import vitkit
+from tests.helpers import digits_model, trained_digits_vit
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
 from vitkit.runtime import AUTO_MIN_IMAGES, build_predictor, resolve_runtime, runtime_available

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import differing_keys, digits_model, digits_trainer
 
+from tests.helpers import differing_keys, digits_model, digits_trainer
 from vitkit.train import run
 from vitkit.train.config import TrainConfig, load_config
 from vitkit.train.engine import Trainer

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import digits_model, digits_trainer
 
+from tests.helpers import digits_model, digits_trainer
 from vitkit.train.config import TrainConfig, load_config, recipe_names
 from vitkit.train.engine import Trainer
 from vitkit.train.run import run_experiment, run_sweep

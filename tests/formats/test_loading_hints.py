@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import digits_model
 from PIL import Image
 
 import vitkit
+from tests.helpers import digits_model
 from vitkit.cli import main
 from vitkit.models.vit import VisionTransformer, ViTConfig
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 import torch.multiprocessing as mp
-from helpers import differing_keys, digits_model, digits_trainer
 from safetensors.torch import load_file
 
+from tests.helpers import differing_keys, digits_model, digits_trainer
 from vitkit import distributed as dist
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
