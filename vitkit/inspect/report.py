@@ -197,106 +197,93 @@ def inspect_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = name or cfg.name or "ViT"
+    stats = collect_attention(model, images, batch_size, progress)  # Fig. 7 right and Fig. 6: one forward pass
+    maps, records = attention_maps_figure(model, stats, images, out, name, show)
     summary: dict[str, Any] = {
-        "model": {
-            "name": name,
-            "config": cfg.to_dict(),
-            "grid_size": list(cfg.grid_size),
-            "total_stride": cfg.total_stride,
+        "model": {"name": name, "config": cfg.to_dict(), "grid_size": list(cfg.grid_size),
+                  "total_stride": cfg.total_stride},
+        "figures": {
+            "embedding_filters": embedding_filters_figure(model, out, name, num_components),
+            "position_embedding_similarity": position_similarity_figure(model, out, name),
+            "attention_distance": attention_distance_figure(stats, len(images), cfg.total_stride, out, name),
+            "attention_maps": maps,
         },
-        "figures": {},
+        "images": [{"name": r["name"], "label": r["label"], "prediction": r["prediction"]} for r in records],
     }
-    figs = summary["figures"]
+    _write_json(out / "inspect.json", summary)
+    return summary
 
-    # Fig. 7 left: principal components of the patch-embedding filters E.
+
+def embedding_filters_figure(model: VisionTransformer, out: Path, name: str, num_components: int) -> dict[str, Any]:
+    """Fig. 7 left: the principal components of the patch-embedding filters E (embedding_filters.png / .json)."""
     if model.patch_embed.backbone is not None:
-        figs["embedding_filters"] = {
-            "skipped": "hybrid model: E acts on ResNet feature channels, not RGB pixels, so its filters are not images"
-        }
-    else:
-        w = model.patch_embed.proj.weight
-        comps, ratio = embedding_filter_components(w, num_components)
-        figures.plot_filter_components(comps, ratio, out / "embedding_filters.png", name)
-        _write_json(
-            out / "embedding_filters.json",
-            {
-                "filter_shape": list(w.shape),
-                "layout": "components[k][channel][row][col]",
-                "explained_variance_ratio": _rounded(ratio),
-                "components": _rounded(comps),
-            },
-        )
-        figs["embedding_filters"] = {
-            "png": "embedding_filters.png",
-            "json": "embedding_filters.json",
-            "explained_variance_ratio_top": _rounded(ratio[: min(5, len(ratio))], 4),
-        }
+        return {"skipped": "hybrid model: E acts on ResNet feature channels, not RGB pixels, so its filters are not "
+                           "images"}
+    w = model.patch_embed.proj.weight
+    comps, ratio = embedding_filter_components(w, num_components)
+    figures.plot_filter_components(comps, ratio, out / "embedding_filters.png", name)
+    _write_json(out / "embedding_filters.json", {
+        "filter_shape": list(w.shape),
+        "layout": "components[k][channel][row][col]",
+        "explained_variance_ratio": _rounded(ratio),
+        "components": _rounded(comps),
+    })
+    return {"png": "embedding_filters.png", "json": "embedding_filters.json",
+            "explained_variance_ratio_top": _rounded(ratio[: min(5, len(ratio))], 4)}
 
-    # Fig. 7 centre: cosine similarity of position embeddings (the first layer's table when each layer has one).
+
+def position_similarity_figure(model: VisionTransformer, out: Path, name: str) -> dict[str, Any]:
+    """Fig. 7 centre: cosine similarity of the position embeddings (the first layer's table when each layer has
+    one) (position_embedding_similarity.png / .json)."""
+    cfg = model.config
     pe = model.position_embedding(cfg.grid_size)
     if pe is None:
-        why = ("relative position embeddings act inside the attention, per offset, not per patch"
-               if cfg.posemb == "relative" else "the model has no position embeddings (posemb 'none')")
-        figs["position_embedding_similarity"] = {"skipped": why}
-    else:
-        sim = position_embedding_similarity(pe[0, cfg.num_class_tokens :], cfg.grid_size)
-        figures.plot_position_similarity(sim, out / "position_embedding_similarity.png", name)
-        _write_json(
-            out / "position_embedding_similarity.json",
-            {
-                "posemb": cfg.posemb,
-                "grid": list(cfg.grid_size),
-                "layout": "similarity[row][col][other_row][other_col]",
-                "similarity": _rounded(sim, 5),
-            },
-        )
-        figs["position_embedding_similarity"] = {
-            "png": "position_embedding_similarity.png",
-            "json": "position_embedding_similarity.json",
-        }
+        return {"skipped": "relative position embeddings act inside the attention, per offset, not per patch"
+                if cfg.posemb == "relative" else "the model has no position embeddings (posemb 'none')"}
+    sim = position_embedding_similarity(pe[0, cfg.num_class_tokens :], cfg.grid_size)
+    figures.plot_position_similarity(sim, out / "position_embedding_similarity.png", name)
+    _write_json(out / "position_embedding_similarity.json", {
+        "posemb": cfg.posemb,
+        "grid": list(cfg.grid_size),
+        "layout": "similarity[row][col][other_row][other_col]",
+        "similarity": _rounded(sim, 5),
+    })
+    return {"png": "position_embedding_similarity.png", "json": "position_embedding_similarity.json"}
 
-    # Fig. 7 right and Fig. 6: one forward pass over the images.
-    stats = collect_attention(model, images, batch_size, progress)
-    s = cfg.total_stride
-    uniform = uniform_attention_distance(stats.grid, s)
-    max_dist = float(patch_distances(stats.grid, s).max())
+
+def attention_distance_figure(stats: AttentionStats, n_images: int, stride: int, out: Path,
+                              name: str) -> dict[str, Any]:
+    """Fig. 7 right: mean attention distance per layer and head, over the images (attention_distance.png / .json)."""
+    uniform = uniform_attention_distance(stats.grid, stride)
+    max_dist = float(patch_distances(stats.grid, stride).max())
     mean_d, std_d = stats.distance.mean(dim=0), stats.distance.std(dim=0, unbiased=False)
-    figures.plot_attention_distance(mean_d, out / "attention_distance.png", name, uniform, max_dist, len(images))
-    _write_json(
-        out / "attention_distance.json",
-        {
-            "definition": "per image, layer and head: mean over query patches of the attention-weighted pixel "
-            "distance to key patches (patch centres ((i+0.5)s, (j+0.5)s); prefix tokens excluded, "
-            "patch attention renormalised); then mean/std over images",
-            "stride_pixels": s,
-            "grid": list(stats.grid),
-            "num_images": len(images),
-            "uniform_attention_reference": round(uniform, 6),
-            "max_possible": round(max_dist, 6),
-            "mean": _rounded(mean_d),
-            "std": _rounded(std_d),
-        },
-    )
-    figs["attention_distance"] = {
-        "png": "attention_distance.png",
-        "json": "attention_distance.json",
-        "mean_over_heads_per_layer": _rounded(mean_d.mean(dim=1), 3),
-        "uniform_attention_reference": round(uniform, 3),
-    }
+    figures.plot_attention_distance(mean_d, out / "attention_distance.png", name, uniform, max_dist, n_images)
+    _write_json(out / "attention_distance.json", {
+        "definition": "per image, layer and head: mean over query patches of the attention-weighted pixel "
+        "distance to key patches (patch centres ((i+0.5)s, (j+0.5)s); prefix tokens excluded, "
+        "patch attention renormalised); then mean/std over images",
+        "stride_pixels": stride,
+        "grid": list(stats.grid),
+        "num_images": n_images,
+        "uniform_attention_reference": round(uniform, 6),
+        "max_possible": round(max_dist, 6),
+        "mean": _rounded(mean_d),
+        "std": _rounded(std_d),
+    })
+    return {"png": "attention_distance.png", "json": "attention_distance.json",
+            "mean_over_heads_per_layer": _rounded(mean_d.mean(dim=1), 3),
+            "uniform_attention_reference": round(uniform, 3)}
 
+
+def attention_maps_figure(model: VisionTransformer, stats: AttentionStats, images: Sequence[InspectImage], out: Path,
+                          name: str, show: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Fig. 6: attention rollout and the last layer's heads from the output token, for the first `show` images
+    (attention_maps.png; every image in attention_maps.json); returns the figure's entry and the per-image records."""
     labels = list(model_preprocess(model).labels)
     gh, gw = stats.grid
-    records = []
-    for i, im in enumerate(images):
-        records.append(
-            {
-                "name": im.name,
-                "label": im.label,
-                "prediction": _prediction(stats, i, labels),
+    records = [{"name": im.name, "label": im.label, "prediction": _prediction(stats, i, labels),
                 "rollout": _rounded(stats.rollout[i].reshape(gh, gw)),
-                "last_layer_heads": _rounded(stats.last_heads[i].reshape(-1, gh, gw)),
-            }
-        )
+                "last_layer_heads": _rounded(stats.last_heads[i].reshape(-1, gh, gw))} for i, im in enumerate(images)]
     n_show = max(1, min(show, len(images)))
     titles = []
     for r in records[:n_show]:
@@ -304,27 +291,16 @@ def inspect_model(
         if r["prediction"] is not None:
             t += f", predicted: {r['prediction']['label']} ({100 * r['prediction']['prob']:.0f}%)"
         titles.append(t)
-    query = "class token" if cfg.pooling == "token" else "mean over all tokens (GAP)"
-    figures.plot_attention_maps(
-        [im.pixels for im in images[:n_show]],
-        titles,
-        stats.rollout[:n_show].reshape(n_show, gh, gw),
-        stats.last_heads[:n_show].reshape(n_show, -1, gh, gw),
-        out / "attention_maps.png",
-        name,
-        query,
-    )
-    _write_json(
-        out / "attention_maps.json",
-        {
-            "query": query,
-            "grid": [gh, gw],
-            "rollout": "heads averaged, identity added for the residual path, rows renormalised, layers "
-            "multiplied (Abnar & Zuidema 2020); output-token row, patch columns",
-            "images": records,
-        },
-    )
-    figs["attention_maps"] = {"png": "attention_maps.png", "json": "attention_maps.json", "shown": n_show}
-    summary["images"] = [{"name": r["name"], "label": r["label"], "prediction": r["prediction"]} for r in records]
-    _write_json(out / "inspect.json", summary)
-    return summary
+    query = "class token" if model.config.pooling == "token" else "mean over all tokens (GAP)"
+    figures.plot_attention_maps([im.pixels for im in images[:n_show]], titles,
+                                stats.rollout[:n_show].reshape(n_show, gh, gw),
+                                stats.last_heads[:n_show].reshape(n_show, -1, gh, gw),
+                                out / "attention_maps.png", name, query)
+    _write_json(out / "attention_maps.json", {
+        "query": query,
+        "grid": [gh, gw],
+        "rollout": "heads averaged, identity added for the residual path, rows renormalised, layers "
+        "multiplied (Abnar & Zuidema 2020); output-token row, patch columns",
+        "images": records,
+    })
+    return {"png": "attention_maps.png", "json": "attention_maps.json", "shown": n_show}, records
