@@ -117,3 +117,22 @@ def test_sweep_picks_on_dev_never_on_test(tmp_path: Path) -> None:
         assert "dev" in result and "test" not in result
     with pytest.raises(ValueError, match="dev split"):
         run_sweep(load_config("digits_pretrain", ["data.dev_fraction=0"]), tmp_path / "x", [0.1])
+
+
+def test_finetune_reads_its_checkpoint_once_and_passes_typed_values(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """`vitkit finetune` loads --model once (its channels set the data's, then it is the model trained), and a
+    path with quotes reaches the run config as it is (no TOML text in between)."""
+    import vitkit.formats
+    from vitkit.cli import main
+
+    odd = tmp_path / "it's \"odd\""
+    vitkit.formats.save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), odd)
+    reads = []
+    real = vitkit.formats.load_pretrained
+    monkeypatch.setattr(vitkit.formats, "load_pretrained", lambda p, **kw: reads.append(str(p)) or real(p, **kw))
+    assert main(["finetune", "--model", str(odd), "--config", "digits_finetune", "--img-size", "16", "--steps", "2",
+                 "--set", "train.batch_size=8", "--set", "data.num_workers=0", "--set", "train.tensorboard=false",
+                 "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert reads == [str(odd)]
+    saved = json.loads((tmp_path / "run" / "run_config.json").read_text())
+    assert saved["model"]["pretrained"] == str(odd) and saved["data"]["channels"] == 1
