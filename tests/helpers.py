@@ -47,6 +47,24 @@ def trained_digits_vit():  # noqa: ANN201
     return model.eval()
 
 
+SMALL_VIT = dict(img_size=16, patch_size=4, in_chans=1, width=32, depth=2, num_heads=2, mlp_dim=64, num_classes=5)
+
+
+def random_vit(**overrides: Any):  # noqa: ANN201
+    """A small ViT (SMALL_VIT with `overrides`) in eval mode with every parameter drawn from N(0, 0.2), so no
+    zero-initialised head or token hides a wrong wiring."""
+    import torch
+
+    from vitkit.models.vit import VisionTransformer, ViTConfig
+
+    torch.manual_seed(0)
+    m = VisionTransformer(ViTConfig(**{**SMALL_VIT, **overrides})).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.2)
+    return m
+
+
 def digits_loader(model, cfg: TrainConfig) -> StepLoader:
     """The digits training split, augmented as the demo does (small affine jitter, no flips), this rank's shard."""
     train, _ = load_digits_split()

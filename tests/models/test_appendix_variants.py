@@ -11,18 +11,10 @@ import pytest
 import torch
 
 import vitkit
-from vitkit.models.vit import VisionTransformer, ViTConfig
+from tests.helpers import random_vit
+from vitkit.models.vit import ViTConfig
 
-SMALL = dict(img_size=16, patch_size=4, in_chans=1, width=32, depth=2, num_heads=2, mlp_dim=64, num_classes=5)
-
-
-def _model(**kw) -> VisionTransformer:
-    torch.manual_seed(0)
-    m = VisionTransformer(ViTConfig(**{**SMALL, **kw})).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.normal_(0, 0.2)
-    return m
+_model = random_vit
 
 
 # ----------------------------------------------------------------------------- Axial-ViT (D.7)

@@ -6,18 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vitkit.models.vit import VisionTransformer, ViTConfig, recording_attention
-
-SMALL = dict(img_size=(16, 16), patch_size=4, in_chans=1, num_classes=5, width=32, depth=3, num_heads=2, mlp_dim=64)
+from tests.helpers import random_vit
+from vitkit.models.vit import VisionTransformer, recording_attention
 
 
 def _model(**kw) -> VisionTransformer:  # noqa: ANN003
-    torch.manual_seed(0)
-    m = VisionTransformer(ViTConfig(**{**SMALL, **kw})).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.normal_(0, 0.2)
-    return m
+    return random_vit(depth=3, **kw)
 
 
 @pytest.mark.parametrize("kw", [{}, {"pooling": "gap"}, {"pooling": "map"}, {"distill_token": True},
