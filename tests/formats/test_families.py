@@ -78,3 +78,87 @@ def test_siglip_style_towers_written_by_timm_load_with_timms_outputs(tmp_path: P
                  "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
                  "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
     assert vitkit.load_pretrained(tmp_path / "ft" / "model").config.pooling == "map"
+
+
+# (name, loading hints for the hub folder, for the bare file (None: no bare file), what the config must say, what
+# the formats without a place for it name when they refuse it)
+MORE = [
+    ("mae_avg", {}, {"num_heads": 4}, dict(pooling="gap", class_token=True, fc_norm=True), "fc_norm=True"),
+    ("avg_nofc", {}, None, dict(pooling="gap", class_token=True, fc_norm=False), "class_token=True"),
+    ("deit3", {}, {"num_heads": 4}, dict(pooling="token", layer_scale=1e-6), "layer_scale"),
+    ("dinov2_reg", {}, None, dict(pooling="token", num_registers=4, layer_scale=1e-5), "num_registers"),
+    ("clip", {}, {"num_heads": 4, "gelu": "quick"}, dict(pre_norm=True, patch_bias=False, gelu="quick", ln_eps=1e-5),
+     "pre_norm"),
+]
+
+
+@pytest.mark.parametrize("name,hub_hints,bare_hints,expect,refused", MORE, ids=[m[0] for m in MORE])
+def test_more_timm_families_load_with_timms_outputs_and_save_back(name: str, hub_hints: dict, bare_hints: dict | None,
+                                                                  expect: dict, refused: str, tmp_path: Path) -> None:
+    """MAE-style average pooling beside a class token (with and without fc_norm), DeiT III's and DINOv2's
+    LayerScale (DINOv2 with registers, no_embed_class), OpenAI CLIP's tower (pre-norm, no patch bias, QuickGELU,
+    eps 1e-5): timm's logits, features and pooled output, from the hub folder and the bare file."""
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    x = torch.from_numpy(ref["x"])
+    paths = [(FAMILIES / f"{name}_hub", hub_hints)]
+    if bare_hints is not None:
+        paths.append((FAMILIES / f"{name}.safetensors", bare_hints))
+    for path, hints in paths:
+        m = vitkit.load_pretrained(path, **hints)
+        for key, want in expect.items():
+            if key != "layer_scale" or path.is_dir():  # a bare file does not say LayerScale's init (assumed)
+                assert getattr(m.config, key) == want, (path, key)
+        with torch.no_grad():
+            z = m.forward_features(x)
+            for got, what in ((m(x), "logits"), (z, "features"), (m.forward_head(z, pre_logits=True), "pooled")):
+                torch.testing.assert_close(got, torch.from_numpy(ref[f"{name}_{what}"]), rtol=3e-5, atol=3e-5,
+                                           msg=f"{path.name} {what}")
+    if name == "dinov2_reg":  # timm's registers sit beside a class token without E_pos: refused on the way out
+        with pytest.raises(ValueError, match="num_registers=4"):
+            save_pretrained(m, tmp_path / "back", format="timm")
+        return
+    back = save_pretrained(m, tmp_path / "back", format="timm")
+    args = json.loads((back / "config.json").read_text())["model_args"]
+    assert (args["class_token"], args["fc_norm"], args["pre_norm"]) == (m.config.class_token, m.config.fc_norm,
+                                                                         m.config.pre_norm)
+    with torch.no_grad():
+        torch.testing.assert_close(vitkit.load_pretrained(back)(x), torch.from_numpy(ref[f"{name}_logits"]),
+                                   rtol=3e-5, atol=3e-5)
+    for fmt in ("hf", "npz"):  # formats with no place for these parts refuse by name
+        with pytest.raises(ValueError, match=refused):
+            save_pretrained(m, tmp_path / f"x.{fmt}" if fmt == "npz" else tmp_path / fmt, format=fmt)
+
+
+def test_a_bare_timm_file_with_a_class_token_says_its_pooling_is_assumed(caplog) -> None:  # noqa: ANN001
+    """A bare file with a class token and no fc_norm cannot tell token from average pooling: timm's default
+    ('token') is assumed and logged; pooling='gap' gives the output of the model trained with global_pool='avg'."""
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    x = torch.from_numpy(ref["x"])
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "avg_nofc.safetensors"
+        save_file(load_file(FAMILIES / "avg_nofc_hub" / "model.safetensors"), str(f))
+        assumed = vitkit.load_pretrained(f, num_heads=4)
+        assert assumed.config.pooling == "token" and "timm's default 'token'" in assumed.config.extra["assumed"]["pooling"]
+        told = vitkit.load_pretrained(f, num_heads=4, pooling="gap")
+        with torch.no_grad():
+            torch.testing.assert_close(told(x), torch.from_numpy(ref["avg_nofc_logits"]), rtol=3e-5, atol=3e-5)
+            assert not torch.allclose(assumed(x), told(x))
+    with pytest.raises(ValueError, match="the file says pooling='gap', but pooling='token' was given"):
+        vitkit.load_pretrained(FAMILIES / "avg_nofc_hub", pooling="token")
+
+
+@pytest.mark.parametrize("name", ["mae_avg", "dinov2_reg", "clip"])
+def test_the_new_families_run_through_predict_and_finetune(name: str, tmp_path: Path) -> None:
+    data = noise_folder(tmp_path / "data", n=24, classes=3)
+    hub = str(FAMILIES / f"{name}_hub")
+    assert main(["predict", str(data / "c0" / "000.png"), "--model", hub]) == 0
+    assert main(["finetune", "--model", hub, "--data", str(data), "--out", str(tmp_path / "ft"), "--no-progress",
+                 "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
+                 "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
+    src, ft = vitkit.load_pretrained(hub).config, vitkit.load_pretrained(tmp_path / "ft" / "model").config
+    keep = ("pooling", "class_token", "fc_norm", "layer_scale", "pre_norm", "patch_bias", "gelu", "ln_eps",
+            "num_registers")
+    assert {k: getattr(ft, k) for k in keep} == {k: getattr(src, k) for k in keep} and ft.num_classes == 3

@@ -52,7 +52,8 @@ def test_pth_with_training_wrapper(tmp_path: Path) -> None:
     c = ours.config
     assert (c.width, c.num_heads, c.depth, c.mlp_dim, c.representation_size, c.num_classes) == (128, 2, 2, 64, 16, 5)
     assert (c.gelu, c.ln_eps, c.img_size) == ("exact", 1e-6, (32, 32))
-    assert set(c.extra["assumed"]) == {"gelu", "ln_eps", "preprocess"}  # timm's defaults, logged and kept
+    # timm's defaults, logged and kept; a bare file with a class token does not say it pooled it (timm's default)
+    assert set(c.extra["assumed"]) == {"gelu", "ln_eps", "preprocess", "pooling"}
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(ours(x), m(x))
@@ -116,9 +117,9 @@ def test_errors_and_no_pickled_code(tmp_path: Path) -> None:
         vitkit.load_pretrained(tmp_path / "evil2.pth")
     assert RAN == []
     state = timm_state(random_vit())
-    torch.save(dict(state, **{"fc_norm.weight": torch.ones(128)}), tmp_path / "fcnorm.pth")
-    with pytest.raises(ValueError, match=r"fcnorm\.pth.*'fc_norm\.weight'.*LayerNorm after pooling"):
-        vitkit.load_pretrained(tmp_path / "fcnorm.pth")
+    torch.save(dict(state, **{"blocks.0.attn.q_norm.weight": torch.ones(64)}), tmp_path / "qknorm.pth")
+    with pytest.raises(ValueError, match=r"qknorm\.pth.*'blocks\.0\.attn\.q_norm\.weight' \(qk-norm\)"):
+        vitkit.load_pretrained(tmp_path / "qknorm.pth", num_heads=2)
     torch.save(dict(state, **{"blocks.1.mlp.fc2.weight": torch.zeros(128, 65)}), tmp_path / "shape.pth")
     with pytest.raises(ValueError, match=r"'blocks\.1\.mlp\.fc2\.weight' has shape \(128, 65\), expected \(128, 64\)"):
         vitkit.load_pretrained(tmp_path / "shape.pth", num_heads=2)

@@ -50,7 +50,7 @@ def test_table1_width_is_inferred_and_says_so(tmp_path: Path, caplog) -> None:
         ours = vitkit.load_pretrained(tmp_path / "ti.pth")
     assert ours.config.num_heads == 3
     assumed = ours.config.extra["assumed"]
-    assert "Table 1's width-192 model has 3 heads" in assumed["num_heads"] and set(assumed) == {"num_heads", "gelu", "ln_eps", "preprocess"}
+    assert "Table 1's width-192 model has 3 heads" in assumed["num_heads"] and set(assumed) == {"num_heads", "gelu", "ln_eps", "preprocess", "pooling"}
     assert any("num_heads is not in the file; assumed 3" in r.message for r in caplog.records)
     # the assumption travels with the model: a re-saved copy says where its values came from
     vitkit.save_pretrained(ours, tmp_path / "vk")

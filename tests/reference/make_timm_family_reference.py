@@ -6,8 +6,11 @@ tests/reference/make_timm_preprocess_reference.py:
 
     /tmp/side/bin/python tests/reference/make_timm_family_reference.py
 
-Families so far: DeiT distilled (`deit_*_distilled_*`: a distillation token and head_dist, the two heads averaged
-at inference); a SigLIP-style image tower (`vit_*_siglip_*`: no class token, attention pooling `attn_pool`).
+Families: DeiT distilled (`deit_*_distilled_*`: a distillation token and head_dist, the two heads averaged at
+inference); a SigLIP-style image tower (`vit_*_siglip_*`: no class token, attention pooling `attn_pool`); MAE-style
+average pooling beside a class token with fc_norm (hub folder and bare file), and without fc_norm; DeiT III-style
+LayerScale with no_embed_class; DINOv2 with registers (`*_reg4_dinov2`: LayerScale, 4 registers, no_embed_class);
+an OpenAI CLIP image tower (`*_clip_quickgelu_*`: pre-norm, bias-free patch embedding, QuickGELU, eps 1e-5).
 """
 
 from __future__ import annotations
@@ -55,8 +58,40 @@ def main() -> None:
         out["siglip_logits"] = siglip(x).numpy()
         out["siglip_features"] = siglip.forward_features(x).numpy()
         out["siglip_pooled"] = siglip.forward_head(siglip.forward_features(x), pre_logits=True).numpy()
+        _more_families(x, out)
     np.savez(OUT / "outputs.npz", **out)
     (OUT / "made_by.json").write_text(json.dumps({"timm": timm.__version__, "torch": torch.__version__}) + "\n")
+
+
+SMALL = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5)
+
+
+def _family(name: str, architecture: str, x: torch.Tensor, out: dict, seed: int, bare: bool = False,
+            **kw) -> None:  # noqa: ANN003
+    """A random timm model of `architecture` (its builder's defaults, SMALL sizes and `kw`) saved as a hub folder
+    `<name>_hub` (and a bare `<name>.safetensors`), with its logits, features and pooled output on `x`."""
+    torch.manual_seed(seed)
+    args = {**SMALL, **kw}
+    model = timm.create_model(architecture, pretrained=False, **args).eval()
+    for p in model.parameters():  # far from the init (LayerScale's gammas too), so every tensor matters
+        p.normal_(0, 0.5)
+    model.pretrained_cfg = dict(architecture=architecture, input_size=(3, 32, 32), interpolation="bicubic",
+                                crop_pct=0.9, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), num_classes=5)
+    timm.models.save_for_hf(model, str(OUT / f"{name}_hub"), model_args=args, safe_serialization=True)
+    if bare:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(OUT / f"{name}.safetensors"))
+    z = model.forward_features(x)
+    out[f"{name}_logits"] = model(x).numpy()
+    out[f"{name}_features"] = z.numpy()
+    out[f"{name}_pooled"] = model.forward_head(z, pre_logits=True).numpy()
+
+
+def _more_families(x: torch.Tensor, out: dict) -> None:
+    _family("mae_avg", "vit_base_patch16_224", x, out, 3, bare=True, global_pool="avg")  # fc_norm: timm's default
+    _family("avg_nofc", "vit_base_patch16_224", x, out, 4, global_pool="avg", fc_norm=False)
+    _family("deit3", "deit3_base_patch16_224", x, out, 5, bare=True)  # LayerScale 1e-6, no_embed_class
+    _family("dinov2_reg", "vit_base_patch14_reg4_dinov2", x, out, 6)  # LayerScale, 4 registers, no_embed_class
+    _family("clip", "vit_base_patch16_clip_quickgelu_224", x, out, 7, bare=True)  # pre-norm, QuickGELU, eps 1e-5
 
 
 if __name__ == "__main__":

@@ -59,6 +59,18 @@ def appendix_parts(cfg: Any) -> list[str]:
         parts.append("pooling='map' (attention pooling head)")
     if cfg.distill_token:
         parts.append("distill_token=True (DeiT's distillation token and head)")
+    if cfg.class_token and cfg.pooling != "token":
+        parts.append("class_token=True with pooling='gap' (a class token that is not pooled)")
+    if cfg.fc_norm:
+        parts.append("fc_norm=True (the final LayerNorm after pooling)")
+    if cfg.layer_scale is not None:
+        parts.append(f"layer_scale={cfg.layer_scale:g} (LayerScale)")
+    if cfg.pre_norm:
+        parts.append("pre_norm=True (a LayerNorm before the first block)")
+    if not cfg.patch_bias:
+        parts.append("patch_bias=False (a patch embedding without bias)")
+    if cfg.gelu == "quick":
+        parts.append("gelu='quick' (QuickGELU)")
     return parts
 
 
@@ -81,7 +93,7 @@ def units_per_stage(keys: Iterable[str], stage_prefix: Callable[[int], str], uni
         counts.append(n)
 
 
-HINTS = ("num_heads", "gelu", "ln_eps", "pooling")  # values a file's tensor shapes do not determine
+HINTS = ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")  # values a file's tensor shapes do not determine
 
 log = logging.getLogger("vitkit")
 
@@ -119,7 +131,10 @@ class Choices:
         """For a file that records its whole config: every hint must agree with it, and a hint for a value
         this kind of model does not have is an error."""
         for key in HINTS:
-            if hasattr(cfg, key):
+            if hasattr(cfg, key) and getattr(cfg, key) is None:  # the model has none (e.g. no LayerScale)
+                if key in self.hints:
+                    raise ValueError(f"{self.source}: {key}={self.hints[key]!r} was given, but the model has none")
+            elif hasattr(cfg, key):
                 self.pick(key, getattr(cfg, key))
             elif key in self.hints:
                 raise ValueError(f"{self.source}: {key} was given, but a {what} model has no {key}")

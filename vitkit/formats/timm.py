@@ -51,16 +51,22 @@ META_KEY = "vitkit_config"
 # (`attn_pool`, SigLIP's MAP head) which is vitkit's `map_head` with the latent query as `probe`.
 RENAMES = (("pre_logits.fc.", "pre_logits.0."), ("attn_pool.latent", "map_head.probe"), ("attn_pool.", "map_head."))
 # timm parts vitkit's ViT has no equivalent for, with what they are (for the error message).
-TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh"}  # timm act_layer names -> vitkit's GELU flavours
+TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}  # timm act_layer -> vitkit's GELU
 UNSUPPORTED = {
-    "fc_norm.weight": "a LayerNorm after pooling (timm fc_norm)",
-    "blocks.0.ls1.gamma": "LayerScale",
     "blocks.0.attn.q_norm.weight": "qk-norm",
-    "reg_token": "register tokens",
-    "norm_pre.weight": "a pre-encoder LayerNorm",
+    "blocks.0.mlp.fc1_g.weight": "a gated MLP (SwiGLU)",
+    "blocks.0.mlp.w12.weight": "a gated MLP (SwiGLU)",
+    "blocks.0.attn.norm.weight": "a LayerNorm inside the attention (scale-norm)",
+    "blocks.0.mlp.norm.weight": "a LayerNorm inside the MLP (scale-norm)",
     "attn_pool.q_norm.weight": "qk-norm in the attention pooling",
     "attn_pool.pos_embed": "position embeddings in the attention pooling",
 }
+POOLS = {"token": "token", "avg": "gap", "map": "map"}  # timm's global_pool -> vitkit's pooling
+# What timm's builders of these families set in code (so a hub config's model_args does not repeat it), by a
+# substring of the architecture name: LayerScale's init (DeiT III 1e-6, DINOv2 1e-5), CLIP's GELU
+BUILDER_ARGS = (("deit3_", {"init_values": 1e-6}), ("_dinov2", {"init_values": 1e-5}),
+                ("_quickgelu_", {"act_layer": "quick_gelu"}))
+LAYER_SCALE_INIT = 1e-5  # timm's DINOv2 / DeiT III init_values: used only to re-initialise, the file holds gamma
 
 
 def key_table(state_keys: list[str]) -> KeyTable:
@@ -126,7 +132,11 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         depth += 1
     if depth == 0:
         raise ValueError(f"{path}: missing tensor 'blocks.0.attn.qkv.weight'; not a timm VisionTransformer")
-    args = meta.get("model_args") or {}
+    arch = str(meta.get("architecture", ""))
+    args = {k: v for part, defaults in BUILDER_ARGS if part in arch for k, v in defaults.items()}
+    args.update(meta.get("model_args") or {})  # the file's own model_args first
+    if args.get("pool_include_prefix") or args.get("final_norm") is False:
+        raise ValueError(f"{path}: model_args pool_include_prefix / final_norm=False are not a model vitkit builds")
     table = table1_heads(D)
     heads = choices.pick("num_heads", args.get("num_heads"), table,
                          f"fused qkv weights do not record it; Table 1's width-{D} model has {table} heads" if table
@@ -137,12 +147,15 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         raise ValueError(f"{path}: attention pooling with a class token or a latent of shape "
                          f"{tuple(state['attn_pool.latent'].shape)} is not a model vitkit builds (it pools patches with "
                          "one query)")
-    args_act = (meta.get("model_args") or {}).get("act_layer")
+    args_act = args.get("act_layer")
     if args_act is not None and args_act not in TIMM_ACTS:
         raise ValueError(f"{path}: act_layer {args_act!r} is not a GELU vitkit builds ({', '.join(TIMM_ACTS)})")
     distilled = "dist_token" in state  # DeiT distilled: a second class token with its own head, averaged at inference
     if distilled and not (token and "head_dist.weight" in state):
         raise ValueError(f"{path}: a dist_token needs a cls_token and head_dist (DeiT's distilled ViT)")
+    registers = state["reg_token"].shape[1] if "reg_token" in state else 0
+    fc_norm = "fc_norm.weight" in state
+    pre_norm = "norm_pre.weight" in state
     layers: tuple[int, ...] | None = None
     width_factor, in_chans, stride = 1, C, P
     if "patch_embed.backbone.stem.conv.weight" in state:
@@ -151,6 +164,9 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         layers = units_per_stage(state, lambda s: f"patch_embed.backbone.stages.{s}.blocks.", ".conv1.weight")
         stride = P * hybrid_stride(layers)
     pos = require(state, "pos_embed", path, 3)
+    if registers and square_side(pos.shape[1]) is None:
+        raise ValueError(f"{path}: register tokens with their own position embeddings (timm without no_embed_class) "
+                         "are not a model vitkit builds: its registers take none")
     if distilled and square_side(pos.shape[1]) is not None:
         raise ValueError(f"{path}: DeiT's distillation token with position embeddings for the patches only "
                          "(no_embed_class) is not a model vitkit builds")
@@ -159,6 +175,12 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     if img is None:
         img = square_grid(n, path, "pos_embed")[0] * stride
     rep = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else None
+    if pre_norm and ("clip" in arch or args.get("pre_norm")):
+        eps_file, eps_rule = 1e-5, ""  # CLIP's towers (timm's *_clip_* builders) use nn.LayerNorm's own eps
+    else:
+        eps_file = None
+        eps_rule = ("a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)" if pre_norm else
+                    "timm's ViT LayerNorm eps")
     return ViTConfig(
         img_size=img,
         patch_size=P,
@@ -168,17 +190,46 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         depth=depth,
         num_heads=heads,
         mlp_dim=require(state, "blocks.0.mlp.fc1.weight", path, 2).shape[0],
-        pooling=choices.pick("pooling", "token" if token else "map" if attn_pool else None, "gap",
-                             "no class token: timm's default global average pooling"),
+        pooling=_pooling(meta, token, attn_pool, fc_norm, choices),
+        class_token=token,
+        fc_norm=fc_norm,
+        layer_scale=(choices.pick("layer_scale", args.get("init_values"), LAYER_SCALE_INIT,
+                                  "LayerScale's initial value is not in the file (its gammas are trained); it matters "
+                                  "only when the model is re-initialised") if "blocks.0.ls1.gamma" in state else None),
+        pre_norm=pre_norm,
+        patch_bias="patch_embed.proj.bias" in state,
+        num_registers=registers,
         representation_size=rep,
         distill_token=distilled,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
-        ln_eps=choices.pick("ln_eps", None, 1e-6, "timm's ViT LayerNorm eps"),
+        ln_eps=choices.pick("ln_eps", eps_file, 1e-5 if pre_norm else 1e-6, eps_rule),
         gelu=choices.pick("gelu", TIMM_ACTS.get(args_act) if args_act else None, "exact",
-                          "timm's ViT uses nn.GELU, the exact erf form"),
+                          "timm's ViT uses nn.GELU, the exact erf form" + (
+                              " (OpenAI's CLIP weights need gelu='quick')" if pre_norm else "")),
         resnet_layers=layers,
         resnet_width=width_factor,
     )
+
+
+def _pooling(meta: dict[str, Any], token: bool, attn_pool: bool, fc_norm: bool, choices: Choices) -> str:
+    """vitkit's pooling from a hub folder's global_pool; a bare file's is assumed (and recorded) from its parts:
+    attention pooling if it has attn_pool, else average pooling without a class token or with fc_norm (timm makes
+    fc_norm for its average pools), else timm's default, the class token."""
+    pool = meta.get("global_pool", (meta.get("model_args") or {}).get("global_pool"))
+    if pool is not None:
+        if pool not in POOLS:
+            raise ValueError(f"{choices.source}: global_pool {pool!r} is not a pooling vitkit builds "
+                             f"({', '.join(POOLS)})")
+        return choices.pick("pooling", POOLS[pool])
+    if attn_pool:
+        return choices.pick("pooling", "map")
+    if not token:
+        return choices.pick("pooling", None, "gap", "no class token: timm's default global average pooling")
+    if fc_norm:
+        return choices.pick("pooling", None, "gap", "a class token with fc_norm: timm builds fc_norm for its average "
+                            "pooling (global_pool='avg'); give pooling='token' if the file pooled the class token")
+    return choices.pick("pooling", None, "token", "a class token and no global_pool in the file: timm's default "
+                        "'token'; give pooling='gap' for a model trained with global_pool='avg'")
 
 
 def _no_embed_class(tokens: int, token: bool) -> bool:
@@ -196,7 +247,7 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
         choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
                                          "timm state dict stores no preprocessing (a hub folder's pretrained_cfg does)")
     cfg = choices.record(cfg)
-    if cfg.pooling == "token" and "pos_embed" in state and state["pos_embed"].shape[1] == cfg.num_patches:
+    if cfg.class_token and "pos_embed" in state and state["pos_embed"].shape[1] == cfg.num_patches:
         # no_embed_class: patches get E_pos, the class token none == a zero class-token row in our table.
         pe = state["pos_embed"]
         state = dict(state, pos_embed=torch.cat([pe.new_zeros(1, 1, pe.shape[2]), pe], dim=1))
@@ -231,20 +282,34 @@ def _preprocess(meta: dict[str, Any], pre: PreprocessConfig, cfg: ViTConfig) -> 
 
 
 # ----------------------------------------------------------------------------- writing
-def _timm_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
+GELU_ACTS = {v: k for k, v in TIMM_ACTS.items()}  # vitkit's GELU -> timm's act_layer
+
+
+def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]:
+    """The timm state dict of `model`; warns where timm, building the model from what is written (a hub folder's
+    model_args, or for a `bare` file its own defaults), would compute something slightly different."""
     cfg = model.config
-    # timm has DeiT's distilled ViT and SigLIP's attention pooling
-    parts = [p for p in appendix_parts(cfg) if not p.startswith(("distill_token", "pooling='map'"))]
+    # what timm's VisionTransformer also builds: DeiT's distilled ViT, SigLIP's attention pooling, a class token
+    # beside average pooling, fc_norm, LayerScale, CLIP's pre-norm (with its bias-free patch embedding), QuickGELU
+    held = ("distill_token", "pooling='map'", "class_token", "fc_norm", "layer_scale", "pre_norm", "patch_bias",
+            "gelu=")
+    parts = [p for p in appendix_parts(cfg) if not p.startswith(held)]
     if cfg.posemb != "learn1d":
         parts.insert(0, f"posemb={cfg.posemb!r}")
+    if cfg.pre_norm == cfg.patch_bias:
+        parts.append(f"pre_norm={cfg.pre_norm} with patch_bias={cfg.patch_bias} (timm's patch embedding has a bias "
+                     "exactly when there is no pre-norm)")
     if parts:
         raise ValueError("timm's ViT has learned 1D position embeddings at the input and global attention; this "
                          f"model has {'; '.join(parts)}: save it in vitkit's format")
-    if cfg.gelu != "exact" or cfg.ln_eps != 1e-6:
+    timm_eps = 1e-5 if cfg.pre_norm else 1e-6  # nn.LayerNorm's in timm's CLIP builders, else timm's ViT's
+    if cfg.ln_eps != timm_eps or (bare and cfg.gelu != "exact"):
         warnings.warn(
-            f"this model uses {cfg.gelu} GELU and LayerNorm eps {cfg.ln_eps:g}; timm's VisionTransformer runs exact "
-            "GELU and eps 1e-6, so timm's outputs will differ slightly (vitkit itself reloads the file exactly: "
-            "its config is stored alongside)", UserWarning, stacklevel=3)
+            f"this model uses {cfg.gelu} GELU and LayerNorm eps {cfg.ln_eps:g}; timm's VisionTransformer runs "
+            f"{'exact' if bare else cfg.gelu} GELU and eps {timm_eps:g}"
+            + (" (a bare file has no model_args to say otherwise)" if bare else "")
+            + ", so timm's outputs will differ slightly (vitkit itself reloads the file exactly: its config is "
+            "stored alongside)", UserWarning, stacklevel=3)
     out = {}
     for k, v in model.state_dict().items():
         for new, old in RENAMES:  # vitkit -> timm
@@ -253,22 +318,32 @@ def _timm_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
     return out
 
 
+def _architecture(cfg: ViTConfig) -> str:
+    """The timm builder whose defaults the model_args complete (its norm layer and eps come from the builder)."""
+    if cfg.distill_token:
+        return "deit_base_distilled_patch16_224"
+    if cfg.pooling == "map":
+        return "vit_base_patch16_siglip_224"
+    if cfg.pre_norm:
+        return "vit_base_patch16_clip_quickgelu_224" if cfg.gelu == "quick" else "vit_base_patch16_clip_224"
+    return "vit_base_patch16_224"
+
+
 def save_timm(model: VisionTransformer, out: Path) -> Path:
     """Write `out` (a `.safetensors` file) or a timm hub folder `out/{config.json, model.safetensors}`.
 
     vitkit's full config rides along (safetensors metadata, config.json "vitkit") so a reload is exact.
     """
     cfg = model.config
-    tensors = _timm_state(model)
     file = out if out.suffix == ".safetensors" else out / WEIGHTS_NAME
+    tensors = _timm_state(model, bare=file == out)
     meta = {"format": "pt", META_KEY: cfg.to_json()}
     atomic_write_with(file, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     if file != out:
         pre = model.preprocess
         doc = {
             # timm builder; model_args below set every size
-            "architecture": "deit_base_distilled_patch16_224" if cfg.distill_token else
-            "vit_base_patch16_siglip_224" if cfg.pooling == "map" else "vit_base_patch16_224",
+            "architecture": _architecture(cfg),
             "num_classes": cfg.num_classes,
             "num_features": cfg.representation_size or cfg.width,
             "global_pool": TIMM_POOL[cfg.pooling],
@@ -281,9 +356,12 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "num_heads": cfg.num_heads,
                 "mlp_ratio": cfg.mlp_dim / cfg.width,
                 "qkv_bias": cfg.qkv_bias,
-                "class_token": cfg.pooling == "token",
+                "class_token": cfg.class_token,
                 "global_pool": TIMM_POOL[cfg.pooling],
-                "fc_norm": False,
+                "fc_norm": cfg.fc_norm,
+                "init_values": cfg.layer_scale,
+                "pre_norm": cfg.pre_norm,
+                "act_layer": GELU_ACTS[cfg.gelu],
             },
             "pretrained_cfg": {
                 "input_size": [cfg.in_chans, *cfg.img_size],

@@ -10,7 +10,8 @@ approximation by default, xavier-uniform kernels with N(0, 1e-6) biases, N(0, 0.
 embeddings, a zero class token and a zero-initialised head. Appendix D variants carried by the
 config: GAP pooling, no / learned 1D / learned 2D position embeddings, a hybrid ResNet stem. Later work's
 options (Beyer et al. 2022; Darcet et al. 2024; Touvron et al. 2021): fixed 2-D sin-cos embeddings, MAP
-pooling, register tokens, DeiT's distillation token.
+pooling, register tokens, DeiT's distillation token, LayerScale, a class token beside GAP, the final LN after
+pooling (fc_norm), CLIP's pre-encoder LN, bias-free patch embedding and QuickGELU.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ PosEmb = Literal["learn1d", "learn2d", "relative", "none", "sincos2d"]
 # table learned per layer and added before each block, or one table added before every block
 Placement = Literal["input", "every_layer", "every_layer_shared"]
 BlockKind = Literal["global", "axial"]  # global self-attention, or Axial-ViT's row + column blocks (D.7)
-Gelu = Literal["tanh", "exact"]
-# GELU flavour -> torch's `approximate` argument: the original JAX code's tanh formula, or the exact erf
+Gelu = Literal["tanh", "exact", "quick"]
+# GELU flavour -> torch's `approximate` argument: the original JAX code's tanh formula, or the exact erf; "quick" is
+# OpenAI CLIP's x * sigmoid(1.702 x) (QuickGELU), which torch's GELU does not have
 GELU_APPROXIMATE: dict[str, str] = {"tanh": "tanh", "exact": "none"}
+GELUS = ("tanh", "exact", "quick")
 
 
 # Sanity bounds, checked before anything is built (a config of depth 100000 would take minutes and gigabytes
@@ -72,6 +75,13 @@ class ViTConfig:
     num_registers: int = 0  # register tokens (Darcet et al. 2024): learned, no E_pos, dropped at the output
     distill_token: bool = False  # DeiT's distillation token (Touvron et al. 2021): a second class token with its
     # own head, trained towards a teacher; the two heads' logits are averaged at inference
+    class_token: bool | None = None  # a class token in the sequence; None: exactly when pooling = "token". With
+    # pooling "gap" a class token is carried but not pooled (timm's global_pool="avg" beside a class token)
+    fc_norm: bool = False  # the final LayerNorm after pooling instead of before it (timm's fc_norm: MAE, BEiT)
+    layer_scale: float | None = None  # LayerScale (Touvron et al. 2021, "Going deeper"): a learned per-channel
+    # scale on each residual branch, initialised to this value (DeiT III, DINOv2); None: none
+    pre_norm: bool = False  # a LayerNorm on z_0 before the first block (CLIP's ln_pre, timm's norm_pre)
+    patch_bias: bool = True  # the patch embedding's bias (CLIP has none)
     posemb_placement: Placement = "input"  # appendix D.4, for learn1d / learn2d
     block: BlockKind = "global"  # "axial": Axial-ViT (appendix D.7), GAP pooling, 2-D patch grid
     representation_size: int | None = None  # "pre_logits" Dense + tanh (pre-training head)
@@ -115,6 +125,18 @@ class ViTConfig:
         if self.width % self.num_heads:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         check_choice("pooling", self.pooling, ("token", "gap", "map"))
+        if self.class_token is None:
+            self.class_token = self.pooling == "token"
+        for key in ("class_token", "fc_norm", "pre_norm", "patch_bias"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
+        if self.pooling == "token" and not self.class_token:
+            raise ValueError("pooling='token' pools the class token: it needs class_token=True")
+        if self.class_token and self.pooling == "map":
+            raise ValueError("attention pooling (pooling='map') pools the patches; a class token beside it is not a "
+                             "model vitkit builds")
+        if self.layer_scale is not None:
+            check_range("layer_scale", self.layer_scale, 0.0, math.inf, low_open=True)
         check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", "sincos2d"))
         check_int("num_registers", self.num_registers, low=0, high=MAX_SIZES["num_registers"])
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
@@ -122,11 +144,11 @@ class ViTConfig:
         if self.posemb_placement != "input" and self.posemb not in ("learn1d", "learn2d"):
             raise ValueError(f"posemb_placement {self.posemb_placement!r} applies to learned 1D / 2D position "
                              f"embeddings, not posemb={self.posemb!r}")
-        if self.block == "axial" and self.pooling != "gap":
+        if self.block == "axial" and (self.pooling != "gap" or self.class_token):
             raise ValueError("Axial-ViT keeps the patch grid 2-D and has no class token: use pooling='gap'")
-        if self.distill_token and (self.pooling != "token" or self.representation_size):
-            raise ValueError("a distillation token sits beside the class token: it needs pooling='token' and no "
-                             "representation_size")
+        if self.distill_token and (self.pooling != "token" or self.representation_size or self.fc_norm):
+            raise ValueError("a distillation token sits beside the class token: it needs pooling='token', no "
+                             "representation_size and no fc_norm")
         if self.block == "axial" and self.num_registers:
             raise ValueError("Axial-ViT's row and column attention sees only the patch grid: it takes no registers")
         if self.posemb == "sincos2d" and self.width % 4:
@@ -134,8 +156,8 @@ class ViTConfig:
         if self.block == "axial" and self.posemb == "relative":
             raise ValueError("relative position embeddings are 1-D over the whole sequence; Axial-ViT's row and "
                              "column attention does not take them (use learn1d or learn2d)")
-        if self.gelu not in GELU_APPROXIMATE:
-            raise ValueError(f"gelu must be 'tanh' or 'exact', got {self.gelu!r}")
+        if self.gelu not in GELUS:
+            raise ValueError(f"gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
         if self.posemb == "learn2d" and self.width % 2:
             raise ValueError("learned 2D position embeddings need an even width")
         for side in self.img_size:
@@ -165,7 +187,7 @@ class ViTConfig:
     def num_class_tokens(self) -> int:
         """Tokens before the patches that take a position embedding: the class token (and DeiT's
         distillation token)."""
-        return (1 + int(self.distill_token)) if self.pooling == "token" else 0
+        return (1 + int(self.distill_token)) if self.class_token else 0
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -273,13 +295,20 @@ def recording_attention(model: nn.Module) -> Iterator[list[torch.Tensor]]:
             m.record = None
 
 
+class QuickGELU(nn.Module):
+    """OpenAI CLIP's GELU approximation, x * sigmoid(1.702 x)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
 class Mlp(nn.Module):
     """MLP of the block: Dense(D -> mlp) -> GELU -> dropout -> Dense(mlp -> D) -> dropout."""
 
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
         self.fc1 = nn.Linear(cfg.width, cfg.mlp_dim)
-        self.act = nn.GELU(approximate=GELU_APPROXIMATE[cfg.gelu])
+        self.act = QuickGELU() if cfg.gelu == "quick" else nn.GELU(approximate=GELU_APPROXIMATE[cfg.gelu])
         self.fc2 = nn.Linear(cfg.mlp_dim, cfg.width)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -287,8 +316,20 @@ class Mlp(nn.Module):
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
 
+class LayerScale(nn.Module):
+    """A learned per-channel scale of a residual branch (Touvron et al. 2021), initialised to `init`."""
+
+    def __init__(self, width: int, init: float) -> None:
+        super().__init__()
+        self.init = init
+        self.gamma = nn.Parameter(torch.full((width,), init))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
 class Block(nn.Module):
-    """One pre-norm encoder block: eq. 2 then eq. 3."""
+    """One pre-norm encoder block: eq. 2 then eq. 3 (with LayerScale, each branch scaled before it is added)."""
 
     def __init__(self, cfg: ViTConfig, drop_path: float = 0.0) -> None:
         super().__init__()
@@ -298,10 +339,13 @@ class Block(nn.Module):
         self.mlp = Mlp(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.drop_path = DropPath(drop_path)
+        scale = cfg.layer_scale
+        self.ls1: nn.Module = LayerScale(cfg.width, scale) if scale is not None else nn.Identity()
+        self.ls2: nn.Module = LayerScale(cfg.width, scale) if scale is not None else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.drop(self.attn(self.norm1(x))))  # eq. 2: z' = MSA(LN(z)) + z
-        return x + self.drop_path(self.mlp(self.norm2(x)))  # eq. 3: z = MLP(LN(z')) + z'
+        x = x + self.drop_path(self.ls1(self.drop(self.attn(self.norm1(x)))))  # eq. 2: z' = MSA(LN(z)) + z
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # eq. 3: z = MLP(LN(z')) + z'
 
 
 class PatchEmbed(nn.Module):
@@ -317,7 +361,7 @@ class PatchEmbed(nn.Module):
         if cfg.resnet_layers is not None:
             self.backbone = ResNetStem(cfg.resnet_layers, cfg.resnet_width, cfg.in_chans)
             in_chans = self.backbone.out_channels
-        self.proj = nn.Conv2d(in_chans, cfg.width, cfg.patch_size, stride=cfg.patch_size)
+        self.proj = nn.Conv2d(in_chans, cfg.width, cfg.patch_size, stride=cfg.patch_size, bias=cfg.patch_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.backbone is not None:
@@ -357,7 +401,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         self.config = cfg
         D = cfg.width
         self.patch_embed = PatchEmbed(cfg)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.pooling == "token" else None
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.distill_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, cfg.num_registers, D)) if cfg.num_registers else None
         gh, gw = cfg.grid_size
@@ -369,12 +413,15 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
             self.pos_embed_col = nn.Parameter(torch.zeros(n, gw, D // 2))
             self.pos_embed_cls = nn.Parameter(torch.zeros(n, cfg.num_class_tokens, D))
         self.pos_drop = nn.Dropout(cfg.dropout)
+        self.norm_pre: nn.Module = nn.LayerNorm(D, eps=cfg.ln_eps) if cfg.pre_norm else nn.Identity()
         rates = [cfg.drop_path * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
         if cfg.block == "axial":  # appendix D.7: a row block then a column block in place of each block
             self.blocks = nn.ModuleList(AxialBlock(lambda r=r: Block(cfg, r)) for r in rates)
         else:
             self.blocks = nn.ModuleList(Block(cfg, r) for r in rates)
-        self.norm = nn.LayerNorm(D, eps=cfg.ln_eps)
+        # eq. 4's LN: on every token before pooling, or (fc_norm) on the pooled representation
+        self.norm: nn.Module = nn.Identity() if cfg.fc_norm else nn.LayerNorm(D, eps=cfg.ln_eps)
+        self.fc_norm: nn.Module = nn.LayerNorm(D, eps=cfg.ln_eps) if cfg.fc_norm else nn.Identity()
         self.map_head = MAPHead(cfg) if cfg.pooling == "map" else None
         self.pre_logits: nn.Module | None = None
         head_in = D
@@ -412,7 +459,11 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         proj = self.patch_embed.proj  # flax Conv default: lecun-normal over fan-in P*P*C
         fan_in = proj.in_channels * proj.kernel_size[0] * proj.kernel_size[1]
         nn.init.trunc_normal_(proj.weight, std=math.sqrt(1.0 / fan_in))
-        nn.init.zeros_(proj.bias)
+        if proj.bias is not None:
+            nn.init.zeros_(proj.bias)
+        for m in self.modules():
+            if isinstance(m, LayerScale):
+                nn.init.constant_(m.gamma, m.init)
         for p in self._posemb_params():
             nn.init.normal_(p, std=0.02)
         if self.cls_token is not None:
@@ -435,7 +486,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
             self.pre_logits = None
             self.config.representation_size = None
         head_in = self.config.representation_size or self.config.width
-        ref = self.norm.weight
+        ref = self.patch_embed.proj.weight  # the device and dtype the new head takes
 
         def zero_head() -> nn.Module:
             if num_classes <= 0:
@@ -503,7 +554,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         if cfg.posemb in ("none", "relative"):
             return None
         if cfg.posemb == "sincos2d":  # fixed, computed for any grid; the class token gets zeros
-            pe = sincos_2d(grid, cfg.width).to(self.norm.weight.device)
+            pe = sincos_2d(grid, cfg.width).to(self.patch_embed.proj.weight.device)
             return torch.cat([pe.new_zeros(1, cfg.num_class_tokens, cfg.width), pe], dim=1)
         i = layer if cfg.posemb_placement == "every_layer" else 0
         if cfg.posemb == "learn1d":
@@ -544,7 +595,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         if self.reg_token is not None:  # registers after the class token, without a position embedding
             c = self.config.num_class_tokens
             x = torch.cat([x[:, :c], self.reg_token.expand(x.shape[0], -1, -1).to(x.dtype), x[:, c:]], dim=1)
-        return self.pos_drop(x)
+        return self.norm_pre(self.pos_drop(x))
 
     def _grid_of(self, z: torch.Tensor) -> tuple[int, int]:
         """The patch grid of a token sequence at the model's own size (a dynamic size must be passed)."""
@@ -613,11 +664,12 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """eq. 4's y: the class token z_L^0, the mean over patch tokens (GAP), or their attention pooling
-        (MAP); register tokens are dropped here."""
+        (MAP); prefix tokens (class token, registers) are not pooled by GAP and MAP. With fc_norm, eq. 4's LN
+        comes here, after pooling."""
         if self.config.pooling == "token":
-            return x[:, 0]
+            return self.fc_norm(x[:, 0])
         patches = x[:, self.config.num_prefix_tokens :]
-        return patches.mean(dim=1) if self.map_head is None else self.map_head(patches)
+        return self.fc_norm(patches.mean(dim=1) if self.map_head is None else self.map_head(patches))
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Classification head on the encoder output; `pre_logits=True` returns the representation."""

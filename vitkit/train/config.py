@@ -180,7 +180,7 @@ class ModelSpec(RecipeSection):
     arch: dict[str, Any] = field(default_factory=dict)
 
     ARCH_FIELDS = frozenset(ViTConfig.__dataclass_fields__) | frozenset(BiTConfig.__dataclass_fields__)
-    HINTS = ("num_heads", "gelu", "ln_eps")  # what a checkpoint file may not record
+    HINTS = ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")  # what a checkpoint file may not record
 
     def __post_init__(self) -> None:
         for k in ("name", "pretrained"):
