@@ -193,10 +193,11 @@ def test_loader_messages(tmp_path: Path) -> None:
     m = vitkit.create_model("vit", img_size=32, patch_size=16, width=32, depth=1, num_heads=2, mlp_dim=64,
                             num_classes=5, gelu="exact")
     state = {k.replace("pre_logits.0.", "pre_logits.fc."): v for k, v in m.state_dict().items()}
-    ls = dict(state, **{"blocks.0.ls1.gamma": torch.ones(32)})  # LayerScale: a part vitkit's ViT does not have
-    torch.save(ls, tmp_path / "deit3.pth")
-    with pytest.raises(ValueError, match=r"deit3\.pth: unrecognised tensor\(s\) 'blocks\.0\.ls1\.gamma' \(LayerScale\)"):
-        vitkit.load_pretrained(tmp_path / "deit3.pth")
+    qk = dict(state, **{"blocks.0.attn.q_norm.weight": torch.ones(16)})  # qk-norm: a part vitkit's ViT does not have
+    torch.save(qk, tmp_path / "qknorm.pth")
+    with pytest.raises(ValueError, match=r"qknorm\.pth: unrecognised tensor\(s\) 'blocks\.0\.attn\.q_norm\.weight' "
+                       r"\(qk-norm\)"):
+        vitkit.load_pretrained(tmp_path / "qknorm.pth", num_heads=2)
     torch.save({"w": torch.zeros(2)}, tmp_path / "other.pth")
     with pytest.raises(ValueError, match=r"other\.pth.*missing tensor 'patch_embed\.proj\.weight'"):
         vitkit.load_pretrained(tmp_path / "other.pth")

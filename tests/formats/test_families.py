@@ -89,6 +89,7 @@ MORE = [
     ("dinov2_reg", {}, None, dict(pooling="token", num_registers=4, layer_scale=1e-5), "num_registers"),
     ("clip", {}, {"num_heads": 4, "gelu": "quick"}, dict(pre_norm=True, patch_bias=False, gelu="quick", ln_eps=1e-5),
      "pre_norm"),
+    ("reg_gap", {}, None, dict(pooling="gap", class_token=False, num_registers=4), "num_registers"),
 ]
 
 
@@ -129,6 +130,11 @@ def test_more_timm_families_load_with_timms_outputs_and_save_back(name: str, hub
             save_pretrained(m, tmp_path / f"x.{fmt}" if fmt == "npz" else tmp_path / fmt, format=fmt)
 
 
+def test_a_family_vitkit_does_not_build_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"eva02\.safetensors.*'blocks\.0\.attn\.q_bias' \(EVA's attention"):
+        vitkit.load_pretrained(FAMILIES / "eva02.safetensors", num_heads=4)
+
+
 def test_a_bare_timm_file_with_a_class_token_says_its_pooling_is_assumed(caplog) -> None:  # noqa: ANN001
     """A bare file with a class token and no fc_norm cannot tell token from average pooling: timm's default
     ('token') is assumed and logged; pooling='gap' gives the output of the model trained with global_pool='avg'."""
@@ -162,3 +168,8 @@ def test_the_new_families_run_through_predict_and_finetune(name: str, tmp_path: 
     keep = ("pooling", "class_token", "fc_norm", "layer_scale", "pre_norm", "patch_bias", "gelu", "ln_eps",
             "num_registers")
     assert {k: getattr(ft, k) for k in keep} == {k: getattr(src, k) for k in keep} and ft.num_classes == 3
+    assert main(["eval", "--model", str(tmp_path / "ft" / "model"), "--data", str(data)]) == 0
+    assert main(["inspect", "--model", hub, "--images", *map(str, sorted((data / "c0").iterdir())), "--out", str(tmp_path / "insp"),
+                 "--no-progress"]) == 0
+    pytest.importorskip("onnxruntime")
+    assert main(["export", hub, "--out", str(tmp_path / "m.onnx")]) == 0  # parity with PyTorch checked inside

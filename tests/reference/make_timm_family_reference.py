@@ -10,7 +10,8 @@ Families: DeiT distilled (`deit_*_distilled_*`: a distillation token and head_di
 inference); a SigLIP-style image tower (`vit_*_siglip_*`: no class token, attention pooling `attn_pool`); MAE-style
 average pooling beside a class token with fc_norm (hub folder and bare file), and without fc_norm; DeiT III-style
 LayerScale with no_embed_class; DINOv2 with registers (`*_reg4_dinov2`: LayerScale, 4 registers, no_embed_class);
-an OpenAI CLIP image tower (`*_clip_quickgelu_*`: pre-norm, bias-free patch embedding, QuickGELU, eps 1e-5).
+an OpenAI CLIP image tower (`*_clip_quickgelu_*`: pre-norm, bias-free patch embedding, QuickGELU, eps 1e-5);
+registers with average pooling and no class token (`*_reg4_gap_*`); and an EVA-02 file, a family vitkit refuses.
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ def _more_families(x: torch.Tensor, out: dict) -> None:
     _family("deit3", "deit3_base_patch16_224", x, out, 5, bare=True)  # LayerScale 1e-6, no_embed_class
     _family("dinov2_reg", "vit_base_patch14_reg4_dinov2", x, out, 6)  # LayerScale, 4 registers, no_embed_class
     _family("clip", "vit_base_patch16_clip_quickgelu_224", x, out, 7, bare=True)  # pre-norm, QuickGELU, eps 1e-5
+    _family("reg_gap", "vit_base_patch16_reg4_gap_256", x, out, 8)  # 4 registers, no class token, average pooling
+    # a family vitkit does not build (EVA-02: SwiGLU MLP, rotary position embeddings): for the refusal message
+    torch.manual_seed(9)
+    eva = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
+                            depth=2, num_heads=4, num_classes=5)
+    save_file({k: v.contiguous() for k, v in eva.state_dict().items()}, str(OUT / "eva02.safetensors"))
 
 
 if __name__ == "__main__":

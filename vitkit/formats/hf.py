@@ -1,4 +1,5 @@
-"""Hugging Face `ViTModel` / `ViTForImageClassification` folders, read and written.
+"""Hugging Face `ViTModel` / `ViTForImageClassification` folders, read and written (the other ViT families HF has,
+DeiT, DINOv2, CLIP, SigLIP and ViTMAE, are read by hf_families.py).
 
 A folder holds `config.json` (model_type "vit") and `model.safetensors` or `pytorch_model.bin`
 (read with `weights_only=True`), optionally `preprocessor_config.json`. Two key layouts exist:
@@ -28,6 +29,7 @@ from vitkit.formats.common import (
     split_chunks,
     torch_load_weights,
 )
+from vitkit.formats.hf_families import is_family, load_hf_family
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -112,7 +114,7 @@ def is_hf_dir(path: Path) -> bool:
     if not (path.is_dir() and ((path / SAFETENSORS_NAME).is_file() or (path / BIN_NAME).is_file())):
         return False
     doc = _read_config(path)
-    return doc is not None and doc.get("model_type") == "vit"
+    return doc is not None and (doc.get("model_type") == "vit" or is_family(doc))
 
 
 def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
@@ -193,25 +195,54 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
     mean, std = pre.mean, pre.std
     for key, ok in (("do_resize", proc.get("do_resize", True) is True),
                     ("do_rescale", proc.get("do_rescale", True) is True and abs(float(
-                        proc.get("rescale_factor", 1 / 255)) - 1 / 255) < 1e-9),
-                    ("do_center_crop", not proc.get("do_center_crop", False))):
+                        proc.get("rescale_factor", 1 / 255)) - 1 / 255) < 1e-9)):
         if not ok:  # a step vitkit's preprocessing does not take: refused by name, never run differently
             raise ValueError(f"{folder / PREPROCESSOR_NAME}: {key} = {proc.get(key)!r} (rescale_factor "
                              f"{proc.get('rescale_factor', 1 / 255)!r}) is a preprocessing step vitkit does not "
                              "reproduce yet; it resizes the whole image to the model's size and scales pixels by 1/255")
-    size = proc.get("size")
-    if isinstance(size, dict) and {"height", "width"} <= set(size) and (size["height"], size["width"]) != cfg.img_size:
-        raise ValueError(f"{folder / PREPROCESSOR_NAME}: size {size} differs from the model's image_size {cfg.img_size}")
+    crop_pct, crop_mode = _hf_crop(proc, cfg, folder / PREPROCESSOR_NAME)
     try:
         if proc.get("do_normalize", True):
             mean = tuple(float(m) for m in proc.get("image_mean", pre.mean))
             std = tuple(float(s) for s in proc.get("image_std", pre.std))
         else:
             mean, std = (0.0,) * cfg.in_chans, (1.0,) * cfg.in_chans
-        return PreprocessConfig(img_size=cfg.img_size, mean=mean, std=std, labels=labels,
-                                interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation))
+        return PreprocessConfig(img_size=cfg.img_size, mean=mean, std=std, labels=labels, crop_pct=crop_pct,
+                                crop_mode=crop_mode, interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation))
     except (ValueError, TypeError) as e:  # validated as a whole: NaN or zero std, wrong lengths
         raise ValueError(f"{folder / PREPROCESSOR_NAME}: {e}") from e
+
+
+def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float | None, str]:
+    """An HF image processor's resize (+ centre crop) as vitkit's crop_pct / crop_mode: `size` {"height", "width"}
+    with no crop is a plain resize (no crop_pct); {"shortest_edge": S} with a centre crop of the model's size is
+    timm's "center" crop with crop_pct = crop / S (CLIPImageProcessor, DINOv2's BitImageProcessor); {"height",
+    "width"} then a smaller centre crop is "squash" with crop_pct = crop / size. Other combinations are refused."""
+    size, crop = proc.get("size"), proc.get("crop_size")
+    do_crop = bool(proc.get("do_center_crop", False))
+    if isinstance(crop, dict) and {"height", "width"} <= set(crop):
+        crop = (crop["height"], crop["width"])
+    elif isinstance(crop, int):
+        crop = (crop, crop)
+    if isinstance(size, dict) and "shortest_edge" in size:
+        if not do_crop or crop is None or tuple(crop) != tuple(cfg.img_size) or cfg.img_size[0] != cfg.img_size[1]:
+            raise ValueError(f"{where}: size {size} with do_center_crop = {do_crop} and crop_size {crop}: vitkit "
+                             f"reproduces a shortest-edge resize followed by a centre crop of the model's "
+                             f"{cfg.img_size[0]}x{cfg.img_size[1]}")
+        return cfg.img_size[0] / float(size["shortest_edge"]), "center"
+    if isinstance(size, dict) and {"height", "width"} <= set(size):
+        hw = (size["height"], size["width"])
+        if not do_crop:
+            if hw != tuple(cfg.img_size):
+                raise ValueError(f"{where}: size {size} differs from the model's image_size {cfg.img_size}")
+            return None, "center"
+        if crop is None or tuple(crop) != tuple(cfg.img_size) or crop[0] / hw[0] != crop[1] / hw[1]:
+            raise ValueError(f"{where}: a resize to {size} then a centre crop of {crop} does not give the model's "
+                             f"{cfg.img_size} with one crop fraction")
+        return crop[0] / hw[0], "squash"
+    if do_crop:
+        raise ValueError(f"{where}: do_center_crop with size {size!r}: a preprocessing vitkit does not reproduce")
+    return None, "center"
 
 
 def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
@@ -221,6 +252,13 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
     if doc is None:
         raise ValueError(f"{folder / CONFIG_NAME}: cannot read the model config")
     state, wpath = _weights(folder)
+    if is_family(doc):  # DeiT, DINOv2, CLIP, SigLIP, ViTMAE (vitkit.formats.hf_families)
+        model = load_hf_family(folder, doc, state, wpath, hints)
+        if not (folder / PREPROCESSOR_NAME).exists():
+            model.config.extra.setdefault("assumed", {})["preprocess"] = (
+                f"mean = std = 0.5, resize without crop: vitkit's default ({PREPROCESSOR_NAME} absent)")
+        model.preprocess = _preprocess(folder, model.config, doc)
+        return model.eval()
     base = "vit." if any(k.startswith("vit.") for k in state) else ""
     layout = "classic" if any(k.startswith(f"{base}encoder.layer.") for k in state) else "current"
     choices = Choices(wpath, hints)

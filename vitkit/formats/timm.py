@@ -54,6 +54,8 @@ RENAMES = (("pre_logits.fc.", "pre_logits.0."), ("attn_pool.latent", "map_head.p
 TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}  # timm act_layer -> vitkit's GELU
 UNSUPPORTED = {
     "blocks.0.attn.q_norm.weight": "qk-norm",
+    "blocks.0.attn.q_bias": "EVA's attention (separate q and v biases; EVA also rotates q and k with rotary position "
+                            "embeddings, and EVA-02 has a SwiGLU MLP)",
     "blocks.0.mlp.fc1_g.weight": "a gated MLP (SwiGLU)",
     "blocks.0.mlp.w12.weight": "a gated MLP (SwiGLU)",
     "blocks.0.attn.norm.weight": "a LayerNorm inside the attention (scale-norm)",
@@ -293,7 +295,8 @@ def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]
     # beside average pooling, fc_norm, LayerScale, CLIP's pre-norm (with its bias-free patch embedding), QuickGELU
     held = ("distill_token", "pooling='map'", "class_token", "fc_norm", "layer_scale", "pre_norm", "patch_bias",
             "gelu=")
-    parts = [p for p in appendix_parts(cfg) if not p.startswith(held)]
+    parts = [p for p in appendix_parts(cfg) if not p.startswith(held)
+             and not (p.startswith("num_registers") and not cfg.class_token)]  # timm: reg_tokens, no_embed_class
     if cfg.posemb != "learn1d":
         parts.insert(0, f"posemb={cfg.posemb!r}")
     if cfg.pre_norm == cfg.patch_bias:
@@ -362,6 +365,8 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "init_values": cfg.layer_scale,
                 "pre_norm": cfg.pre_norm,
                 "act_layer": GELU_ACTS[cfg.gelu],
+                "reg_tokens": cfg.num_registers,
+                "no_embed_class": cfg.num_registers > 0,  # (registers only without a class token: none has E_pos)
             },
             "pretrained_cfg": {
                 "input_size": [cfg.in_chans, *cfg.img_size],
