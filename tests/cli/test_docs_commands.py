@@ -1,0 +1,163 @@
+"""Every command the docs show (README.md, BENCHMARKS.md, REPRODUCTION.md, docs/*.md) works as written.
+
+Commands are taken from the fenced ```bash blocks and the inline `vitkit ...` spans. Each one is parsed by vitkit's
+own command line (a flag or choice that no longer exists fails here). Those that need only what a sandbox can hold
+(the demo's model, digits runs, a few image files, a small `.npz`) are also run there, in smoke form: the same
+command with small step counts appended as `--set` overrides (a later --set wins), so a command that fails as
+written (a recipe without data, a renamed option) fails the test. Commands that need data or machines the tests do
+not have (/data/..., torchrun on several nodes, `bench` of full-size models) are parsed only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitkit
+from tests.helpers import digits_model
+from vitkit.cli import build_parser, main
+from vitkit.data.digits import load_digits_split
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "REPRODUCTION.md", *sorted((ROOT / "docs").glob("*.md"))]
+PLACEHOLDER = re.compile(r"\b(PATH|CKPT|CHECKPOINT|SRC|OUT|DIR|HOST|N|K|R|P|B)\b|\.\.\.|\[|\|")
+# appended to a command that trains, so it finishes in seconds (a later --set overrides the recipe and the flags)
+SMOKE_SET = ["--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
+             "--set", "data.num_workers=0", "--set", "train.tensorboard=false", "--set", "train.eval_every=0",
+             "--no-progress"]
+# what runs, beside parsing: subcommand -> extra arguments for its smoke form (None: parse only)
+RUN = {"train": SMOKE_SET, "finetune": SMOKE_SET, "predict": ["--no-progress"], "eval": [], "fewshot": [],
+       "inspect": ["--no-progress", "--num-images", "4"], "convert": [], "demo": ["--steps", "2", "--no-progress"],
+       "data": ["--no-progress"], "sweep": None, "bench": None, "export": None, "reproduce": None}
+
+
+def documented_commands() -> list[tuple[str, str, bool]]:
+    """(where, command, whole) for every `vitkit` / `torchrun ... vitkit.cli` / `python benchmarks/...` line of the
+    docs; `whole` for a fenced block's line (a command as typed), not for an inline span (which may name a flag)."""
+    found: list[tuple[str, str, bool]] = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"\s+#.*$", "", line).strip()
+                if line and not line.startswith("#"):
+                    found.append((doc.name, line, True))
+        for span in re.findall(r"`((?:vitkit|python benchmarks/)[^`]*)`", text):
+            found.append((doc.name, span, False))
+    return found
+
+
+def _argv(command: str) -> list[str] | None:
+    """The vitkit arguments of a documented command (None for make / pip / a script)."""
+    words = shlex.split(command)
+    if words[0] == "vitkit":
+        return words[1:]
+    if words[0] == "torchrun" and "vitkit.cli" in words:
+        return words[words.index("vitkit.cli") + 1:]
+    return None
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_docs_show_commands() -> None:
+    """The extraction itself works (a docs rewrite that hides every command would make the checks vacuous)."""
+    subs = {a[0] for _, c, _ in COMMANDS if (a := _argv(c)) and a and not a[0].startswith("-")}
+    assert {"predict", "eval", "inspect", "train", "finetune", "fewshot", "export", "bench", "reproduce",
+            "data", "convert", "demo", "sweep"} <= subs, subs
+
+
+def _options(argv: list[str]) -> tuple[argparse.ArgumentParser, set[str]]:
+    """The (sub)parser a command line reaches and the option strings it takes."""
+    parser = build_parser()
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser = subs[0].choices[word]
+    return parser, {o for a in parser._actions for o in a.option_strings}
+
+
+@pytest.mark.parametrize("where,command,whole", COMMANDS, ids=[f"{w}:{c[:60]}" for w, c, _ in COMMANDS])
+def test_every_documented_command_parses(where: str, command: str, whole: bool) -> None:
+    """A whole command line parses; every --flag a span or a form names exists on its subcommand."""
+    if command.startswith("python benchmarks/"):
+        assert (ROOT / command.split()[1]).is_file(), f"{where}: {command}: no such script"
+        return
+    argv = _argv(command.replace("...", "X").replace("[", " ").replace("]", " ").replace("|", " "))
+    if argv is None or not argv:
+        return
+    _, known = _options(argv)
+    unknown = [w.split("=")[0] for w in argv if w.startswith("--") and w.split("=")[0] not in known]
+    assert not unknown, f"{where}: `{command}` names options its command does not have: {unknown}"
+    if whole and not PLACEHOLDER.search(command):  # placeholders (PATH, [--flag], a | b) name a form
+        try:
+            build_parser().parse_args(_argv(command))
+        except SystemExit as e:
+            assert e.code == 0, f"{where}: `{command}` does not parse"  # (--help / --version exit 0)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working folder with what the documented commands name: the demo's model and other digits runs, image
+    files and folders, a list, a small ViT as ViT-B_16.npz."""
+    root = tmp_path_factory.mktemp("docs")
+    model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
+    for run in ("demo", "train", "pre", "mpp"):
+        vitkit.save_pretrained(model, root / "runs" / run / "model")
+    _, test = load_digits_split()
+    for i, name in enumerate(["my_digit.png", "other.jpg"]):
+        Image.fromarray((test.images[i, 0].numpy() * 255).astype(np.uint8)).save(root / name)
+    for folder in ("photos", "my_folder/0", "my_folder/1"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    for i in range(8):
+        img = Image.fromarray((test.images[i, 0].numpy() * 255).astype(np.uint8))
+        img.save(root / "photos" / f"{i}.png")
+        img.save(root / "my_folder" / str(i % 2) / f"{i}.png")
+    (root / "list.txt").write_text("photos/0.png\nphotos/1.png\n")
+    torch.manual_seed(0)
+    rgb = vitkit.create_model("vit", img_size=32, patch_size=8, width=32, depth=1, num_heads=2, mlp_dim=64,
+                              num_classes=5)
+    vitkit.save_pretrained(rgb, root / "ViT-B_16.npz", format="npz")
+    Image.fromarray(np.zeros((40, 50, 3), np.uint8)).save(root / "cat.jpg")
+    return root
+
+
+def _complete(argv: list[str]) -> bool:
+    """Whether an (inline) command is a whole command line, not a form that names a flag."""
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit:
+        return False
+    return True
+
+
+RUNNABLE = sorted({(w, c) for w, c, whole in COMMANDS if (a := _argv(c)) and a and RUN.get(a[0]) is not None
+                   and not PLACEHOLDER.search(c) and c.startswith("vitkit") and "/data/" not in c
+                   and "/shared/" not in c and (whole or _complete(a))})
+
+
+@pytest.mark.parametrize("where,command", RUNNABLE, ids=[f"{w}:{c[:60]}" for w, c in RUNNABLE])
+def test_documented_commands_run_in_smoke_form(where: str, command: str, sandbox: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.chdir(sandbox)
+    argv = _argv(command)
+    extra = list(RUN[argv[0]])
+    if argv[0] in ("train", "finetune") and "--out" not in argv:
+        extra += ["--out", f"runs/smoke-{abs(hash(command))}"]
+    if argv[0] == "inspect" and "--out" not in argv:
+        extra += ["--out", f"runs/inspect-{abs(hash(command))}"]
+    if argv[0] in ("train", "finetune", "demo", "convert") and "--overwrite" not in argv:
+        extra.append("--overwrite")  # the sandbox is shared: a second command may write the same folder
+    if argv[0] == "inspect" and "--images" not in argv:
+        extra = [e for e in extra if e not in ("--num-images", "4")] + ["--num-images", "4"]
+    rc = main(argv + extra)
+    assert rc == 0, f"{where}: `{command}` exited {rc} in its smoke form"
+    assert os.getcwd() == str(sandbox)
