@@ -162,6 +162,9 @@ def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsy
     assert fig7["grid"] == [8, 8] and len(fig7["attention_distance_per_layer"]) == 4
     summary = (out / "SUMMARY.md").read_text()
     assert all(f"## {n}" in summary for n in EXPERIMENTS)
+    # every fine-tune of the smoke run learns: at least twice chance (10%) on the digits test split
+    tuned = [json.loads(p.read_text()) for p in (out / "finetune").glob(f"*/{UNIT_FILE}")]
+    assert len(tuned) >= 6 and min(t["test_top1"] for t in tuned) >= 0.2, sorted(t["test_top1"] for t in tuned)
 
     # a unit killed mid-run (its state kept, its results not yet written) resumes; the rest is read back
     before = json.loads((out / "posemb" / "result.json").read_text())["results"]

@@ -38,10 +38,11 @@ class Finetune:
     img_size: int = 16
     seed: int = 0
     scratch: tuple[str, str] = ("ViT", "B")
+    steps: int = 0  # 0: the scale's fine-tuning steps (more for a from-scratch run given a pre-training's budget)
 
     def name(self, scale: Scale) -> str:
         src = self.source.name(scale) if self.source else f"scratch-{self.scratch[0].lower()}-{self.scratch[1]}"
-        return f"{src}__digits{self.img_size}px_seed{self.seed}"
+        return f"{src}__digits{self.img_size}px_seed{self.seed}" + (f"_steps{self.steps}" if self.steps else "")
 
 
 Unit = Pretrain | Finetune
@@ -50,7 +51,7 @@ Unit = Pretrain | Finetune
 def unit_steps(unit: Unit, scale: Scale) -> int:
     if isinstance(unit, Pretrain):
         return unit.steps or scale.steps
-    return scale.finetune_steps * len(scale.finetune_lrs)
+    return (unit.steps or scale.finetune_steps) * len(scale.finetune_lrs)
 
 
 class Workbench:
@@ -161,7 +162,8 @@ class Workbench:
         scratch = None if ft.source is not None else model_section(*ft.scratch)
         sweep, trained = [], False
         for lr in self.scale.finetune_lrs:
-            cfg = finetune_config(self.scale, src, lr, ft.img_size, ft.seed, scratch_model=scratch)
+            cfg = finetune_config(self.scale, src, lr, ft.img_size, ft.seed, scratch_model=scratch,
+                                  steps=ft.steps or None)
             out, ran = self._train(ft, cfg, None, self.folder(ft) / f"lr_{lr:g}")
             trained |= ran
             result = json.loads((out / "result.json").read_text())
