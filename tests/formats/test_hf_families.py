@@ -57,6 +57,11 @@ def test_dinov2_layerscale_and_pooled_class_token_match_transformers(tmp_path: P
         ref = hf(pixel_values=x)
         torch.testing.assert_close(m.forward_features(x), ref.last_hidden_state, **TOL)
         torch.testing.assert_close(m.forward_head(m.forward_features(x), pre_logits=True), ref.pooler_output, **TOL)
+    m.config.dynamic_img_size = True  # other sizes: E_pos resampled as DINOv2 does (bicubic, antialiased)
+    for side in (48, 24):
+        y = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(side))
+        with torch.no_grad():
+            torch.testing.assert_close(m.forward_features(y), hf(pixel_values=y).last_hidden_state, **TOL)
     head = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(**SMALL, num_labels=3))
     with pytest.raises(ValueError, match=r"classifier reads \[class token, mean of the patches\]"):
         vitkit.load_pretrained(_saved(head, tmp_path / "dinohead"))
