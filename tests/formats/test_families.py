@@ -173,3 +173,23 @@ def test_the_new_families_run_through_predict_and_finetune(name: str, tmp_path: 
                  "--no-progress"]) == 0
     pytest.importorskip("onnxruntime")
     assert main(["export", hub, "--out", str(tmp_path / "m.onnx")]) == 0  # parity with PyTorch checked inside
+
+
+def test_openai_and_openclip_clip_state_dicts_load_their_image_tower() -> None:
+    """A CLIP written by OpenCLIP (`visual.*` names, the text tower beside): the image tower loads with OpenCLIP's
+    image embeddings and tokens (tests/reference/make_openclip_reference.py); the GELU, which the file does not
+    record, must be given."""
+    folder = FAMILIES.parent / "openclip"
+    ref = np.load(folder / "outputs.npz", allow_pickle=False)
+    x = torch.from_numpy(ref["x"])
+    with pytest.raises(ValueError, match="does not record its GELU: OpenAI's CLIP uses QuickGELU"):
+        vitkit.load_pretrained(folder / "clip_quickgelu.pt")
+    m = vitkit.load_pretrained(folder / "clip_quickgelu.pt", gelu="quick")
+    c = m.config
+    assert (c.pre_norm, c.patch_bias, c.ln_eps, c.num_heads, c.num_classes) == (True, False, 1e-5, 2, 12)
+    assert "num_heads" in c.extra["assumed"]  # CLIP's 64-wide heads: assumed, and said
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), torch.from_numpy(ref["image_embeds"]), rtol=3e-5, atol=3e-5)
+        torch.testing.assert_close(m.forward_features(x)[:, 1:], torch.from_numpy(ref["tokens"]), rtol=3e-5,
+                                   atol=3e-5)
+

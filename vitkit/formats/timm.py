@@ -114,6 +114,37 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
     return torch_load_weights(path), meta, path
 
 
+# OpenAI's / OpenCLIP's CLIP state dicts: `visual.*` image-tower names -> timm's (what timm's own converter maps)
+CLIP_VISUAL = (("visual.conv1.", "patch_embed.proj."), ("visual.ln_pre.", "norm_pre."), ("visual.ln_post.", "norm."),
+               ("visual.transformer.resblocks.", "blocks."), (".ln_1.", ".norm1."), (".ln_2.", ".norm2."),
+               (".attn.in_proj_", ".attn.qkv."), (".attn.out_proj.", ".attn.proj."), (".mlp.c_fc.", ".mlp.fc1."),
+               (".mlp.c_proj.", ".mlp.fc2."))
+
+
+def from_clip_visual(state: dict[str, torch.Tensor], path: Path, choices: Choices) -> dict[str, torch.Tensor]:
+    """A CLIP checkpoint in OpenAI's / OpenCLIP's layout (`visual.conv1`, `visual.transformer.resblocks.N`,
+    `visual.proj`) as a timm image tower: the text tower is left out, `visual.proj` (width x embed) becomes a
+    bias-free head. Its GELU is not in the file (OpenAI's CLIP: QuickGELU, most OpenCLIP models: exact) and must
+    be given; heads are CLIP's 64 wide unless given."""
+    out: dict[str, torch.Tensor] = {}
+    for k, v in state.items():
+        if not k.startswith("visual."):
+            continue  # the text tower, logit_scale
+        if k == "visual.class_embedding":
+            out["cls_token"] = v.reshape(1, 1, -1)
+        elif k == "visual.positional_embedding":
+            out["pos_embed"] = v[None]
+        elif k == "visual.proj":
+            out["head.weight"], out["head.bias"] = v.t().contiguous(), v.new_zeros(v.shape[1])
+        else:
+            for old, new in CLIP_VISUAL:  # (in_proj_weight -> qkv.weight: q, k, v stacked as timm's fused qkv)
+                k = k.replace(old, new)
+            out[k] = v
+    if "patch_embed.proj.weight" not in out:
+        raise ValueError(f"{path}: a CLIP state dict without visual.conv1.weight")
+    return out
+
+
 def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path, choices: Choices) -> ViTConfig:
     """Recover a ViTConfig from timm tensor shapes, metadata (vitkit's own, or a hub folder's model_args)
     and `choices` for what neither determines: the head count of fused qkv weights (given, or Table 1's for
@@ -244,6 +275,14 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     src = Path(path)
     state, meta, wpath = _read(src)
     choices = Choices(wpath, hints)
+    if "visual.conv1.weight" in state:  # OpenAI's / OpenCLIP's CLIP layout
+        state = from_clip_visual(state, wpath, choices)
+        heads = choices.pick("num_heads", None, state["patch_embed.proj.weight"].shape[0] // 64,
+                             "CLIP's image towers use 64-wide heads")
+        gelu = choices.pick("gelu", None, None, "a CLIP state dict does not record its GELU: OpenAI's CLIP uses "
+                            "QuickGELU (gelu='quick'), most OpenCLIP models the exact one (gelu='exact')")
+        meta = {**meta, "architecture": "vit_base_patch16_clip_224",  # pre-norm, nn.LayerNorm's eps 1e-5
+                "global_pool": "token", "model_args": {"num_heads": heads, "act_layer": GELU_ACTS[gelu]}}
     cfg = infer_config(state, meta, wpath, choices)
     if not meta.get("pretrained_cfg") and "vitkit" not in meta:
         choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
