@@ -128,6 +128,8 @@ def test_engine_pretrains_with_mpp_then_finetunes(tmp_path) -> None:
         recs = [json.loads(ln) for ln in (tmp_path / "mpp" / "metrics.jsonl").read_text().splitlines()]
         losses = [r["loss"] for r in recs if "loss" in r]
         assert losses[-1] < 0.8 * losses[0], losses  # colour prediction is being learned
+        accs = [r["train_acc"] for r in recs if "train_acc" in r]  # the masked patches' accuracy: a fraction
+        assert all(0 <= a <= 1 for a in accs) and accs[-1] > accs[0], accs
         # the objective's own metric, colour accuracy on the masked patches of the test digits, beats always
         # answering the most frequent colour of those patches
         _, test = load_digits_split()

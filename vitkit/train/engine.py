@@ -300,7 +300,9 @@ class Trainer:
     def _forward_backward(self, xm: torch.Tensor, ym: torch.Tensor, mix: Mix, mix_y: torch.Tensor, start: int,
                           weight: float) -> tuple[float, float]:
         """Forward and backward of one micro-batch (rows start.. of the mixed batch whose labels are `mix_y`), its
-        loss scaled by `weight`; returns the unscaled loss and the number of correct top-1 predictions."""
+        loss scaled by `weight`; returns the unscaled loss and the number of correct top-1 predictions (for a model
+        with its own targets, the fraction of them right times the micro-batch's images, so train_acc stays a
+        fraction)."""
         cfg = self.cfg
         with autocast(cfg.precision, cfg.device):
             out = self.forward_model(xm)
@@ -324,7 +326,10 @@ class Trainer:
             logits = (logits + dist_logits) / 2
         (loss * weight).backward()
         hard = target if target.ndim == 1 else ym  # accuracy against the images' own labels under mixing
-        return loss.item(), (logits.argmax(-1) == hard).float().sum().item()
+        right = (logits.argmax(-1) == hard).float().sum().item()
+        if len(hard) != len(ym):  # a model with its own targets (MPP: masked patches): their accuracy, per image
+            right = right / len(hard) * len(ym)
+        return loss.item(), right
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The full weights; under FSDP every rank must call it and only rank 0 gets them."""
