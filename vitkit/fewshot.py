@@ -37,7 +37,7 @@ def extract_features(model: nn.Module, loader, representation: str = "pre_logits
     for b in loader.iterate(0, len(loader)):
         if not len(b.y):
             continue
-        f = model.intermediates(b.x)["pre_logits" if representation == "pre_logits" else "pooled"]
+        f = model.intermediates(b.x, blocks=False)["pre_logits" if representation == "pre_logits" else "pooled"]
         feats.append(check_finite(f.float(), "features").numpy())
         labels.append(b.y.numpy())
     return np.concatenate(feats).astype(np.float64), np.concatenate(labels)

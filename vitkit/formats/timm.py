@@ -39,7 +39,7 @@ from vitkit.formats.common import (
 from vitkit.models.posemb import square_side
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
-from vitkit.models.timm_api import TIMM_POOL
+from vitkit.models.timm_api import POOL_FROM_TIMM, TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 
@@ -63,7 +63,6 @@ UNSUPPORTED = {
     "attn_pool.q_norm.weight": "qk-norm in the attention pooling",
     "attn_pool.pos_embed": "position embeddings in the attention pooling",
 }
-POOLS = {"token": "token", "avg": "gap", "map": "map"}  # timm's global_pool -> vitkit's pooling
 # What timm's builders of these families set in code (so a hub config's model_args does not repeat it), by a
 # substring of the architecture name: LayerScale's init (DeiT III 1e-6, DINOv2 1e-5), CLIP's GELU
 BUILDER_ARGS = (("deit3_", {"init_values": 1e-6}), ("_dinov2", {"init_values": 1e-5}),
@@ -250,10 +249,10 @@ def _pooling(meta: dict[str, Any], token: bool, attn_pool: bool, fc_norm: bool, 
     fc_norm for its average pools), else timm's default, the class token."""
     pool = meta.get("global_pool", (meta.get("model_args") or {}).get("global_pool"))
     if pool is not None:
-        if pool not in POOLS:
+        if pool not in POOL_FROM_TIMM:
             raise ValueError(f"{choices.source}: global_pool {pool!r} is not a pooling vitkit builds "
-                             f"({', '.join(POOLS)})")
-        return choices.pick("pooling", POOLS[pool])
+                             f"({', '.join(POOL_FROM_TIMM)})")
+        return choices.pick("pooling", POOL_FROM_TIMM[pool])
     if attn_pool:
         return choices.pick("pooling", "map")
     if not token:

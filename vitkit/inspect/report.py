@@ -153,7 +153,7 @@ def collect_attention(
     dists, rolls, heads, probs = [], [], [], []
     has_head = isinstance(model.head, torch.nn.Linear)
     for i in tqdm(range(0, len(x), batch_size), desc="attention", unit="batch", disable=not progress):
-        out = model.intermediates(pre.normalize(x[i : i + batch_size]), attention=True)
+        out = model.intermediates(pre.normalize(x[i : i + batch_size]), attention=True, blocks=False)
         attns = out["attention"]
         dists.append(torch.stack([mean_attention_distance(a, grid, s, p) for a in attns], dim=1))
         rolls.append(output_token_attention(attention_rollout(attns), cfg.pooling, p))

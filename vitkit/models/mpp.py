@@ -123,7 +123,7 @@ class MaskedPatchPrediction(nn.Module):
             emb = torch.gather(emb, 1, source[..., None].expand_as(emb))
             return torch.where(use_mask[..., None], self.mask_token.to(emb.dtype), emb)
 
-        h = self.vit.intermediates(x, patch_fn=corrupt)["encoded"]
+        h = self.vit.intermediates(x, patch_fn=corrupt, blocks=False)["encoded"]
         logits = self.head(h[:, cfg.num_prefix_tokens :])
         return logits, targets, corrupted
 

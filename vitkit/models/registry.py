@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from vitkit.models.resnet import BIT_DEPTHS, BiTConfig, ResNetV2
-from vitkit.models.timm_api import TIMM_POOL
+from vitkit.models.timm_api import POOL_FROM_TIMM
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # Table 1 of the paper: (width D, MLP size, heads, layers). Ti and S are the DeiT / AugReg sizes.
@@ -171,7 +171,6 @@ def name_overrides(name: str) -> dict[str, Any]:
 # timm's keyword names for the same things, and vitkit's for them.
 TIMM_KWARGS = {"drop_path_rate": "drop_path", "drop_rate": "dropout", "attn_drop_rate": "attn_dropout",
                "reg_tokens": "num_registers"}
-_POOLS = {timm: ours for ours, timm in TIMM_POOL.items()}  # timm's global_pool -> vitkit's pooling
 
 
 def _timm_kwargs(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -179,12 +178,13 @@ def _timm_kwargs(overrides: dict[str, Any]) -> dict[str, Any]:
     out = {TIMM_KWARGS.get(k, k): v for k, v in overrides.items() if k not in ("global_pool", "class_token")}
     pool, cls = overrides.get("global_pool"), overrides.get("class_token")
     if pool is not None:
-        if pool not in _POOLS:
+        if pool not in POOL_FROM_TIMM:
             raise ValueError(f"global_pool={pool!r}: vitkit pools with 'token', 'avg' or 'map'")
-        out["pooling"] = _POOLS[pool]
+        out["pooling"] = POOL_FROM_TIMM[pool]
         if pool in ("avg", "map") and cls is not False:
-            raise ValueError(f"global_pool={pool!r} beside a class token is not a model vitkit builds (its "
-                             f"'{_POOLS[pool]}' pooling has no class token): pass class_token=False")
+            raise ValueError(f"global_pool={pool!r} beside a class token is not a model vitkit builds from timm's "
+                             "keywords (timm adds fc_norm there): pass class_token=False, or vitkit's own fields "
+                             f"pooling='{POOL_FROM_TIMM[pool]}', class_token=True, fc_norm=True")
     if cls is not None:
         if cls and out.get("pooling", "token") != "token":
             raise ValueError("class_token=True pools the class token: use global_pool='token'")

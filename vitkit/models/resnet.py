@@ -336,9 +336,10 @@ class ResNetV2(PreprocessDeclared, nn.Module):
         x = self.pool(x)
         return x if pre_logits else self.head(x)
 
-    def intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def intermediates(self, x: torch.Tensor, blocks: bool = False) -> dict[str, torch.Tensor]:
         """The ViT's intermediates dict for the ResNet: "encoded" (the final feature map), "pooled" (its global
-        average, which is also the head's input, "pre_logits") and "logits"."""
+        average, which is also the head's input, "pre_logits") and "logits" (`blocks`: the ViT's keyword; the ResNet
+        keeps no per-block outputs)."""
         z = self.forward_features(x)
         pooled = self.pool(z)
         return {"encoded": z, "pooled": pooled, "pre_logits": pooled, "logits": self.head(pooled)}

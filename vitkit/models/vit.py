@@ -229,6 +229,10 @@ class TwoHeads(NamedTuple):
     logits: torch.Tensor
     dist_logits: torch.Tensor
 
+    def mean(self) -> torch.Tensor:
+        """DeiT's inference output: the two heads' mean."""
+        return (self.logits + self.dist_logits) / 2
+
 
 class DropPath(nn.Module):
     """Stochastic depth: drop a whole residual branch per sample (training only)."""
@@ -581,6 +585,11 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         `patch_fn` may rewrite the patch embeddings x_p E (B, N, D) before the class token and E_pos
         are added: masked patch prediction (§4.6) corrupts them there.
         """
+        return self._embed(x, patch_fn)[0]
+
+    def _embed(self, x: torch.Tensor, patch_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+               ) -> tuple[torch.Tensor, tuple[int, int]]:
+        """`embed`, and the patch grid of `x` (the input checked once)."""
         grid = self._check_input(x)
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
         if patch_fn is not None:
@@ -595,7 +604,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         if self.reg_token is not None:  # registers after the class token, without a position embedding
             c = self.config.num_class_tokens
             x = torch.cat([x[:, :c], self.reg_token.expand(x.shape[0], -1, -1).to(x.dtype), x[:, c:]], dim=1)
-        return self.norm_pre(self.pos_drop(x))
+        return self.norm_pre(self.pos_drop(x)), grid
 
     def _grid_of(self, z: torch.Tensor) -> tuple[int, int]:
         """The patch grid of a token sequence at the model's own size (a dynamic size must be passed)."""
@@ -628,10 +637,11 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder output LN(z_L) for all tokens, (B, T, D)."""
-        return self.encode(self.embed(x), self._check_input(x))
+        return self.encode(*self._embed(x))
 
     def intermediates(self, x: torch.Tensor, attention: bool = False, last_block: int | None = None,
-                      patch_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, Any]:
+                      patch_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                      blocks: bool = True) -> dict[str, Any]:
         """Every intermediate of one forward pass by name (big_vision's dict), the one API that `inspect`,
         `fewshot`, masked patch prediction and timm's `forward_intermediates` read:
 
@@ -642,12 +652,13 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
           `forward` in eval mode (a distilled model: the two heads' mean).
 
         `last_block` stops after that block (then only "embedded", "blocks" and "attention"); `patch_fn` rewrites
-        the patch embeddings as in `embed` (masked patch prediction, §4.6)."""
-        grid = self._check_input(x)
-        out: dict[str, Any] = {"embedded": self.embed(x, patch_fn), "blocks": []}
+        the patch embeddings as in `embed` (masked patch prediction, §4.6); `blocks=False` keeps no block outputs
+        (a caller that reads only the pooled features need not hold L copies of the tokens)."""
+        z, grid = self._embed(x, patch_fn)
+        out: dict[str, Any] = {"embedded": z, "blocks": []}
         with contextlib.ExitStack() as stack:
             maps = stack.enter_context(recording_attention(self)) if attention else None
-            z = self.encode(out["embedded"], grid, out["blocks"], last_block)
+            z = self.encode(z, grid, out["blocks"] if blocks else None, last_block)
         if attention:
             out["attention"] = maps if self.config.block != "axial" else [
                 AxialBlock.full_map(a, x.shape[0], grid, i % 2 == 0) for i, a in enumerate(maps)]
@@ -656,10 +667,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         out["encoded"] = z
         out["pooled"] = self.pool(z)
         out["pre_logits"] = self.pre_logits(out["pooled"]) if self.pre_logits is not None else out["pooled"]
-        if self.head_dist is None:
-            out["logits"] = self.head(out["pre_logits"])
-        else:
-            out["logits"] = (self.head(z[:, 0]) + self.head_dist(z[:, 1])) / 2
+        out["logits"] = self.head(out["pre_logits"]) if self.head_dist is None else self._two_heads(z).mean()
         return out
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
@@ -684,8 +692,12 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         z = self.forward_features(x)
         if self.head_dist is None:
             return self.forward_head(z)
-        logits, dist = self.head(z[:, 0]), self.head_dist(z[:, 1])
-        return TwoHeads(logits, dist) if self.training else (logits + dist) / 2
+        heads = self._two_heads(z)
+        return heads if self.training else heads.mean()
+
+    def _two_heads(self, z: torch.Tensor) -> TwoHeads:
+        """A distilled ViT's class-token and distillation-token logits (DeiT)."""
+        return TwoHeads(self.head(z[:, 0]), self.head_dist(z[:, 1]))
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable

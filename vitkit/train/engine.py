@@ -323,7 +323,7 @@ class Trainer:
             loss = sum(F.cross_entropy(h.float(), target, label_smoothing=cfg.label_smoothing)
                        for h in heads) / len(heads)
         if dist_logits is not None:  # accuracy of the inference output: the two heads' mean
-            logits = (logits + dist_logits) / 2
+            logits = TwoHeads(logits, dist_logits).mean()
         (loss * weight).backward()
         hard = target if target.ndim == 1 else ym  # accuracy against the images' own labels under mixing
         right = (logits.argmax(-1) == hard).float().sum().item()
