@@ -93,6 +93,10 @@ def units_per_stage(keys: Iterable[str], stage_prefix: Callable[[int], str], uni
         counts.append(n)
 
 
+# transformers' hidden_act values -> vitkit's GELU flavour ("gelu_new"/"gelu_fast"/"gelu_pytorch_tanh" are the tanh
+# formula); the ViT families read by hf_families.py also take CLIP's "quick_gelu"
+HF_ACTS = {"gelu": "exact", "gelu_python": "exact", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu_pytorch_tanh": "tanh",
+           "gelu_python_tanh": "tanh"}
 HINTS = ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")  # values a file's tensor shapes do not determine
 
 log = logging.getLogger("vitkit")

@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from vitkit.formats.common import (
+    HF_ACTS,
     Choices,
     KeyTable,
     appendix_parts,
@@ -65,15 +66,6 @@ BLOCK_KEYS: dict[str, dict[str, str]] = {
         "mlp.fc1": "mlp.fc1",
         "mlp.fc2": "mlp.fc2",
     },
-}
-# hidden_act values -> our GELU flavour ("gelu_new"/"gelu_fast"/"gelu_pytorch_tanh" are the tanh formula).
-ACTS = {
-    "gelu": "exact",
-    "gelu_python": "exact",
-    "gelu_new": "tanh",
-    "gelu_fast": "tanh",
-    "gelu_pytorch_tanh": "tanh",
-    "gelu_python_tanh": "tanh",
 }
 ACT_NAMES = {"exact": "gelu", "tanh": "gelu_pytorch_tanh"}
 # PIL resample codes used by HF image processors.
@@ -135,9 +127,9 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
             doc.get(key, default)
 
     act = doc.get("hidden_act")
-    if act is not None and act not in ACTS:
-        raise ValueError(f"{path}: hidden_act {act!r} is not a GELU vitkit supports ({sorted(ACTS)})")
-    gelu = choices.pick("gelu", ACTS[act] if act is not None else None, "exact",
+    if act is not None and act not in HF_ACTS:
+        raise ValueError(f"{path}: hidden_act {act!r} is not a GELU vitkit supports ({sorted(HF_ACTS)})")
+    gelu = choices.pick("gelu", HF_ACTS[act] if act is not None else None, "exact",
                         "transformers' ViTConfig default hidden_act 'gelu' (the exact erf form)")
     ph, pw = to_pair(doc.get("patch_size", 16), f"{path}: patch_size")
     if ph != pw:
@@ -253,10 +245,9 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
         raise ValueError(f"{folder / CONFIG_NAME}: cannot read the model config")
     state, wpath = _weights(folder)
     if is_family(doc):  # DeiT, DINOv2, CLIP, SigLIP, ViTMAE (vitkit.formats.hf_families)
-        model = load_hf_family(folder, doc, state, wpath, hints)
-        if not (folder / PREPROCESSOR_NAME).exists():
-            model.config.extra.setdefault("assumed", {})["preprocess"] = (
-                f"mean = std = 0.5, resize without crop: vitkit's default ({PREPROCESSOR_NAME} absent)")
+        assumed = {} if (folder / PREPROCESSOR_NAME).exists() else {
+            "preprocess": f"mean = std = 0.5, resize without crop: vitkit's default ({PREPROCESSOR_NAME} absent)"}
+        model = load_hf_family(doc, state, wpath, hints, assumed)
         model.preprocess = _preprocess(folder, model.config, doc)
         return model.eval()
     base = "vit." if any(k.startswith("vit.") for k in state) else ""

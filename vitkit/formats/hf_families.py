@@ -22,13 +22,12 @@ from typing import Any
 
 import torch
 
-from vitkit.formats.common import Choices, KeyTable, gather_state, load_state_checked
+from vitkit.formats.common import HF_ACTS, Choices, KeyTable, gather_state, load_state_checked
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
 
 FAMILIES = ("deit", "dinov2", "clip_vision_model", "clip", "siglip_vision_model", "siglip", "vit_mae")
-ACTS = {"gelu": "exact", "gelu_python": "exact", "quick_gelu": "quick", "gelu_pytorch_tanh": "tanh",
-        "gelu_new": "tanh", "gelu_fast": "tanh"}
+ACTS = {**HF_ACTS, "quick_gelu": "quick"}  # transformers' hidden_act -> vitkit's GELU
 
 # per-block module names (relative to the block prefix) -> vitkit's
 VIT_BLOCK = {"layernorm_before": "norm1", "attention.attention.query": "q", "attention.attention.key": "k",
@@ -84,9 +83,10 @@ def _depth(state: dict[str, torch.Tensor], prefix: str) -> int:
     return len({k[len(prefix):].split(".", 1)[0] for k in state if k.startswith(prefix)})
 
 
-def load_hf_family(folder: Path, doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: Path,
-                   hints: dict[str, Any] | None) -> VisionTransformer:
-    """A transformers folder of one of `FAMILIES` as a vitkit ViT (eval mode)."""
+def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: Path, hints: dict[str, Any] | None,
+                   assumed: dict[str, str] | None = None) -> VisionTransformer:
+    """A transformers folder of one of `FAMILIES` (its config.json `doc` and weights `state`) as a vitkit ViT;
+    `assumed`: what the caller takes as given beyond the weights (logged and kept with the rest)."""
     kind = doc["model_type"]
     vc = _vision(doc)
     choices = Choices(wpath, hints)
@@ -194,6 +194,7 @@ def load_hf_family(folder: Path, doc: dict[str, Any], state: dict[str, torch.Ten
     if depth != depth_cfg:
         raise ValueError(f"{wpath}: num_hidden_layers is {depth_cfg!r} but the weights hold {depth} layers")
     choices.pick("pooling", cfg.pooling)
+    choices.assumed.update(assumed or {})
     cfg = choices.record(cfg)
     model = VisionTransformer(cfg)
     own = model.state_dict()
