@@ -319,15 +319,20 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     return dst
 
 
+def check_export(fmt: str, int8: bool = False) -> None:
+    """A ValueError for an export vitkit does not write (checked before a model is loaded)."""
+    if fmt not in EXPORT_SUFFIXES:
+        raise ValueError(f"export format must be one of {', '.join(EXPORT_SUFFIXES)}, got {fmt!r}")
+    if int8 and fmt != "onnx":
+        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
+
+
 def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False) -> dict[str, Path]:
     """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` (onnx) its dynamic
     quantisation beside; returns {"<fmt> fp32": path, "onnx int8": path}."""
     import tempfile
 
-    if fmt not in EXPORT_SUFFIXES:
-        raise ValueError(f"export format must be one of {', '.join(EXPORT_SUFFIXES)}, got {fmt!r}")
-    if int8 and fmt != "onnx":
-        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
+    check_export(fmt, int8)
     out = Path(out)
     if fmt == "onnx":
         export_onnx(model, out, opset=opset)

@@ -73,11 +73,18 @@ def predict_files(net: nn.Module | Callable[[torch.Tensor], torch.Tensor], prepr
             progress(len(b.indices) + len(b.skipped))
 
 
-def write_predictions(rows: list[dict[str, Any]], path: str | Path, k: int) -> Path:
-    """The rows as a .csv (path, label_1, prob_1, ...) or a .jsonl table, written atomically."""
+def check_output(path: str | Path) -> Path:
+    """`path` if it names a table `write_predictions` writes (.csv or .jsonl), else a ValueError (checked before any
+    work)."""
     path = Path(path)
     if path.suffix not in OUTPUT_SUFFIXES:
         raise ValueError(f"--output {path}: write a .csv or a .jsonl file")
+    return path
+
+
+def write_predictions(rows: list[dict[str, Any]], path: str | Path, k: int) -> Path:
+    """The rows as a .csv (path, label_1, prob_1, ...) or a .jsonl table, written atomically."""
+    path = check_output(path)
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         if path.suffix == ".jsonl":
             f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -48,11 +48,10 @@ def _load(source: str, hints: dict):  # noqa: ANN202
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.bench.exports import bench_exports
-    from vitkit.export import check_parity, export_model, output_paths, refuse_overwriting_inputs
+    from vitkit.export import check_export, check_parity, export_model, output_paths, refuse_overwriting_inputs
     from vitkit.utils import check_int
 
-    if args.int8 and args.format != "onnx":
-        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
+    check_export(args.format, args.int8)
     src = Path(args.source)
     out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
     if out.suffix != SUFFIX[args.format]:

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.data.preprocess import max_image_pixels
     from vitkit.distributed import check_device
     from vitkit.formats import load_pretrained
-    from vitkit.predict import OUTPUT_SUFFIXES, expand_inputs, predict_files, write_predictions
+    from vitkit.predict import check_output, expand_inputs, predict_files, write_predictions
     from vitkit.utils import check_int
 
     check_int("--topk", args.topk)
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
     max_image_pixels(args.max_pixels)  # --max-pixels 0 or a bad $VITKIT_MAX_IMAGE_PIXELS: refused before any work
-    if args.output and not args.output.endswith(OUTPUT_SUFFIXES):
-        raise ValueError(f"--output {args.output}: write a .csv or a .jsonl file")
+    if args.output:
+        check_output(args.output)
     model = load_pretrained(args.model, **load_hints(args))
     if model.config.num_classes == 0:
         raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes; "
