@@ -129,3 +129,12 @@ def test_hf_families_run_through_the_commands_and_their_preprocessing_is_read(tm
     ft = vitkit.load_pretrained(tmp_path / "ft" / "model")
     assert ft.config.layer_scale == 1.0 and ft.config.num_classes == 3
     assert main(["predict", str(data / "c0" / "000.png"), "--model", str(tmp_path / "ft" / "model")]) == 0
+
+
+def test_a_family_config_larger_than_its_weights_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    """A config.json announcing hidden_size 32768 over 32-wide weights would build ~10^10 parameters first."""
+    folder = _saved(transformers.Dinov2Model(transformers.Dinov2Config(**SMALL)), tmp_path / "dino")
+    doc = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**doc, "hidden_size": 32768, "num_attention_heads": 1}))
+    with pytest.raises(ValueError, match="hidden_size is 32768 but the weights are 32 wide"):
+        vitkit.load_pretrained(folder)

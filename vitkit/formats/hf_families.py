@@ -193,6 +193,15 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
         cfg = ViTConfig(**common, depth=depth, num_classes=0, pooling="map", ln_eps=float(eps))
     if depth != depth_cfg:
         raise ValueError(f"{wpath}: num_hidden_layers is {depth_cfg!r} but the weights hold {depth} layers")
+    # config.json's sizes must be the tensors' own, checked before a model is built from them (a hostile
+    # hidden_size would otherwise allocate gigabytes first)
+    for what, suffixes, want in (("hidden_size", ("patch_embeddings.projection.weight", "patch_embedding.weight"),
+                                  cfg.width),
+                                 ("intermediate_size", (".0.mlp.fc1.weight", ".0.intermediate.dense.weight"), cfg.mlp_dim)):
+        found = next((t for k, t in src.items() if k.endswith(suffixes) and "decoder" not in k and "text" not in k),
+                     None)
+        if found is not None and found.shape[0] != want:
+            raise ValueError(f"{wpath}: {what} is {want} but the weights are {found.shape[0]} wide")
     choices.pick("pooling", cfg.pooling)
     choices.assumed.update(assumed or {})
     cfg = choices.record(cfg)
