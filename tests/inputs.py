@@ -55,14 +55,8 @@ def png_file(path: Path, value: int = 128, size=(12, 12), mode: str = "L") -> Pa
 
 
 def bomb_png(path: Path, side: int = 40_000) -> Path:
-    """A valid PNG header announcing side x side pixels (1.6 gigapixels), with a few bytes of data."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
-                     + chunk(b"IEND", b""))
-    return path
+    """A valid PNG header announcing side x side 8-bit pixels (1.6 gigapixels), with a few bytes of data."""
+    return png_header_only(path, side, 8)
 
 
 TINY_LOGGED = [*TINY, "schedule.steps=3", "train.log_every=1"]  # three steps, each logged
@@ -131,6 +125,7 @@ def png_bytes(value: int = 100) -> bytes:
 
 
 def png_header_only(path: Path, side: int, bit_depth: int) -> Path:
+    """A valid PNG header announcing side x side grey pixels of `bit_depth` bits, with a few bytes of data."""
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
