@@ -33,12 +33,13 @@ def extract_features(model: nn.Module, loader, representation: str = "pre_logits
     if representation not in REPRESENTATIONS:
         raise ValueError(f"unknown representation {representation!r}; choose {REPRESENTATIONS}")
     model.eval()
+    device = next(model.parameters()).device  # batches come from the loader on the CPU
     feats, labels = [], []
     for b in loader.iterate(0, len(loader)):
         if not len(b.y):
             continue
-        f = model.intermediates(b.x, blocks=False)["pre_logits" if representation == "pre_logits" else "pooled"]
-        feats.append(check_finite(f.float(), "features").numpy())
+        f = model.intermediates(b.x.to(device), blocks=False)["pre_logits" if representation == "pre_logits" else "pooled"]
+        feats.append(check_finite(f.float(), "features").cpu().numpy())
         labels.append(b.y.numpy())
     return np.concatenate(feats).astype(np.float64), np.concatenate(labels)
 

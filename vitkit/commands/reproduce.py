@@ -4,8 +4,9 @@ lfw_subset), ViT vs ResNet (BiT) vs hybrid.
 
 Experiments: fig4 (pre-training data size, Fig. 3-4), fig5 (pre-training compute, Fig. 5), fig7 (what the
 ViT learns, Fig. 7), hires (fine-tuning at 2x the resolution, §3.2), posemb (position-embedding variants,
-appendix D.4), mpp (masked patch prediction, §4.6). Each writes <out>/<name>/result.json and PNG plots;
-<out>/SUMMARY.md collects the tables. A killed run continues where it stopped when started again with the
+appendix D.4), mpp (masked patch prediction, §4.6), crossover (where the ViT overtakes the ResNet as
+data and compute grow: a glyph stream of up to 4M images, several schedule lengths and seeds). Each writes
+<out>/<name>/result.json and PNG plots; <out>/SUMMARY.md collects the tables. A killed run continues where it stopped when started again with the
 same --out. REPRODUCTION.md discusses the full-scale results.
 """
 
@@ -13,36 +14,48 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "re-run the paper's experiments at laptop scale (fig4 fig5 fig7 hires posemb mpp, or --all)"
-NAMES = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp")
+HELP = "re-run the paper's experiments at laptop scale (fig4 fig5 fig7 hires posemb mpp crossover, or --all)"
+NAMES = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "crossover")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT", help=f"one or more of {', '.join(NAMES)}")
-    p.add_argument("--all", action="store_true", help="run every experiment (about 40 minutes on 2 CPU cores)")
+    p.add_argument("--all", action="store_true", help="run every experiment (about 100 minutes on 2 CPU cores)")
     p.add_argument("--out", default="runs/reproduce", help="output folder; an interrupted run resumes from it "
                    "(default: runs/reproduce, runs/reproduce-smoke with --smoke)")
     p.add_argument("--smoke", action="store_true", help="a seconds-long version that checks the plumbing, not the "
                    "findings (tiny data, a few steps)")
+    p.add_argument("--scale", choices=("laptop", "long"), default="laptop",
+                   help="the crossover's grid: laptop (<= 60 min on 2 cores) or long (3 schedules x 3 seeds x 5 data "
+                   "sizes up to 4M images; hours on a CPU, minutes on a GPU with --jobs)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (every run; a folder holds runs of one kind)")
+    p.add_argument("--jobs", type=int, default=1, help="crossover pre-training runs at once, in worker processes "
+                   "(small models leave a GPU or several cores idle)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
 
-    from vitkit.reproduce import SCALES, run_experiments
+    from vitkit.reproduce import CROSSOVER_SCALES, SCALES, run_experiments
 
     names = list(NAMES) if args.all else list(dict.fromkeys(args.experiments))
     if not names:
         raise ValueError(f"name the experiments to run ({', '.join(NAMES)}) or pass --all")
     if args.all and args.experiments:
         raise ValueError("give experiment names or --all, not both")
+    if args.smoke and args.scale != "laptop":
+        raise ValueError("--smoke and --scale are two sizes: give one")
+    from vitkit import distributed as dist
     from vitkit.utils.hardware import set_threads
 
+    dist.check_device(args.device)
     set_threads(args.threads)
     scale = SCALES["smoke" if args.smoke else "full"]
+    crossover = CROSSOVER_SCALES["smoke" if args.smoke else args.scale]
     out = args.out if args.out != "runs/reproduce" or not args.smoke else "runs/reproduce-smoke"
-    results = run_experiments(names, out, scale, progress=not args.no_progress)
+    results = run_experiments(names, out, scale, progress=not args.no_progress, crossover=crossover,
+                              device=args.device, jobs=args.jobs)
     for name, res in results.items():
         print(f"{name}: {out}/{name}/result.json, " + ", ".join(f"{out}/{name}/{f}" for f in res["figures"]))
     print(f"summary: {out}/SUMMARY.md")

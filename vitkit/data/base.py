@@ -12,7 +12,7 @@ import hashlib
 import os
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -101,11 +101,24 @@ class Subset:
     def describe(self, i: int) -> str:
         return self.base.describe(int(self.indices[i]))
 
+    def get_many(self, index: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """Images `index` drawn in one pass, where the base data set can (`batch_reader`)."""
+        return self.base.get_many(self.indices[np.asarray(index, dtype=np.int64)])
+
     def raw(self, i: int) -> tuple[bytes, str] | None:
         return self.base.raw(int(self.indices[i])) if hasattr(self.base, "raw") else None
 
     def fingerprint_parts(self) -> list[str]:
         return [fingerprint(self.base)["hash"], hashlib.sha256(self.indices.tobytes()).hexdigest()]
+
+
+def batch_reader(ds: Dataset) -> Callable[[np.ndarray], tuple[torch.Tensor, np.ndarray]] | None:
+    """`ds.get_many` where the data set (or the base of a subset) reads a batch in one pass (a glyph stream draws
+    it vectorised), else None: the loader then reads image by image."""
+    base = ds
+    while isinstance(base, Subset):
+        base = base.base
+    return getattr(ds, "get_many", None) if hasattr(base, "get_many") else None
 
 
 def class_names(names: Sequence[str] | None, labels: np.ndarray, where: str, unnamed: str) -> list[str]:

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from vitkit.data.glyphs import STREAM_MAX_IMAGES
 from vitkit.data.transforms import AUGMENTS
 from vitkit.utils import check_choice, check_int, check_range
 from vitkit.utils.recipe import RecipeSection, key
@@ -71,6 +72,9 @@ class DataConfig(RecipeSection):
     glyph_classes: int = key("data.glyph_classes", 1000)
     glyph_size: int = key("data.glyph_size", 16, "pixels per side")
     glyph_seed: int = key("data.glyph_seed", 0)
+    glyph_stream: bool = key("data.glyph_stream", False, "draw each glyph when it is loaded, not up front: any "
+                             "number of images up to 10^8, nothing held but labels (other images than the in-memory "
+                             "set's: a counter-based random stream per image)")
 
     def __post_init__(self) -> None:
         """Checked on construction, before any data is read; a ValueError names the first bad key."""
@@ -108,10 +112,15 @@ class DataConfig(RecipeSection):
         check_int("data.glyph_images", self.glyph_images)
         check_int("data.glyph_classes", self.glyph_classes, low=2, high=1 << 20)
         check_int("data.glyph_size", self.glyph_size, low=4, high=1024)
-        if self.glyph_images * self.glyph_size**2 > GLYPH_MEMORY:  # drawn up front and held in memory
+        if not isinstance(self.glyph_stream, bool):
+            raise ValueError(f"data.glyph_stream must be true or false, got {self.glyph_stream!r}")
+        if self.glyph_stream:
+            check_int("data.glyph_images", self.glyph_images, high=STREAM_MAX_IMAGES)
+        elif self.glyph_images * self.glyph_size**2 > GLYPH_MEMORY:  # drawn up front and held in memory
             raise ValueError(f"data.glyph_images = {self.glyph_images:,} images of {self.glyph_size}x{self.glyph_size}"
                              f" px need {self.glyph_images * self.glyph_size ** 2:,} bytes in memory, over the "
-                             f"{GLYPH_MEMORY:,} allowed (at most {GLYPH_MEMORY // self.glyph_size ** 2:,} images)")
+                             f"{GLYPH_MEMORY:,} allowed (at most {GLYPH_MEMORY // self.glyph_size ** 2:,} images; data.glyph_stream = true draws "
+                             "them when loaded)")
         check_int("data.glyph_seed", self.glyph_seed, low=0)
         ra = self.randaugment
         if not isinstance(ra, (list, tuple)) or len(ra) != 2:

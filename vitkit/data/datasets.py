@@ -16,7 +16,7 @@ from vitkit.data.cifar import find_cifar, load_cifar
 from vitkit.data.config import DATA_NAMES, DataConfig
 from vitkit.data.digits import load_digits_split
 from vitkit.data.folders import image_folder, list_file
-from vitkit.data.glyphs import glyph_test_size, glyphs
+from vitkit.data.glyphs import GlyphStream, glyph_test_size, glyphs
 from vitkit.data.hfdatasets import HFImageDataset, is_hf_path, splits_of
 from vitkit.data.lfw import load_lfw_subset
 from vitkit.data.preprocess import max_image_pixels
@@ -87,8 +87,9 @@ def open_splits(cfg: DataConfig) -> dict[str, Dataset]:
         train, test = holdout(load_lfw_subset(), 0.25)
     elif name == "glyphs":
         n, k, size, seed = cfg.glyph_images, cfg.glyph_classes, cfg.glyph_size, cfg.glyph_seed
-        train = glyphs(n, k, size, seed, "train")
-        test = glyphs(glyph_test_size(n), k, size, seed, "test")
+        source = GlyphStream if cfg.glyph_stream else glyphs
+        train = source(n, k, size, seed, "train")
+        test = source(glyph_test_size(n), k, size, seed, "test")
     elif name in ("cifar10", "cifar100"):
         train, test = load_cifar(path, name)
     elif name == "hf":

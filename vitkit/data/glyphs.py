@@ -46,15 +46,32 @@ def _prototypes(classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return pts, present
 
 
+# the ranges of an image's random values (module docstring): uniform (low, high), or normal (0, std)
+UNIFORM = {"angle": (-0.35, 0.35), "scale": (0.8, 1.1), "shift": (-0.08, 0.08), "width": (0.04, 0.075),
+           "ink": (0.6, 1.0), "paper": (0.0, 0.25)}
+JITTER_STD, NOISE_STD = 0.05, 0.04
+
+
 def _draw_chunk(protos: tuple[np.ndarray, np.ndarray], n: int, size: int, rng: np.random.Generator
                 ) -> tuple[np.ndarray, np.ndarray]:
+    """n images from one random stream (the in-memory set): every random value of the chunk from `rng`."""
+    labels = rng.integers(0, len(protos[0]), size=n)
+    jitter = rng.normal(0.0, JITTER_STD, size=(n, 3, 3, 2))
+    ang, scale = rng.uniform(*UNIFORM["angle"], n), rng.uniform(*UNIFORM["scale"], n)
+    shift = rng.uniform(*UNIFORM["shift"], (n, 2))
+    style = [rng.uniform(*UNIFORM[k], (n, 1)) for k in ("width", "ink", "paper")]
+    noise = rng.normal(0.0, NOISE_STD, (n, size * size))
+    return _render(protos, labels, jitter, ang, scale, shift, style, noise, size), labels
+
+
+def _render(protos: tuple[np.ndarray, np.ndarray], labels: np.ndarray, jitter: np.ndarray, ang: np.ndarray,
+            scale: np.ndarray, shift: np.ndarray, style: list[np.ndarray], noise: np.ndarray, size: int) -> np.ndarray:
+    """Images (n, 1, size, size) uint8 of classes `labels` from their random values: control-point `jitter`
+    (n, 3, 3, 2), rotation `ang`, `scale` (n,), `shift` (n, 2), `style` [stroke width, ink, paper] (each (n, 1))
+    and pixel `noise` (n, size^2)."""
     pts, present = protos
-    k = len(pts)
-    labels = rng.integers(0, k, size=n)
-    p = pts[labels] + rng.normal(0.0, 0.05, size=(n, 3, 3, 2))  # jittered control points
-    ang = rng.uniform(-0.35, 0.35, n)
-    scale = rng.uniform(0.8, 1.1, n)
-    shift = rng.uniform(-0.08, 0.08, (n, 2))
+    n = len(labels)
+    p = pts[labels] + jitter  # jittered control points
     rot = np.stack([np.stack([np.cos(ang), -np.sin(ang)], -1), np.stack([np.sin(ang), np.cos(ang)], -1)], -2)
     rot = rot * scale[:, None, None]
     p = np.einsum("nij,nspj->nspi", rot, p - 0.5) + 0.5 + shift[:, None, None, :]
@@ -74,12 +91,9 @@ def _draw_chunk(protos: tuple[np.ndarray, np.ndarray], n: int, size: int, rng: n
     tt = ((rx * vx + ry * vy) / (vx * vx + vy * vy + 1e-12)).clamp_(0.0, 1.0)
     d2 = (rx - tt * vx).square_() + (ry - tt * vy).square_()
     d2 = d2.masked_fill_(~torch.from_numpy(seg_present)[:, None, :], torch.inf).amin(-1).double().numpy()  # (n, P)
-    width = rng.uniform(0.04, 0.075, (n, 1))
-    ink = rng.uniform(0.6, 1.0, (n, 1))
-    paper = rng.uniform(0.0, 0.25, (n, 1))
-    img = paper + (ink - paper) * np.exp(-0.5 * d2 / width**2) + rng.normal(0.0, 0.04, (n, size * size))
-    img = np.clip(np.rint(img * 255), 0, 255).astype(np.uint8).reshape(n, 1, size, size)
-    return img, labels
+    width, ink, paper = style
+    img = paper + (ink - paper) * np.exp(-0.5 * d2 / width**2) + noise
+    return np.clip(np.rint(img * 255), 0, 255).astype(np.uint8).reshape(n, 1, size, size)
 
 
 @lru_cache(maxsize=4)
@@ -106,6 +120,102 @@ def glyphs(images: int, classes: int = 1000, size: int = 16, seed: int = 0, spli
     x, y = _draw(images, classes, size, seed, split)
     names = [f"glyph{c:04d}" for c in range(classes)]
     return ArrayDataset(x, y, names, f"glyphs/{split}")
+
+
+# -- the stream: any number of images, each drawn when it is loaded ----------------------------------------
+
+STREAM_MAX_IMAGES = 100_000_000  # a stream holds its labels and an epoch's order: 16 bytes an image
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijective scramble of uint64 values (Steele et al. 2014)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _counter_uniforms(seed: int, split: str, index: np.ndarray, first: int, count: int) -> np.ndarray:
+    """(n, count) uniforms in [0, 1): values first..first+count-1 of image `index`'s own counter-based stream, a
+    pure function of (seed, split, index, value number) -- so an image does not depend on what else is drawn."""
+    with np.errstate(over="ignore"):
+        key = _mix(np.uint64(seed) * np.uint64(_GOLDEN) + np.uint64(SPLIT_IDS[split] + 1))
+        state = _mix(key ^ (np.asarray(index, dtype=np.uint64) * np.uint64(_GOLDEN)))[:, None]
+        z = _mix(state + np.arange(first + 1, first + count + 1, dtype=np.uint64)[None, :] * np.uint64(_GOLDEN))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _counter_normals(u: np.ndarray) -> np.ndarray:
+    """Standard normals from an even number of uniforms per row (Box-Muller)."""
+    r = np.sqrt(-2.0 * np.log1p(-u[:, 0::2]))
+    return np.concatenate([r * np.cos(2 * np.pi * u[:, 1::2]), r * np.sin(2 * np.pi * u[:, 1::2])], 1)
+
+
+class GlyphStream:
+    """`images` glyphs drawn when they are loaded (`data.glyph_stream`): nothing is held but the labels, so the set
+    can be far larger than memory (up to 10^8 images). Image i is a pure function of (seed, split, i) through a
+    counter-based random stream, so any subset, batch or worker draws the same pixels; sets of different sizes
+    nest. Same prototypes and ranges as `glyphs`, other random values (so other images than the in-memory set)."""
+
+    # the random values of one image, in the order they are numbered in its stream
+    _LAYOUT = (("label", 1), ("jitter", 18), ("angle", 1), ("scale", 1), ("shift", 2), ("width", 1), ("ink", 1),
+               ("paper", 1))
+
+    def __init__(self, images: int, classes: int = 1000, size: int = 16, seed: int = 0, split: str = "train") -> None:
+        check_int("glyph images", images, high=STREAM_MAX_IMAGES)
+        check_int("glyph classes", classes, low=2)
+        check_int("glyph size", size, low=4)
+        if split not in SPLIT_IDS:
+            raise ValueError(f"glyph split must be train or test, got {split!r}")
+        self.size, self.seed, self.split, self.channels = size, seed, split, 1
+        self.protos = _prototypes(classes, seed)
+        self.classes = [f"glyph{c:04d}" for c in range(classes)]
+        self.name = f"glyph-stream/{split}"
+        step = 1 << 20  # labels in blocks, to bound the temporaries
+        self.labels = np.concatenate([self._labels(np.arange(i, min(i + step, images))) for i in range(0, images, step)]
+                                     or [np.empty(0, np.int64)])
+
+    def _labels(self, index: np.ndarray) -> np.ndarray:
+        u = _counter_uniforms(self.seed, self.split, index, 0, 1)[:, 0]
+        return np.minimum((u * len(self.classes)).astype(np.int64), len(self.classes) - 1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def draw(self, index: np.ndarray) -> np.ndarray:
+        """Images `index` as (n, 1, size, size) uint8, drawn together (one vectorised pass)."""
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= len(self)):
+            raise IndexError(f"{self.name}: index out of range 0..{len(self) - 1}")
+        n, width = len(index), sum(c for _, c in self._LAYOUT)
+        u = _counter_uniforms(self.seed, self.split, index, 0, width + self.size**2 + self.size**2 % 2)
+        at, v = 0, {}
+        for name, count in self._LAYOUT:
+            v[name], at = u[:, at:at + count], at + count
+        z = _counter_normals(np.concatenate([v["jitter"], u[:, at:]], 1))
+        jitter = JITTER_STD * z[:, :18].reshape(n, 3, 3, 2)
+        noise = NOISE_STD * z[:, 18:18 + self.size**2]
+
+        def ranged(name: str, x: np.ndarray) -> np.ndarray:
+            lo, hi = UNIFORM[name]
+            return lo + (hi - lo) * x
+
+        style = [ranged(k, v[k]) for k in ("width", "ink", "paper")]
+        return _render(self.protos, self.labels[index], jitter, ranged("angle", v["angle"][:, 0]),
+                       ranged("scale", v["scale"][:, 0]), ranged("shift", v["shift"]), style, noise, self.size)
+
+    def get_many(self, index: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """Images `index` (floats in [0, 1], (n, 1, size, size)) and their labels, drawn in one pass (the loader's
+        batched path)."""
+        index = np.asarray(index, dtype=np.int64)
+        return torch.from_numpy(self.draw(index)).float().div_(255.0), self.labels[index]
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+        x, y = self.get_many(np.array([i]))
+        return x[0], int(y[0])
+
+    def describe(self, i: int) -> str:
+        return f"{self.name}[{i}]"
 
 
 def glyph_test_size(train_images: int) -> int:

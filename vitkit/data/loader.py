@@ -17,8 +17,10 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
+from vitkit.data.base import batch_reader
 from vitkit.data.datasets import Dataset
 from vitkit.data.transforms import EvalTransform, TrainTransform
 
@@ -106,7 +108,15 @@ class StepLoader:
 
     def load(self, step: int) -> Batch:
         imgs, gens, ys, skipped, kept, at = [], [], [], [], [], []
-        for p, j in self.positions(step):
+        pos = self.positions(step)
+        read = batch_reader(self.dataset)
+        if read is not None and pos:  # drawn in one pass (a glyph stream); the same images as one by one
+            x, y = read(np.array([j for _, j in pos], dtype=np.int64))
+            imgs, ys = list(x.unbind(0)), y.tolist()
+            at, kept = [p for p, _ in pos], [j for _, j in pos]
+            gens = [step_generator(self.seed, step, 2 + p) for p in at]
+            pos = []
+        for p, j in pos:
             try:
                 img, label = self.dataset.get(j, self.decode_size)
             except ValueError as e:

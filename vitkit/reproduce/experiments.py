@@ -20,6 +20,7 @@ from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.formats import load_pretrained
 from vitkit.inspect.report import InspectImage, inspect_model
 from vitkit.reproduce import plots
+from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, run_crossover
 from vitkit.reproduce.plan import (
     FAMILIES,
     IMG_SIZE,
@@ -41,7 +42,7 @@ class Experiment:
     name: str
     claim: str  # what the paper says, with its section / figure
     units: Callable[[Scale], list[Unit]]
-    run: Callable[[Workbench, Path], dict[str, Any]]
+    run: Callable[[Workbench, Path], dict[str, Any]] | None  # None: the crossover, on its own grid (crossover.py)
 
 
 def mean_std(xs: list[float]) -> tuple[float, float]:
@@ -320,16 +321,24 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                "embeddings perform about the same", _posemb_units, _posemb_run),
     Experiment("mpp", "§4.6: self-supervised masked patch prediction improves on training from scratch "
                "(+2% on ImageNet) but stays behind supervised pre-training (-4%)", _mpp_units, _mpp_run),
+    Experiment("crossover", "§4.2, Fig. 3-5: with enough pre-training data and compute the ViT overtakes the "
+               "ResNet of comparable compute (ViT-B/32 vs ResNet50: behind on 9M JFT images, ahead from 90M)",
+               lambda scale: [], None),
 )}
 
 
-def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: bool = True) -> dict[str, Any]:
+def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: bool = True,
+                    crossover: CrossoverScale | None = None, device: str = "cpu", jobs: int = 1) -> dict[str, Any]:
     """Run the named experiments in `out` (resuming whatever a killed run left); writes
-    `<out>/<name>/result.json`, its PNGs and `<out>/SUMMARY.md`; returns {name: result}."""
+    `<out>/<name>/result.json`, its PNGs and `<out>/SUMMARY.md`; returns {name: result}. The crossover runs its own
+    grid (`crossover`: default the smoke grid with the smoke scale, else the laptop grid) in `<out>/crossover/runs`;
+    `device` and `jobs` (parallel pre-training runs of the crossover) apply to every run."""
     unknown = [n for n in names if n not in EXPERIMENTS]
     if unknown:
         raise ValueError(f"unknown experiment(s) {unknown}; choose from {list(EXPERIMENTS)} or --all")
-    wb = Workbench(out, scale, progress)
+    if crossover is None:
+        crossover = CROSSOVER_SCALES["smoke" if scale.name == "smoke" else "laptop"]
+    wb = Workbench(out, scale, progress, device, jobs)
     units = [u for n in names for u in EXPERIMENTS[n].units(scale)]
     wb.start(units, f"reproduce ({scale.name})")
     results: dict[str, Any] = {}
@@ -338,7 +347,11 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
             exp = EXPERIMENTS[n]
             folder = Path(out) / n
             folder.mkdir(parents=True, exist_ok=True)
-            res = {"experiment": n, "claim": exp.claim, "scale": scale.name, **exp.run(wb, folder)}
+            if exp.run is None:
+                ran = run_crossover(crossover, folder, progress, device, jobs)
+            else:
+                ran = exp.run(wb, folder)
+            res = {"experiment": n, "claim": exp.claim, "scale": scale.name if exp.run else crossover.name, **ran}
             atomic_write_text(folder / "result.json", json.dumps(res, indent=2, default=_json_default) + "\n")
             results[n] = res
             if wb.bar is not None:

@@ -65,6 +65,9 @@ class Scale:
     fewshot_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     transfer_limit: int = 0  # > 0: at most this many images per transfer split (smoke runs only)
     select_shots: int = 5  # early stopping picks the step with the best 5-shot digits *dev* accuracy
+    glyph_stream: bool = False  # glyphs drawn when loaded (data.glyph_stream: 10^6-10^8 images), not held
+    evals_per_run: int = 0  # > 0: evaluate this many times in each run, whatever its length (not every eval_every)
+    num_workers: int = 0  # loader processes of each pre-training run (drawing a glyph stream overlaps training)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,12 +99,14 @@ class Pretrain:
     seed: int = 0
     posemb: str = "learn1d"
     objective: str = "classify"  # or "mpp" (§4.6: labels unused)
+    lr: float = 0.0  # 0: the scale's rate for the family
 
     def name(self, scale: Scale) -> str:
         n = self.images or scale.glyph_images
         tag = "" if self.posemb == "learn1d" else f"_pos-{self.posemb}"
         obj = "" if self.objective == "classify" else f"_{self.objective}"
-        return f"{self.family.lower()}-{self.size}{tag}{obj}_n{n}_steps{self.steps or scale.steps}_seed{self.seed}"
+        lr = f"_lr{self.lr:g}" if self.lr else ""
+        return f"{self.family.lower()}-{self.size}{tag}{obj}_n{n}_steps{self.steps or scale.steps}{lr}_seed{self.seed}"
 
 
 def model_section(family: str, size: str, posemb: str = "learn1d") -> dict[str, Any]:
@@ -113,21 +118,24 @@ def model_section(family: str, size: str, posemb: str = "learn1d") -> dict[str, 
     return m
 
 
-def pretrain_config(run: Pretrain, scale: Scale) -> dict[str, Any]:
+def pretrain_config(run: Pretrain, scale: Scale, device: str = "cpu") -> dict[str, Any]:
     """The run config (vitkit.train.config sections) of one pre-training run."""
     n = run.images or scale.glyph_images
     steps = run.steps or scale.steps
+    every = max(1, steps // scale.evals_per_run) if scale.evals_per_run else scale.eval_every
     return {
         "description": f"reproduce: pre-train {run.family}-{run.size} on {n} glyphs ({run.objective})",
         "model": model_section(run.family, run.size, run.posemb),
         "data": {"name": "glyphs", "glyph_images": scale.glyph_images, "glyph_classes": scale.glyph_classes, "glyph_size": IMG_SIZE,
                  "subset": 0 if n == scale.glyph_images else n, "channels": 1, "augment": "none", "flip": False,
-                 "num_workers": 0, "eval_split": "dev", "mean": [0.5], "std": [0.5]},
-        "optim": {"name": "adamw", "lr": scale.lrs[run.family], "weight_decay": 0.05, "clip_norm": 1.0, "label_smoothing": 0.0},
+                 "num_workers": scale.num_workers, "eval_split": "dev", "mean": [0.5], "std": [0.5],
+                 "glyph_stream": scale.glyph_stream},
+        "optim": {"name": "adamw", "lr": run.lr or scale.lrs[run.family], "weight_decay": 0.05, "clip_norm": 1.0,
+                  "label_smoothing": 0.0},
         "schedule": {"steps": steps, "warmup_steps": max(1, steps // 10), "decay": "linear"},
         "train": {"batch_size": scale.batch, "seed": run.seed, "log_every": max(1, min(50, steps // 4)),
-                  "eval_every": scale.eval_every, "ckpt_every": max(1, steps // 4),
-                  "objective": run.objective, "tensorboard": False},
+                  "eval_every": every, "ckpt_every": max(1, steps // 4),
+                  "objective": run.objective, "tensorboard": False, "device": device},
     }
 
 
@@ -138,7 +146,8 @@ def equal_budget_steps(scale: Scale, pretrain_steps: int) -> int:
 
 
 def finetune_config(scale: Scale, pretrained: str, lr: float, img_size: int = IMG_SIZE, seed: int = 0,
-                    scratch_model: dict[str, Any] | None = None, steps: int | None = None) -> dict[str, Any]:
+                    scratch_model: dict[str, Any] | None = None, steps: int | None = None,
+                    device: str = "cpu") -> dict[str, Any]:
     """Fine-tuning on the digits (appendix B.1.1's recipe, small) at one learning rate of the sweep: from
     `pretrained`, or from scratch with `scratch_model` (a [model] section) for the §4.6 comparison. 10% of
     the training split is held out as the dev split that picks the learning rate. `steps`: other than the scale's
@@ -154,5 +163,5 @@ def finetune_config(scale: Scale, pretrained: str, lr: float, img_size: int = IM
         "optim": {"name": "sgd", "momentum": 0.9, "lr": lr, "weight_decay": 0.0, "clip_norm": 1.0},
         "schedule": {"steps": s, "warmup_steps": max(1, s // 10), "decay": "cosine"},
         "train": {"batch_size": scale.finetune_batch, "seed": seed, "log_every": max(1, min(50, s // 3)),
-                  "eval_every": 0, "ckpt_every": max(1, s // 2), "tensorboard": False},
+                  "eval_every": 0, "ckpt_every": max(1, s // 2), "tensorboard": False, "device": device},
     }

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -109,4 +110,52 @@ def samples(images: Any, labels: Any, classes: int, per_class: int, path: Path, 
             if r < len(idx):
                 ax.imshow(images[idx[r], 0], cmap="gray", vmin=0, vmax=255)
     fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+CROSSOVER_METRICS = {"glyph_test_top1": "pre-training task: glyph test", "digits_test_5shot": "5-shot linear, digits",
+                     "avg_5shot": "5-shot linear, mean of digits and lfw"}
+
+
+def crossover_data(res: dict[str, Any], schedules: Any, sizes: Any, path: Path) -> str:
+    """Experiment 7: accuracy against pre-training images, one line per family and schedule length (darker:
+    longer), mean +- std over seeds; a crossing of the two families at a schedule is marked by a dotted line."""
+    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.2 * len(CROSSOVER_METRICS), 4.2))
+    shades = np.linspace(0.35, 1.0, len(schedules))
+    for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
+        for t, a in zip(schedules, shades):
+            for fam in ("ViT", "ResNet"):
+                c = res["curves"].get(f"{fam}/{t}/{m}")
+                if c is None:
+                    continue
+                ax.errorbar(sizes, [100 * v for v in c["mean"]], yerr=[100 * v for v in c["std"]], color=COLORS[fam],
+                            alpha=float(a), marker=MARKERS[fam], capsize=3, label=f"{fam}, {t:,} steps")
+            x = res["by_data"][f"{t}/{m}"]["crossing"]
+            if x is not None:
+                ax.axvline(x, color="k", linestyle=":", alpha=float(a), linewidth=1)
+        _log_x_accuracy(ax, "pre-training images", title)
+    axes[0].legend(fontsize=7)
+    axes[-1].text(0.02, 0.02, "dotted vertical: ViT overtakes ResNet", transform=axes[-1].transAxes, fontsize=7)
+    return _save(fig, path)
+
+
+def crossover_compute(res: dict[str, Any], path: Path) -> str:
+    """Experiment 7: accuracy against pre-training FLOPs; dots: every run (all data sizes and seeds), lines: each
+    family's frontier (best over data sizes, mean over seeds) at each schedule length."""
+    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.2 * len(CROSSOVER_METRICS), 4.2))
+    for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
+        for fam in ("ViT", "ResNet"):
+            pts = [(r["train_flops"], r[m]) for r in res["rows"] if r["family"] == fam and m in r]
+            if pts:
+                ax.scatter([p[0] for p in pts], [100 * p[1] for p in pts], color=COLORS[fam], marker=MARKERS[fam],
+                           alpha=0.25, s=14)
+            f = res["frontier"].get(f"{fam}/{m}")
+            if f is not None:
+                ax.errorbar(f["flops"], [100 * v for v in f["mean"]], yerr=[100 * v for v in f["std"]],
+                            color=COLORS[fam], marker=MARKERS[fam], capsize=3, label=f"{fam}: best over data sizes")
+        x = res["by_compute"][m]["crossing"]
+        if x is not None:
+            ax.axvline(x, color="k", linestyle=":", linewidth=1)
+        _log_x_accuracy(ax, "pre-training compute (FLOPs)", title)
+    axes[0].legend(fontsize=7)
     return _save(fig, path)

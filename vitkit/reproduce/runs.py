@@ -10,10 +10,13 @@ reuses Fig. 4's full-data runs, the §3.2 and §4.6 experiments reuse its ViT.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 from vitkit.formats import load_pretrained
@@ -24,6 +27,7 @@ from vitkit.train.config import TrainConfig, config_from_dict
 from vitkit.train.engine import Trainer
 from vitkit.train.metrics import read_metrics
 from vitkit.train.run import run_experiment
+from vitkit.utils import check_int
 from vitkit.utils.atomic import atomic_write_text
 
 UNIT_FILE = "unit.json"
@@ -55,26 +59,35 @@ def unit_steps(unit: Unit, scale: Scale) -> int:
 
 
 class Workbench:
-    """Runs units in `out` at one scale, with one progress bar over all planned training steps."""
+    """Runs units in `out` at one scale on one device, with one progress bar over all planned training steps;
+    `jobs` > 1 pre-trains that many runs at once in worker processes (`pretrain_all`)."""
 
-    def __init__(self, out: str | Path, scale: Scale, progress: bool = True) -> None:
-        self.out, self.scale, self.progress = Path(out), scale, progress
+    def __init__(self, out: str | Path, scale: Scale, progress: bool = True, device: str = "cpu",
+                 jobs: int = 1) -> None:
+        self.out, self.scale, self.progress, self.device = Path(out), scale, progress, device
+        self.jobs = check_int("jobs", jobs)
         self._check_folder()
         self._evaluator: FewShotEvaluator | None = None
         self.bar: tqdm | None = None
 
     def _check_folder(self) -> None:
-        """One folder holds one scale: a smoke run's units must never stand in for the full run's."""
+        """One folder holds one scale on one kind of device: a smoke run's units must never stand in for the full
+        run's, nor CPU runs for GPU runs (the same seed gives other numbers there)."""
         path = self.out / STATE_FILE
-        doc = {"scale": self.scale.to_dict()}
+        doc = {"scale": self.scale.to_dict(), "device": _device_kind(self.device)}
         if path.is_file():
             try:
                 saved = json.loads(path.read_text())
             except ValueError as e:
                 raise ValueError(f"{path}: not readable JSON ({e}); choose another --out") from e
-            if saved.get("scale") != json.loads(json.dumps(doc["scale"])):
+            # a key a later vitkit added to Scale reads as its default in a folder written before it
+            scale = {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}
+            if scale != json.loads(json.dumps(doc["scale"])):
                 raise ValueError(f"{self.out} holds a reproduction at scale {saved.get('scale', {}).get('name')!r} "
                                  f"with other settings; choose another --out (this run is {self.scale.name!r})")
+            if saved.get("device", "cpu") != doc["device"]:
+                raise ValueError(f"{self.out} holds a reproduction run on {saved.get('device', 'cpu')}; this run is "
+                                 f"on {doc['device']}: choose another --out")
             return
         self.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
@@ -130,7 +143,7 @@ class Workbench:
         path = self.folder(run) / UNIT_FILE
         if path.is_file():
             return json.loads(path.read_text())
-        cfg = pretrain_config(run, self.scale)
+        cfg = pretrain_config(run, self.scale, self.device)
         out, trained = self._train(run, cfg, {"fewshot": self.evaluator})
         result = json.loads((out / "result.json").read_text())
         curve = [{k.removeprefix("eval_fewshot_"): v for k, v in r.items() if k == "step" or k.startswith("eval_fewshot_")}
@@ -143,7 +156,8 @@ class Workbench:
         summary = {
             "name": run.name(self.scale), "family": run.family, "size": run.size, "posemb": run.posemb,
             "objective": run.objective, "images": run.images or self.scale.glyph_images, "steps": tcfg.steps,
-            "seed": run.seed, "params": sum(p.numel() for p in model.parameters()),
+            "seed": run.seed, "lr": run.lr or self.scale.lrs[run.family],
+            "params": sum(p.numel() for p in model.parameters()),
             "forward_flops_per_image": flops,
             "train_flops": 3 * flops * tcfg.batch_size * tcfg.steps,  # forward + backward, every image of every step
             "train_s": result["train_s"], "glyph_test_top1": (result.get("test") or {}).get("top1"),
@@ -163,7 +177,7 @@ class Workbench:
         sweep, trained = [], False
         for lr in self.scale.finetune_lrs:
             cfg = finetune_config(self.scale, src, lr, ft.img_size, ft.seed, scratch_model=scratch,
-                                  steps=ft.steps or None)
+                                  steps=ft.steps or None, device=self.device)
             out, ran = self._train(ft, cfg, None, self.folder(ft) / f"lr_{lr:g}")
             trained |= ran
             result = json.loads((out / "result.json").read_text())
@@ -174,3 +188,30 @@ class Workbench:
                    "img_size": ft.img_size, "seed": ft.seed, "lr": best["lr"], "dev_top1": best["dev_top1"],
                    "test_top1": best["test_top1"], "sweep": sweep}
         return self._finish(ft, summary, trained)
+
+    def pretrain_all(self, runs: list[Pretrain]) -> list[dict[str, Any]]:
+        """The summaries of `runs`, training those not done: one after another, or `jobs` at a time in worker
+        processes (small models leave a GPU or several cores idle; each worker takes cores // jobs threads)."""
+        todo = [r for r in dict.fromkeys(runs) if not self.done(r)]
+        if self.jobs > 1 and len(todo) > 1:
+            threads = max(1, torch.get_num_threads() // self.jobs)
+            ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
+            with ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
+                futures = {pool.submit(_pretrain_in_worker, str(self.out), self.scale, r, self.device, threads): r
+                           for r in todo}
+                for f in as_completed(futures):
+                    f.result()  # a failed run fails the reproduction, naming its error
+                    if self.bar is not None:
+                        self.bar.update(unit_steps(futures[f], self.scale))
+                        self.bar.set_postfix_str(futures[f].name(self.scale)[:60])
+        return [self.pretrain(r) for r in runs]
+
+
+def _pretrain_in_worker(out: str, scale: Scale, run: Pretrain, device: str, threads: int) -> None:
+    torch.set_num_threads(threads)
+    Workbench(out, scale, progress=False, device=device).pretrain(run)
+
+
+def _device_kind(device: str) -> str:
+    """cpu or cuda: what decides the numbers (cuda:1 and cuda give the same)."""
+    return device.split(":")[0]

@@ -1,0 +1,285 @@
+"""Experiment 7, the crossover: where (if anywhere) the ViT overtakes the ResNet as data and compute grow.
+
+The paper's central claim (§4.2, Fig. 3-5) is about a regime: with little pre-training data the ResNet's
+inductive bias wins; "with enough data and compute" the ViT catches up and passes it. Experiment 1 (fig4) found
+the first half at laptop scale and a ViT that stopped improving between 25k and 100k images at 1,000 steps. This
+experiment tests whether that was compute: ViT-B and ResNet-B (matched compute, as ViT-B/32 and ResNet50) are
+pre-trained on nested subsets of a glyph *stream* (drawn when loaded, 10^6-10^7 images, never stored) at several
+schedule lengths, with several seeds, so each curve is read at matched data and matched compute.
+
+Rules (the issue's): the same hyper-parameters for every subset and family except the learning rate, tuned per
+family and schedule length on the largest subset (seed 0) by the early-stopping metric (5-shot digits dev);
+early stopping on dev as in experiment 1; nothing that helps one family only. The crossover is interpolated in
+log(images) (or log(FLOPs)) between the two sizes where the seed-mean gap changes sign, its spread from the
+per-seed curves; where the curves do not cross, the trend of the gap over the largest sizes says whether and
+where they would meet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitkit.reproduce import plots
+from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
+from vitkit.reproduce.runs import Workbench, unit_steps
+
+FAMILIES = ("ViT", "ResNet")  # the paper's pairing of matched compute (ViT-B/32 vs ResNet50), here the B models
+METRICS = {"glyph_test_top1": "upstream: glyph test", "digits_test_5shot": "5-shot digits (Fig. 4)",
+           "avg_5shot": "5-shot, mean of digits and lfw"}
+
+
+@dataclass(frozen=True)
+class CrossoverScale:
+    """The grid of one crossover run: a pre-training `Scale` (batch, evaluation, transfer; its glyph set is the
+    stream of the largest size) and the axes swept on it."""
+
+    name: str
+    scale: Scale
+    sizes: tuple[int, ...]  # nested subsets of the stream; the last is the whole stream
+    schedules: tuple[int, ...]  # pre-training steps
+    seeds: tuple[int, ...]  # pre-training seeds of every point
+    lr_grid: tuple[float, ...] = ()  # swept per family and schedule on the largest set, seed 0
+    # without a grid: the rate per family and schedule, as the long run's sweep picked it (REPRODUCTION.md)
+    lrs: dict[str, dict[int, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _stream(name: str, images: int, **kw: Any) -> Scale:
+    return Scale(name=f"crossover-{name}", glyph_images=images, sizes=(), steps=1000, batch=128, eval_every=0,
+                 finetune_steps=0, finetune_batch=64, finetune_lrs=(), finetune_seeds=(), posemb_seeds=(),
+                 mpp_steps=(), glyph_stream=True, evals_per_run=4, **kw)
+
+
+CROSSOVER_SCALES = {s.name: s for s in (
+    # seconds: the plumbing (stream, lr sweep, seeds, analysis, figures), not the finding
+    CrossoverScale("smoke", replace(_stream("smoke", 4_000), batch=16, evals_per_run=2, shots=SMOKE.shots,
+                                    fewshot_seeds=SMOKE.fewshot_seeds, transfer_limit=SMOKE.transfer_limit),
+                   sizes=(500, 2_000, 4_000), schedules=(4, 8), seeds=(0, 1), lr_grid=(3e-3, 6e-3)),
+    # <= 60 min on 2 cores: two schedule lengths, one seed, the rates of the long run's sweep
+    CrossoverScale("laptop", _stream("laptop", 1_000_000), sizes=(15_625, 62_500, 250_000, 1_000_000),
+                   schedules=(1_000, 4_000), seeds=(0,),
+                   lrs={"ViT": {1_000: 6e-3, 4_000: 6e-3}, "ResNet": {1_000: 6e-3, 4_000: 6e-3}}),
+    # the committed run (a GPU, --jobs): three schedule lengths, three seeds, the rate swept per schedule
+    CrossoverScale("long", _stream("long", 4_000_000), sizes=(15_625, 62_500, 250_000, 1_000_000, 4_000_000),
+                   schedules=(1_000, 4_000, 16_000), seeds=(0, 1, 2), lr_grid=(3e-3, 6e-3, 1.2e-2)),
+)}
+
+
+def tuning_runs(cs: CrossoverScale) -> list[Pretrain]:
+    n = cs.sizes[-1]
+    return [Pretrain(f, "B", images=n, steps=t, seed=0, lr=lr) for f in FAMILIES for t in cs.schedules
+            for lr in cs.lr_grid]
+
+
+def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple[float, list[dict[str, float]]]:
+    """The family's rate at this schedule length: the best early-stopping 5-shot digits dev accuracy of the sweep
+    (ties: the smaller rate), with the sweep; without a grid, the scale's table."""
+    if not cs.lr_grid:
+        return cs.lrs[family][steps], []
+    key = f"digits_dev_{cs.scale.select_shots}shot"
+    sweep = [{"lr": r.lr, "dev": wb.pretrain(r)["best"][key], "glyph_test_top1": wb.pretrain(r)["glyph_test_top1"]}
+             for r in tuning_runs(cs) if r.family == family and r.steps == steps]
+    best = max(sweep, key=lambda s: (s["dev"], -s["lr"]))
+    return best["lr"], sweep
+
+
+def grid_runs(cs: CrossoverScale, lrs: dict[tuple[str, int], float]) -> list[Pretrain]:
+    return [Pretrain(f, "B", images=n, steps=t, seed=s, lr=lrs[f, t]) for f in FAMILIES for t in cs.schedules
+            for n in cs.sizes for s in cs.seeds]
+
+
+def crossing(x: list[float], gaps: list[float]) -> float | None:
+    """Where a gap curve (ViT minus ResNet) over increasing x first turns from negative to non-negative and stays
+    there, interpolated linearly in log10(x); None if it never does (or is never negative: no crossing to find)."""
+    last_negative = max((i for i, g in enumerate(gaps) if g < 0), default=None)
+    if last_negative is None or last_negative == len(gaps) - 1:
+        return None
+    i = last_negative
+    a, b = math.log10(x[i]), math.log10(x[i + 1])
+    return 10 ** (a + (b - a) * (-gaps[i]) / (gaps[i + 1] - gaps[i]))
+
+
+def trend(x: list[float], gaps: list[float], last: int = 3) -> dict[str, float | None]:
+    """The gap's least-squares slope over the `last` largest x (points per 10x), and where that line reaches 0
+    beyond the data (None if it does not head towards 0)."""
+    lx = np.log10(np.asarray(x[-last:], dtype=float))
+    g = np.asarray(gaps[-last:], dtype=float)
+    slope, icpt = np.polyfit(lx, g, 1) if len(lx) > 1 else (0.0, float(g[-1]))
+    meet = None
+    if g[-1] < 0 < slope:
+        meet = float(10 ** (-icpt / slope))
+    return {"slope_per_decade": float(slope), "meets_at": meet}
+
+
+def gap_analysis(x: list[float], per_seed_vit: list[list[float]], per_seed_resnet: list[list[float]]
+                 ) -> dict[str, Any]:
+    """The ViT - ResNet gap along x: per seed (seed i of one family against seed i of the other), its mean and
+    spread, the crossing of the mean curve and of each seed's, and the trend of the mean gap."""
+    per_seed = [[v - r for v, r in zip(vs, rs)] for vs, rs in zip(per_seed_vit, per_seed_resnet)]
+    mean = [float(np.mean(col)) for col in zip(*per_seed)]
+    std = [float(np.std(col)) for col in zip(*per_seed)]
+    seed_cross = [crossing(x, g) for g in per_seed]
+    found = [c for c in seed_cross if c is not None]
+    res: dict[str, Any] = {"x": list(x), "gap": mean, "gap_std": std, "per_seed": per_seed,
+                           "crossing": crossing(x, mean), "crossing_per_seed": seed_cross, "trend": trend(x, mean)}
+    if found:
+        logs = np.log10(found)
+        res["crossing_range"] = [float(10 ** logs.min()), float(10 ** logs.max())]
+    return res
+
+
+def _mean_std(xs: list[float]) -> tuple[float, float]:
+    return float(np.mean(xs)), float(np.std(xs))
+
+
+def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Curves, gaps and crossings from the grid's run summaries (`Workbench.pretrain`): against pre-training images
+    for each schedule length, and against pre-training FLOPs (each family's best over data sizes at each
+    schedule: its compute frontier)."""
+    k = cs.scale.select_shots
+    rows = []
+    for s in summaries:
+        best = s["best"]
+        rows.append({"family": s["family"], "images": s["images"], "steps": s["steps"], "seed": s["seed"],
+                     "lr": s["lr"], "train_flops": s["train_flops"], "glyph_test_top1": s["glyph_test_top1"],
+                     "best_step": best.get("step"), f"digits_test_{k}shot": best[f"digits_test_{k}shot"],
+                     f"lfw_test_{k}shot": best[f"lfw_test_{k}shot"],
+                     f"avg_{k}shot": (best[f"digits_test_{k}shot"] + best[f"lfw_test_{k}shot"]) / 2,
+                     "train_s": s["train_s"]})
+    metrics = ["glyph_test_top1", f"digits_test_{k}shot", f"avg_{k}shot"]
+
+    def values(fam: str, steps: int, n: int, metric: str) -> list[float]:
+        by_seed = {r["seed"]: r[metric] for r in rows if (r["family"], r["steps"], r["images"]) == (fam, steps, n)}
+        return [by_seed[s] for s in cs.seeds]
+
+    curves: dict[str, Any] = {}
+    by_data: dict[str, Any] = {}
+    for t in cs.schedules:
+        for m in metrics:
+            for fam in FAMILIES:
+                pts = [_mean_std(values(fam, t, n, m)) for n in cs.sizes]
+                curves[f"{fam}/{t}/{m}"] = {"mean": [p[0] for p in pts], "std": [p[1] for p in pts]}
+            per = {fam: [[values(fam, t, n, m)[i] for n in cs.sizes] for i in range(len(cs.seeds))]
+                   for fam in FAMILIES}
+            by_data[f"{t}/{m}"] = gap_analysis(list(cs.sizes), per["ViT"], per["ResNet"])
+    # compute: each family's frontier (best over data sizes, seed by seed) at each schedule length
+    by_compute: dict[str, Any] = {}
+    flops = {fam: [next(r["train_flops"] for r in rows if (r["family"], r["steps"]) == (fam, t)) for t in cs.schedules]
+             for fam in FAMILIES}
+    frontier: dict[str, Any] = {}
+    for m in metrics:
+        per = {fam: [[max(values(fam, t, n, m)[i] for n in cs.sizes) for t in cs.schedules]
+                     for i in range(len(cs.seeds))] for fam in FAMILIES}
+        for fam in FAMILIES:
+            frontier[f"{fam}/{m}"] = {"flops": flops[fam], "mean": [float(np.mean(c)) for c in zip(*per[fam])],
+                                      "std": [float(np.std(c)) for c in zip(*per[fam])]}
+        # at matched compute: the ResNet's frontier interpolated (in log FLOPs) at the ViT's FLOPs
+        res_at = [[float(np.interp(np.log10(f), np.log10(flops["ResNet"]), seed_curve)) for f in flops["ViT"]]
+                  for seed_curve in per["ResNet"]]
+        by_compute[m] = gap_analysis(flops["ViT"], per["ViT"], res_at)
+    return {"rows": rows, "curves": curves, "by_data": by_data, "frontier": frontier, "by_compute": by_compute}
+
+
+def _fmt_n(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if x < 1e7 else f"{x:.2g}"
+
+
+def _cross_text(g: dict[str, Any], unit: str) -> str:
+    """One cell: the crossing with its seed range, or the measured trend and where it would meet."""
+    if g["crossing"] is not None:
+        rng = g.get("crossing_range")
+        spread = f" (seeds: {_fmt_n(rng[0])}-{_fmt_n(rng[1])})" if rng and rng[0] != rng[1] else ""
+        missing = sum(c is None for c in g["crossing_per_seed"])
+        note = f"; {missing} seed(s) do not cross" if missing and len(g["crossing_per_seed"]) > 1 else ""
+        return f"crosses at ~{_fmt_n(g['crossing'])} {unit}{spread}{note}"
+    last = g["gap"][-1]
+    if last >= 0:
+        return f"ViT ahead or level everywhere ({100 * min(g['gap']):+.1f} points at the least)"
+    t = g["trend"]
+    slope = 100 * t["slope_per_decade"]
+    if t["meets_at"] is None:
+        return f"no crossing; the gap is {100 * last:+.1f} points and not closing ({slope:+.1f} points per 10x)"
+    return (f"no crossing; the gap is {100 * last:+.1f} points, closing {slope:+.1f} points per 10x: "
+            f"the trend meets at ~{_fmt_n(t['meets_at'])} {unit}")
+
+
+def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any]) -> str:
+    k = cs.scale.select_shots
+    names = {"glyph_test_top1": "glyph test", f"digits_test_{k}shot": f"{k}-shot digits",
+             f"avg_{k}shot": f"{k}-shot mean (digits, lfw)"}
+    lines = [f"Scale {cs.name}: ViT-B vs ResNet-B on nested subsets of a {cs.sizes[-1]:,}-image glyph stream, "
+             f"schedules {', '.join(f'{t:,}' for t in cs.schedules)} steps of batch {cs.scale.batch}, seeds "
+             f"{list(cs.seeds)}; mean ± std over seeds (few-shot at the early-stopping step).", ""]
+    head = "| family | steps | lr | " + " | ".join(f"{n:,}" for n in cs.sizes) + " |"
+    for m, title in names.items():
+        lines += [f"**{title}** (%) against pre-training images", "", head,
+                  "|---|---:|---:|" + "---:|" * len(cs.sizes)]
+        for t in cs.schedules:
+            for fam in FAMILIES:
+                c = res["curves"][f"{fam}/{t}/{m}"]
+                lr = next(r["lr"] for r in res["rows"] if (r["family"], r["steps"]) == (fam, t))
+                cells = " | ".join(f"{100 * a:.1f} ± {100 * b:.1f}" if len(cs.seeds) > 1 else f"{100 * a:.1f}"
+                                   for a, b in zip(c["mean"], c["std"]))
+                lines.append(f"| {fam} | {t:,} | {lr:g} | {cells} |")
+        lines.append("")
+    lines += ["**Where the curves cross** (ViT minus ResNet; interpolated in log images, seed range in brackets)", "",
+              "| measure | steps | gap at each size (points) | crossing |", "|---|---:|---|---|"]
+    for m, title in names.items():
+        for t in cs.schedules:
+            g = res["by_data"][f"{t}/{m}"]
+            gaps = ", ".join(f"{100 * v:+.1f}" for v in g["gap"])
+            lines.append(f"| {title} | {t:,} | {gaps} | {_cross_text(g, 'images')} |")
+    lines += ["", "**At matched compute** (each family's best over data sizes at each schedule length; the ResNet's "
+              "frontier interpolated at the ViT's FLOPs)", "",
+              "| measure | ViT pre-training FLOPs | gap (points) | crossing |", "|---|---|---|---|"]
+    for m, title in names.items():
+        g = res["by_compute"][m]
+        lines.append(f"| {title} | {', '.join(f'{x:.2g}' for x in g['x'])} | "
+                     f"{', '.join(f'{100 * v:+.1f}' for v in g['gap'])} | {_cross_text(g, 'FLOPs')} |")
+    if lr_sweeps:
+        lines += ["", "Learning-rate sweep (largest set, seed 0; picked by the early-stopping 5-shot digits dev "
+                  "accuracy): " + "; ".join(
+                      f"{key}: " + ", ".join(f"{s['lr']:g} → {100 * s['dev']:.1f}" for s in sweep)
+                      for key, sweep in lr_sweeps.items())]
+    return "\n".join(lines)
+
+
+def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: str = "cpu",
+                  jobs: int = 1) -> dict[str, Any]:
+    """Train (or resume) the crossover grid in `out` and write its figures; returns the result (JSON-able)."""
+    wb = Workbench(out / "runs", cs.scale, progress, device, jobs)
+    tuning = tuning_runs(cs)
+    try:
+        # the bar counts every step of the grid; the picked rate's tuning run is the grid's point at (largest, seed 0)
+        reused = len(FAMILIES) * sum(cs.schedules) if cs.lr_grid and 0 in cs.seeds else 0
+        grid_steps = len(FAMILIES) * len(cs.sizes) * len(cs.seeds) * sum(cs.schedules) - reused
+        wb.start(tuning, f"crossover ({cs.name})")
+        if wb.bar is not None:
+            wb.bar.total += grid_steps
+        wb.pretrain_all(tuning)  # the learning rates first: the grid uses the picks
+        lrs, sweeps = {}, {}
+        for fam in FAMILIES:
+            for t in cs.schedules:
+                lrs[fam, t], sweep = pick_lr(wb, cs, fam, t)
+                if sweep:
+                    sweeps[f"{fam} {t:,} steps"] = sweep
+        runs = grid_runs(cs, lrs)
+        if wb.bar is not None:
+            wb.bar.update(sum(unit_steps(r, cs.scale) for r in runs if r not in tuning and wb.done(r)))
+        summaries = wb.pretrain_all(runs)
+    finally:
+        wb.close()
+    res = analyse(cs, summaries)
+    figs = [plots.crossover_data(res, cs.schedules, cs.sizes, out / "crossover_data.png"),
+            plots.crossover_compute(res, out / "crossover_compute.png")]
+    return {"crossover_scale": cs.to_dict(), "device": device, "lr": {f"{f} {t}": v for (f, t), v in lrs.items()},
+            "lr_sweeps": sweeps, **res, "figures": figs, "markdown": markdown(cs, res, sweeps)}
