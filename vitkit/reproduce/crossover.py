@@ -62,10 +62,9 @@ CROSSOVER_SCALES = {s.name: s for s in (
     CrossoverScale("smoke", replace(_stream("smoke", 4_000), batch=16, evals_per_run=2, shots=SMOKE.shots,
                                     fewshot_seeds=SMOKE.fewshot_seeds, transfer_limit=SMOKE.transfer_limit),
                    sizes=(500, 2_000, 4_000), schedules=(4, 8), seeds=(0, 1), lr_grid=(3e-3, 6e-3)),
-    # <= 60 min on 2 cores: two schedule lengths, one seed, the rates of the long run's sweep
+    # <= 60 min on 2 cores (--jobs 2): two schedule lengths, one seed, the rate swept around experiment 1's 6e-3
     CrossoverScale("laptop", _stream("laptop", 1_000_000), sizes=(15_625, 62_500, 250_000, 1_000_000),
-                   schedules=(1_000, 4_000), seeds=(0,),
-                   lrs={"ViT": {1_000: 6e-3, 4_000: 6e-3}, "ResNet": {1_000: 6e-3, 4_000: 6e-3}}),
+                   schedules=(1_000, 4_000), seeds=(0,), lr_grid=(3e-3, 6e-3)),
     # the committed run (a GPU, --jobs): three schedule lengths, three seeds, the rate swept per schedule
     CrossoverScale("long", _stream("long", 4_000_000), sizes=(15_625, 62_500, 250_000, 1_000_000, 4_000_000),
                    schedules=(1_000, 4_000, 16_000), seeds=(0, 1, 2), lr_grid=(3e-3, 6e-3, 1.2e-2)),

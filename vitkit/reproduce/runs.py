@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -196,7 +199,7 @@ class Workbench:
         if self.jobs > 1 and len(todo) > 1:
             threads = max(1, torch.get_num_threads() // self.jobs)
             ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
-            with ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
+            with _thread_env(threads), ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
                 futures = {pool.submit(_pretrain_in_worker, str(self.out), self.scale, r, self.device, threads): r
                            for r in todo}
                 for f in as_completed(futures):
@@ -205,6 +208,23 @@ class Workbench:
                         self.bar.update(unit_steps(futures[f], self.scale))
                         self.bar.set_postfix_str(futures[f].name(self.scale)[:60])
         return [self.pretrain(r) for r in runs]
+
+
+@contextmanager
+def _thread_env(threads: int) -> Iterator[None]:
+    """Workers spawned inside inherit `threads` as their OpenMP / BLAS pool sizes, read when they import numpy and
+    torch: jobs x (all cores) spinning threads oversubscribe a machine many times over."""
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {n: os.environ.get(n) for n in names}
+    os.environ.update({n: str(threads) for n in names})
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
 
 
 def _pretrain_in_worker(out: str, scale: Scale, run: Pretrain, device: str, threads: int) -> None:
