@@ -44,8 +44,13 @@ class CrossoverScale:
     schedules: tuple[int, ...]  # pre-training steps
     seeds: tuple[int, ...]  # pre-training seeds of every point
     lr_grid: tuple[float, ...] = ()  # swept per family and schedule on the largest set, seed 0
-    # without a grid: the rate per family and schedule, as the long run's sweep picked it (REPRODUCTION.md)
-    lrs: dict[str, dict[int, float]] = field(default_factory=dict)
+    # a schedule -> its data sizes, where not all of `sizes` (a long schedule need not revisit the smallest sets)
+    schedule_sizes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # a schedule -> the schedule whose picked rates it takes instead of a sweep of its own (recorded in the result)
+    lr_from: dict[int, int] = field(default_factory=dict)
+
+    def sizes_at(self, steps: int) -> tuple[int, ...]:
+        return self.schedule_sizes.get(steps, self.sizes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,31 +62,35 @@ def _stream(name: str, images: int, **kw: Any) -> Scale:
                  mpp_steps=(), glyph_stream=True, evals_per_run=4, **kw)
 
 
+_SIZES = (15_625, 62_500, 250_000, 1_000_000)  # nested subsets of one 10^6-image stream, x4 apart
+_PRETRAIN = _stream("crossover", _SIZES[-1])  # laptop and long share it, so long reuses the laptop's runs
 CROSSOVER_SCALES = {s.name: s for s in (
-    # seconds: the plumbing (stream, lr sweep, seeds, analysis, figures), not the finding
+    # seconds: the plumbing (stream, lr sweep and inheritance, a ragged grid, seeds, analysis, figures), not the finding
     CrossoverScale("smoke", replace(_stream("smoke", 4_000), batch=16, evals_per_run=2, shots=SMOKE.shots,
                                     fewshot_seeds=SMOKE.fewshot_seeds, transfer_limit=SMOKE.transfer_limit),
-                   sizes=(500, 2_000, 4_000), schedules=(4, 8), seeds=(0, 1), lr_grid=(3e-3, 6e-3)),
+                   sizes=(500, 2_000, 4_000), schedules=(4, 8, 12), seeds=(0, 1), lr_grid=(3e-3, 6e-3),
+                   schedule_sizes={12: (2_000, 4_000)}, lr_from={12: 8}),
     # <= 60 min on 2 cores (--jobs 2): two schedule lengths, one seed, the rate swept around experiment 1's 6e-3
-    CrossoverScale("laptop", _stream("laptop", 1_000_000), sizes=(15_625, 62_500, 250_000, 1_000_000),
-                   schedules=(1_000, 4_000), seeds=(0,), lr_grid=(3e-3, 6e-3)),
-    # the committed run (a GPU, --jobs): three schedule lengths, three seeds, the rate swept per schedule
-    CrossoverScale("long", _stream("long", 4_000_000), sizes=(15_625, 62_500, 250_000, 1_000_000, 4_000_000),
-                   schedules=(1_000, 4_000, 16_000), seeds=(0, 1, 2), lr_grid=(3e-3, 6e-3, 1.2e-2)),
+    CrossoverScale("laptop", _PRETRAIN, sizes=_SIZES, schedules=(1_000, 4_000), seeds=(0,), lr_grid=(3e-3, 6e-3)),
+    # <= 2 h on 2 cores: the laptop grid (reused) and 12,000 steps (1.5M images seen) on the two largest sets, with
+    # the rates the 4,000-step sweep picked
+    CrossoverScale("long", _PRETRAIN, sizes=_SIZES, schedules=(1_000, 4_000, 12_000), seeds=(0,),
+                   lr_grid=(3e-3, 6e-3), schedule_sizes={12_000: _SIZES[-2:]}, lr_from={12_000: 4_000}),
 )}
 
 
 def tuning_runs(cs: CrossoverScale) -> list[Pretrain]:
-    n = cs.sizes[-1]
-    return [Pretrain(f, "B", images=n, steps=t, seed=0, lr=lr) for f in FAMILIES for t in cs.schedules
-            for lr in cs.lr_grid]
+    return [Pretrain(f, "B", images=cs.sizes_at(t)[-1], steps=t, seed=0, lr=lr) for f in FAMILIES for t in cs.schedules
+            if t not in cs.lr_from for lr in cs.lr_grid]
 
 
 def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple[float, list[dict[str, float]]]:
     """The family's rate at this schedule length: the best early-stopping 5-shot digits dev accuracy of the sweep
-    (ties: the smaller rate), with the sweep; without a grid, the scale's table."""
+    (ties: the smaller rate), with the sweep; a schedule of `lr_from` takes another schedule's pick."""
+    if steps in cs.lr_from:
+        return pick_lr(wb, cs, family, cs.lr_from[steps])[0], []
     if not cs.lr_grid:
-        return cs.lrs[family][steps], []
+        raise ValueError(f"crossover scale {cs.name!r}: no learning-rate grid for {steps} steps")
     key = f"digits_dev_{cs.scale.select_shots}shot"
     sweep = [{"lr": r.lr, "dev": wb.pretrain(r)["best"][key], "glyph_test_top1": wb.pretrain(r)["glyph_test_top1"]}
              for r in tuning_runs(cs) if r.family == family and r.steps == steps]
@@ -91,7 +100,7 @@ def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple
 
 def grid_runs(cs: CrossoverScale, lrs: dict[tuple[str, int], float]) -> list[Pretrain]:
     return [Pretrain(f, "B", images=n, steps=t, seed=s, lr=lrs[f, t]) for f in FAMILIES for t in cs.schedules
-            for n in cs.sizes for s in cs.seeds]
+            for n in cs.sizes_at(t) for s in cs.seeds]
 
 
 def crossing(x: list[float], gaps: list[float]) -> float | None:
@@ -161,20 +170,21 @@ def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]]) -> dict[str, An
     curves: dict[str, Any] = {}
     by_data: dict[str, Any] = {}
     for t in cs.schedules:
+        sizes = cs.sizes_at(t)
         for m in metrics:
             for fam in FAMILIES:
-                pts = [_mean_std(values(fam, t, n, m)) for n in cs.sizes]
-                curves[f"{fam}/{t}/{m}"] = {"mean": [p[0] for p in pts], "std": [p[1] for p in pts]}
-            per = {fam: [[values(fam, t, n, m)[i] for n in cs.sizes] for i in range(len(cs.seeds))]
-                   for fam in FAMILIES}
-            by_data[f"{t}/{m}"] = gap_analysis(list(cs.sizes), per["ViT"], per["ResNet"])
+                pts = [_mean_std(values(fam, t, n, m)) for n in sizes]
+                curves[f"{fam}/{t}/{m}"] = {"images": list(sizes), "mean": [p[0] for p in pts],
+                                            "std": [p[1] for p in pts]}
+            per = {fam: [[values(fam, t, n, m)[i] for n in sizes] for i in range(len(cs.seeds))] for fam in FAMILIES}
+            by_data[f"{t}/{m}"] = gap_analysis(list(sizes), per["ViT"], per["ResNet"])
     # compute: each family's frontier (best over data sizes, seed by seed) at each schedule length
     by_compute: dict[str, Any] = {}
     flops = {fam: [next(r["train_flops"] for r in rows if (r["family"], r["steps"]) == (fam, t)) for t in cs.schedules]
              for fam in FAMILIES}
     frontier: dict[str, Any] = {}
     for m in metrics:
-        per = {fam: [[max(values(fam, t, n, m)[i] for n in cs.sizes) for t in cs.schedules]
+        per = {fam: [[max(values(fam, t, n, m)[i] for n in cs.sizes_at(t)) for t in cs.schedules]
                      for i in range(len(cs.seeds))] for fam in FAMILIES}
         for fam in FAMILIES:
             frontier[f"{fam}/{m}"] = {"flops": flops[fam], "mean": [float(np.mean(c)) for c in zip(*per[fam])],
@@ -226,12 +236,13 @@ def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any])
             for fam in FAMILIES:
                 c = res["curves"][f"{fam}/{t}/{m}"]
                 lr = next(r["lr"] for r in res["rows"] if (r["family"], r["steps"]) == (fam, t))
-                cells = " | ".join(f"{100 * a:.1f} ± {100 * b:.1f}" if len(cs.seeds) > 1 else f"{100 * a:.1f}"
-                                   for a, b in zip(c["mean"], c["std"]))
+                at = {n: (a, b) for n, a, b in zip(c["images"], c["mean"], c["std"])}
+                cells = " | ".join("–" if n not in at else f"{100 * at[n][0]:.1f} ± {100 * at[n][1]:.1f}"
+                                   if len(cs.seeds) > 1 else f"{100 * at[n][0]:.1f}" for n in cs.sizes)
                 lines.append(f"| {fam} | {t:,} | {lr:g} | {cells} |")
         lines.append("")
     lines += ["**Where the curves cross** (ViT minus ResNet; interpolated in log images, seed range in brackets)", "",
-              "| measure | steps | gap at each size (points) | crossing |", "|---|---:|---|---|"]
+              "| measure | steps | gap at each of its sizes (points) | crossing |", "|---|---:|---|---|"]
     for m, title in names.items():
         for t in cs.schedules:
             g = res["by_data"][f"{t}/{m}"]
@@ -259,8 +270,9 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
     tuning = tuning_runs(cs)
     try:
         # the bar counts every step of the grid; the picked rate's tuning run is the grid's point at (largest, seed 0)
-        reused = len(FAMILIES) * sum(cs.schedules) if cs.lr_grid and 0 in cs.seeds else 0
-        grid_steps = len(FAMILIES) * len(cs.sizes) * len(cs.seeds) * sum(cs.schedules) - reused
+        grid = {(f, n, t, s) for f in FAMILIES for t in cs.schedules for n in cs.sizes_at(t) for s in cs.seeds}
+        grid_steps = sum(t for f, n, t, s in grid) - sum(r.steps for r in tuning if (r.family, r.images, r.steps, 0) in grid
+                                                        and r.lr == cs.lr_grid[0]) * (0 in cs.seeds)
         wb.start(tuning, f"crossover ({cs.name})")
         if wb.bar is not None:
             wb.bar.total += grid_steps
@@ -278,7 +290,8 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
     finally:
         wb.close()
     res = analyse(cs, summaries)
-    figs = [plots.crossover_data(res, cs.schedules, cs.sizes, out / "crossover_data.png"),
+    figs = [plots.crossover_data(res, cs.schedules, out / "crossover_data.png"),
             plots.crossover_compute(res, out / "crossover_compute.png")]
     return {"crossover_scale": cs.to_dict(), "device": device, "lr": {f"{f} {t}": v for (f, t), v in lrs.items()},
-            "lr_sweeps": sweeps, **res, "figures": figs, "markdown": markdown(cs, res, sweeps)}
+            "lr_from": {str(t): u for t, u in cs.lr_from.items()}, "lr_sweeps": sweeps, **res, "figures": figs,
+            "markdown": markdown(cs, res, sweeps)}

@@ -117,7 +117,7 @@ CROSSOVER_METRICS = {"glyph_test_top1": "pre-training task: glyph test", "digits
                      "avg_5shot": "5-shot linear, mean of digits and lfw"}
 
 
-def crossover_data(res: dict[str, Any], schedules: Any, sizes: Any, path: Path) -> str:
+def crossover_data(res: dict[str, Any], schedules: Any, path: Path) -> str:
     """Experiment 7: accuracy against pre-training images, one line per family and schedule length (darker:
     longer), mean +- std over seeds; a crossing of the two families at a schedule is marked by a dotted line."""
     fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.2 * len(CROSSOVER_METRICS), 4.2))
@@ -128,7 +128,7 @@ def crossover_data(res: dict[str, Any], schedules: Any, sizes: Any, path: Path) 
                 c = res["curves"].get(f"{fam}/{t}/{m}")
                 if c is None:
                     continue
-                ax.errorbar(sizes, [100 * v for v in c["mean"]], yerr=[100 * v for v in c["std"]], color=COLORS[fam],
+                ax.errorbar(c["images"], [100 * v for v in c["mean"]], yerr=[100 * v for v in c["std"]], color=COLORS[fam],
                             alpha=float(a), marker=MARKERS[fam], capsize=3, label=f"{fam}, {t:,} steps")
             x = res["by_data"][f"{t}/{m}"]["crossing"]
             if x is not None:
