@@ -21,7 +21,8 @@ from vitkit.evaluate import eval_loader
 from vitkit.fewshot import extract_features, fewshot_table
 from vitkit.models import create_model
 from vitkit.models.flops import model_flops, vit_flops
-from vitkit.reproduce import EXPERIMENTS, SMOKE
+from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS, SMOKE
+from vitkit.reproduce.crossover import FAMILIES, grid_runs
 from vitkit.reproduce.plan import MODELS, Pretrain, pretrain_config
 from vitkit.reproduce.runs import UNIT_FILE, Workbench
 from vitkit.reproduce.transfer import FewShotEvaluator, transfer_sets
@@ -160,6 +161,21 @@ def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsy
     assert by[("ViT", "S")] < by[("ViT", "B")] < by[("ViT", "L")]
     fig7 = json.loads((out / "fig7" / "result.json").read_text())
     assert fig7["grid"] == [8, 8] and len(fig7["attention_distance_per_layer"]) == 4
+    # the crossover: its grid (12 steps on the two largest sets only), the rates picked by the sweep (12 steps take
+    # the 8-step picks), the runs drawn from the stream
+    cross = json.loads((out / "crossover" / "result.json").read_text())
+    cs = CROSSOVER_SCALES["smoke"]
+    assert cross["crossover_scale"]["name"] == "smoke" and cross["lr_from"] == {"12": 8}
+    got = {(r["family"], r["steps"], r["images"], r["seed"]) for r in cross["rows"]}
+    assert got == {(r.family, r.steps, r.images, r.seed) for r in grid_runs(cs, {(f, t): 0.0 for f in FAMILIES
+                                                                                   for t in cs.schedules})}
+    for fam in FAMILIES:
+        for steps in (4, 8):
+            sweep = cross["lr_sweeps"][f"{fam} {steps} steps"]
+            assert cross["lr"][f"{fam} {steps}"] == max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
+            assert all(r["lr"] == cross["lr"][f"{fam} {r['steps']}"] for r in cross["rows"] if r["family"] == fam)
+        assert cross["lr"][f"{fam} 12"] == cross["lr"][f"{fam} 8"]
+    assert (out / "crossover" / "runs" / "pretrain").is_dir()
     summary = (out / "SUMMARY.md").read_text()
     assert all(f"## {n}" in summary for n in EXPERIMENTS)
     # every fine-tune of the smoke run learns: at least twice chance (10%) on the digits test split

@@ -48,6 +48,9 @@ class CrossoverScale:
     schedule_sizes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # a schedule -> the schedule whose picked rates it takes instead of a sweep of its own (recorded in the result)
     lr_from: dict[int, int] = field(default_factory=dict)
+    # where the families come close, more seeds: these (steps, images) points re-run with `check_seeds` too
+    seed_check: tuple[tuple[int, int], ...] = ()
+    check_seeds: tuple[int, ...] = ()
 
     def sizes_at(self, steps: int) -> tuple[int, ...]:
         return self.schedule_sizes.get(steps, self.sizes)
@@ -69,13 +72,14 @@ CROSSOVER_SCALES = {s.name: s for s in (
     CrossoverScale("smoke", replace(_stream("smoke", 4_000), batch=16, evals_per_run=2, shots=SMOKE.shots,
                                     fewshot_seeds=SMOKE.fewshot_seeds, transfer_limit=SMOKE.transfer_limit),
                    sizes=(500, 2_000, 4_000), schedules=(4, 8, 12), seeds=(0, 1), lr_grid=(3e-3, 6e-3),
-                   schedule_sizes={12: (2_000, 4_000)}, lr_from={12: 8}),
+                   schedule_sizes={12: (2_000, 4_000)}, lr_from={12: 8}, seed_check=((8, 4_000),), check_seeds=(2,)),
     # <= 60 min on 2 cores (--jobs 2): two schedule lengths, one seed, the rate swept around experiment 1's 6e-3
     CrossoverScale("laptop", _PRETRAIN, sizes=_SIZES, schedules=(1_000, 4_000), seeds=(0,), lr_grid=(3e-3, 6e-3)),
     # <= 2 h on 2 cores: the laptop grid (reused) and 12,000 steps (1.5M images seen) on the two largest sets, with
-    # the rates the 4,000-step sweep picked
+    # the rates the 4,000-step sweep picked; two more seeds where the families meet at 4,000 steps
     CrossoverScale("long", _PRETRAIN, sizes=_SIZES, schedules=(1_000, 4_000, 12_000), seeds=(0,),
-                   lr_grid=(3e-3, 6e-3), schedule_sizes={12_000: _SIZES[-2:]}, lr_from={12_000: 4_000}),
+                   lr_grid=(3e-3, 6e-3), schedule_sizes={12_000: _SIZES[-2:]}, lr_from={12_000: 4_000},
+                   seed_check=((4_000, 1_000_000),), check_seeds=(1, 2)),
 )}
 
 
@@ -103,6 +107,11 @@ def grid_runs(cs: CrossoverScale, lrs: dict[tuple[str, int], float]) -> list[Pre
             for n in cs.sizes_at(t) for s in cs.seeds]
 
 
+def seed_check_runs(cs: CrossoverScale, lrs: dict[tuple[str, int], float]) -> list[Pretrain]:
+    return [Pretrain(f, "B", images=n, steps=t, seed=s, lr=lrs[f, t]) for t, n in cs.seed_check for f in FAMILIES
+            for s in cs.check_seeds]
+
+
 def crossing(x: list[float], gaps: list[float]) -> float | None:
     """Where a gap curve (ViT minus ResNet) over increasing x first turns from negative to non-negative and stays
     there, interpolated linearly in log10(x); None if it never does (or is never negative: no crossing to find)."""
@@ -116,14 +125,12 @@ def crossing(x: list[float], gaps: list[float]) -> float | None:
 
 def trend(x: list[float], gaps: list[float], last: int = 3) -> dict[str, float | None]:
     """The gap's least-squares slope over the `last` largest x (points per 10x), and where that line reaches 0
-    beyond the data (None if it does not head towards 0)."""
+    beyond the data, as log10(x) (None if it does not head towards 0)."""
     lx = np.log10(np.asarray(x[-last:], dtype=float))
     g = np.asarray(gaps[-last:], dtype=float)
     slope, icpt = np.polyfit(lx, g, 1) if len(lx) > 1 else (0.0, float(g[-1]))
-    meet = None
-    if g[-1] < 0 < slope:
-        meet = float(10 ** (-icpt / slope))
-    return {"slope_per_decade": float(slope), "meets_at": meet}
+    meet = float(-icpt / slope) if g[-1] < 0 < slope else None
+    return {"slope_per_decade": float(slope), "meets_at_log10": meet}
 
 
 def gap_analysis(x: list[float], per_seed_vit: list[list[float]], per_seed_resnet: list[list[float]]
@@ -147,20 +154,21 @@ def _mean_std(xs: list[float]) -> tuple[float, float]:
     return float(np.mean(xs)), float(np.std(xs))
 
 
-def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+def _row(s: dict[str, Any], k: int) -> dict[str, Any]:
+    best = s["best"]
+    return {"family": s["family"], "images": s["images"], "steps": s["steps"], "seed": s["seed"], "lr": s["lr"],
+            "train_flops": s["train_flops"], "glyph_test_top1": s["glyph_test_top1"], "best_step": best.get("step"),
+            f"digits_test_{k}shot": best[f"digits_test_{k}shot"], f"lfw_test_{k}shot": best[f"lfw_test_{k}shot"],
+            f"avg_{k}shot": (best[f"digits_test_{k}shot"] + best[f"lfw_test_{k}shot"]) / 2, "train_s": s["train_s"]}
+
+
+def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]], extra: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Curves, gaps and crossings from the grid's run summaries (`Workbench.pretrain`): against pre-training images
     for each schedule length, and against pre-training FLOPs (each family's best over data sizes at each
-    schedule: its compute frontier)."""
+    schedule: its compute frontier); `extra` (the seed check's runs) adds seeds at the points of `cs.seed_check`."""
     k = cs.scale.select_shots
-    rows = []
-    for s in summaries:
-        best = s["best"]
-        rows.append({"family": s["family"], "images": s["images"], "steps": s["steps"], "seed": s["seed"],
-                     "lr": s["lr"], "train_flops": s["train_flops"], "glyph_test_top1": s["glyph_test_top1"],
-                     "best_step": best.get("step"), f"digits_test_{k}shot": best[f"digits_test_{k}shot"],
-                     f"lfw_test_{k}shot": best[f"lfw_test_{k}shot"],
-                     f"avg_{k}shot": (best[f"digits_test_{k}shot"] + best[f"lfw_test_{k}shot"]) / 2,
-                     "train_s": s["train_s"]})
+    rows = [_row(s, k) for s in summaries]
+    checked = rows + [_row(s, k) for s in extra]
     metrics = ["glyph_test_top1", f"digits_test_{k}shot", f"avg_{k}shot"]
 
     def values(fam: str, steps: int, n: int, metric: str) -> list[float]:
@@ -193,12 +201,21 @@ def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]]) -> dict[str, An
         res_at = [[float(np.interp(np.log10(f), np.log10(flops["ResNet"]), seed_curve)) for f in flops["ViT"]]
                   for seed_curve in per["ResNet"]]
         by_compute[m] = gap_analysis(flops["ViT"], per["ViT"], res_at)
-    return {"rows": rows, "curves": curves, "by_data": by_data, "frontier": frontier, "by_compute": by_compute}
+    checks = []
+    for t, n in cs.seed_check:
+        for m in metrics:
+            per = {fam: {r["seed"]: r[m] for r in checked if (r["family"], r["steps"], r["images"]) == (fam, t, n)}
+                   for fam in FAMILIES}
+            seeds = sorted(set(per["ViT"]) & set(per["ResNet"]))
+            gaps = [per["ViT"][s] - per["ResNet"][s] for s in seeds]
+            checks.append({"steps": t, "images": n, "metric": m, "seeds": seeds,
+                           **{fam: _mean_std([per[fam][s] for s in seeds]) for fam in FAMILIES},
+                           "gap": _mean_std(gaps), "gaps": gaps})
+    return {"rows": rows, "curves": curves, "by_data": by_data, "frontier": frontier, "by_compute": by_compute,
+            "seed_check": checks}
 
 
-def _fmt_n(x: float | None) -> str:
-    if x is None:
-        return "-"
+def _fmt_n(x: float) -> str:
     return f"{x:,.0f}" if x < 1e7 else f"{x:.2g}"
 
 
@@ -215,10 +232,11 @@ def _cross_text(g: dict[str, Any], unit: str) -> str:
         return f"ViT ahead or level everywhere ({100 * min(g['gap']):+.1f} points at the least)"
     t = g["trend"]
     slope = 100 * t["slope_per_decade"]
-    if t["meets_at"] is None:
+    if t["meets_at_log10"] is None:
         return f"no crossing; the gap is {100 * last:+.1f} points and not closing ({slope:+.1f} points per 10x)"
-    return (f"no crossing; the gap is {100 * last:+.1f} points, closing {slope:+.1f} points per 10x: "
-            f"the trend meets at ~{_fmt_n(t['meets_at'])} {unit}")
+    e = t["meets_at_log10"]
+    at = _fmt_n(10**e) if e < 7 else f"10^{e:.1f}"
+    return f"no crossing; the gap is {100 * last:+.1f} points, closing {slope:+.1f} points per 10x: the trend meets at ~{at} {unit}"
 
 
 def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any]) -> str:
@@ -255,6 +273,14 @@ def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any])
         g = res["by_compute"][m]
         lines.append(f"| {title} | {', '.join(f'{x:.2g}' for x in g['x'])} | "
                      f"{', '.join(f'{100 * v:+.1f}' for v in g['gap'])} | {_cross_text(g, 'FLOPs')} |")
+    if res["seed_check"]:
+        lines += ["", "**Seeds where the families meet** (mean ± std over pre-training seeds; the gap per seed pair)", "",
+                  "| steps | images | measure | seeds | ViT | ResNet | ViT − ResNet (points) |", "|---:|---:|---|---|---:|---:|---|"]
+        for c in res["seed_check"]:
+            lines.append(f"| {c['steps']:,} | {c['images']:,} | {names[c['metric']]} | {c['seeds']} | "
+                         f"{100 * c['ViT'][0]:.1f} ± {100 * c['ViT'][1]:.1f} | "
+                         f"{100 * c['ResNet'][0]:.1f} ± {100 * c['ResNet'][1]:.1f} | {100 * c['gap'][0]:+.1f} ± "
+                         f"{100 * c['gap'][1]:.1f} ({', '.join(f'{100 * g:+.1f}' for g in c['gaps'])}) |")
     if lr_sweeps:
         lines += ["", "Learning-rate sweep (largest set, seed 0; picked by the early-stopping 5-shot digits dev "
                   "accuracy): " + "; ".join(
@@ -270,9 +296,9 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
     tuning = tuning_runs(cs)
     try:
         # the bar counts every step of the grid; the picked rate's tuning run is the grid's point at (largest, seed 0)
-        grid = {(f, n, t, s) for f in FAMILIES for t in cs.schedules for n in cs.sizes_at(t) for s in cs.seeds}
-        grid_steps = sum(t for f, n, t, s in grid) - sum(r.steps for r in tuning if (r.family, r.images, r.steps, 0) in grid
-                                                        and r.lr == cs.lr_grid[0]) * (0 in cs.seeds)
+        tuned = [t for t in cs.schedules if t not in cs.lr_from] if 0 in cs.seeds else []
+        grid_steps = len(FAMILIES) * (sum(t * len(cs.sizes_at(t)) * len(cs.seeds) for t in cs.schedules) - sum(tuned)
+                                      + sum(t * len(cs.check_seeds) for t, _ in cs.seed_check))
         wb.start(tuning, f"crossover ({cs.name})")
         if wb.bar is not None:
             wb.bar.total += grid_steps
@@ -283,13 +309,14 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
                 lrs[fam, t], sweep = pick_lr(wb, cs, fam, t)
                 if sweep:
                     sweeps[f"{fam} {t:,} steps"] = sweep
-        runs = grid_runs(cs, lrs)
+        runs, checks = grid_runs(cs, lrs), seed_check_runs(cs, lrs)
         if wb.bar is not None:
-            wb.bar.update(sum(unit_steps(r, cs.scale) for r in runs if r not in tuning and wb.done(r)))
-        summaries = wb.pretrain_all(runs)
+            wb.bar.update(sum(unit_steps(r, cs.scale) for r in runs + checks if r not in tuning and wb.done(r)))
+        done = wb.pretrain_all(runs + checks)
+        summaries, extra = done[:len(runs)], done[len(runs):]
     finally:
         wb.close()
-    res = analyse(cs, summaries)
+    res = analyse(cs, summaries, extra)
     figs = [plots.crossover_data(res, cs.schedules, out / "crossover_data.png"),
             plots.crossover_compute(res, out / "crossover_compute.png")]
     return {"crossover_scale": cs.to_dict(), "device": device, "lr": {f"{f} {t}": v for (f, t), v in lrs.items()},

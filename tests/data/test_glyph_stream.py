@@ -1,0 +1,79 @@
+"""The glyph stream (`data.glyph_stream`): images drawn when loaded, a pure function of (seed, split, index), the
+same distribution as the in-memory glyphs, read by the loader in one vectorised pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vitkit.data.base import Subset, batch_reader
+from vitkit.data.config import DataConfig
+from vitkit.data.datasets import open_splits
+from vitkit.data.glyphs import STREAM_MAX_IMAGES, GlyphStream, glyphs
+from vitkit.data.loader import StepLoader
+from vitkit.data.transforms import TrainTransform
+from vitkit.models.preprocess import PreprocessConfig
+
+
+def test_an_image_depends_on_seed_split_and_index_alone() -> None:
+    small, large = GlyphStream(3_000, 50, 16, seed=3), GlyphStream(50_000, 50, 16, seed=3)
+    idx = np.array([0, 7, 2_999, 1_234])
+    x = small.draw(idx)
+    assert x.shape == (4, 1, 16, 16) and x.dtype == np.uint8
+    assert np.array_equal(x, large.draw(idx))  # sets of any size nest
+    assert np.array_equal(small.labels, large.labels[:3_000])
+    # drawn together or one by one, in any order: the same pixels
+    one_by_one = np.concatenate([small.draw(np.array([i])) for i in idx[::-1]])[::-1]
+    assert np.array_equal(x, one_by_one)
+    assert not np.array_equal(x, GlyphStream(3_000, 50, 16, seed=4).draw(idx))
+    assert not np.array_equal(x, GlyphStream(3_000, 50, 16, seed=3, split="test").draw(idx))
+    img, label = small.get(7)
+    assert torch.equal(img, torch.from_numpy(x[1]).float() / 255) and label == small.labels[7]
+    assert small.describe(7) == "glyph-stream/train[7]"
+
+
+def test_the_stream_draws_the_in_memory_sets_distribution() -> None:
+    """Same prototypes and ranges, other random values: pixel statistics and labels agree with the in-memory set,
+    and the classes are the same shapes (a nearest-class-mean classifier fit on one set reads the other)."""
+    n, k = 6_000, 20
+    mem, stream = glyphs(n, k, 16, seed=0), GlyphStream(n, k, 16, seed=0)
+    a, b = mem.images.numpy().astype(float), stream.draw(np.arange(n)).astype(float)
+    assert abs(a.mean() - b.mean()) < 1.5 and abs(a.std() - b.std()) < 1.5
+    assert np.abs(np.bincount(stream.labels, minlength=k) / n - 1 / k).max() < 0.02
+    flat_a, flat_b = a.reshape(n, -1), b.reshape(n, -1)
+    means = np.stack([flat_a[mem.labels == c].mean(0) for c in range(k)])
+    pred = ((flat_b[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
+    assert (pred == stream.labels).mean() > 0.3  # chance is 0.05
+
+
+def test_the_stream_is_refused_where_it_cannot_be_held() -> None:
+    with pytest.raises(ValueError, match=f"glyph images must be at most {STREAM_MAX_IMAGES:,}"):
+        GlyphStream(STREAM_MAX_IMAGES + 1)
+    with pytest.raises(ValueError, match="glyph split must be train or test"):
+        GlyphStream(10, split="dev")
+    with pytest.raises(IndexError, match=r"glyph-stream/train: index out of range 0\.\.9"):
+        GlyphStream(10).draw(np.array([10]))
+    # in memory, 10^7 glyphs are refused by the memory bound; as a stream they are allowed
+    with pytest.raises(ValueError, match="data.glyph_stream = true draws them when loaded"):
+        DataConfig(name="glyphs", glyph_images=50_000_000)
+    assert DataConfig(name="glyphs", glyph_images=50_000_000, glyph_stream=True).glyph_stream
+    with pytest.raises(ValueError, match="data.glyph_stream must be true or false"):
+        DataConfig(name="glyphs", glyph_stream="yes")
+    with pytest.raises(ValueError, match="data.glyph_images must be at most"):
+        DataConfig(name="glyphs", glyph_images=STREAM_MAX_IMAGES + 1, glyph_stream=True)
+
+
+def test_the_loader_reads_a_stream_subset_in_one_pass_with_the_same_batches() -> None:
+    splits = open_splits(DataConfig(name="glyphs", glyph_images=200_000, glyph_classes=30, glyph_stream=True,
+                                    subset=5_000))
+    train, test = splits["train"], splits["test"]
+    assert isinstance(train, Subset) and isinstance(train.base, GlyphStream) and len(train) == 5_000
+    assert isinstance(test, GlyphStream) and len(test) == 10_000 and test.split == "test"
+    assert batch_reader(train) is not None and batch_reader(glyphs(100, 5)) is None
+    tf = TrainTransform(PreprocessConfig((16, 16), (0.5,), (0.5,)), augment="none", flip=False)
+    fast = StepLoader(train, 64, tf, seed=1).load(3)
+    pos = StepLoader(train, 64, tf, seed=1).positions(3)
+    slow = torch.stack([tf(train.get(j)[0], torch.Generator()) for _, j in pos])
+    assert torch.equal(fast.x, slow) and fast.y.tolist() == [int(train.labels[j]) for _, j in pos]
+    assert fast.indices == [j for _, j in pos]

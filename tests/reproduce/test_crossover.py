@@ -1,0 +1,106 @@
+"""Experiment 7 (the crossover): the gap analysis on known curves, the grid and its learning-rate picks, parallel
+runs, and the folder checks (one scale and one kind of device per folder). The end-to-end smoke run is part of
+test_reproduce.py's `--all --smoke`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from vitkit.reproduce.crossover import (
+    CROSSOVER_SCALES,
+    FAMILIES,
+    crossing,
+    gap_analysis,
+    grid_runs,
+    trend,
+    tuning_runs,
+)
+from vitkit.reproduce.plan import SMOKE, Pretrain
+from vitkit.reproduce.runs import STATE_FILE, Workbench
+
+
+def test_crossing_is_interpolated_in_log_x_and_needs_the_gap_to_stay_positive() -> None:
+    x = [1e3, 1e4, 1e5, 1e6]
+    assert math.isclose(crossing(x, [-0.3, -0.1, 0.1, 0.2]), 10**4.5, rel_tol=1e-12)
+    assert math.isclose(crossing(x, [-0.3, -0.3, -0.1, 0.3]), 10**5.25, rel_tol=1e-12)
+    # a gap that turns positive and back is not a crossing: the last sign change from - to + counts
+    assert math.isclose(crossing(x, [-0.2, 0.1, -0.1, 0.1]), 10**5.5, rel_tol=1e-12)
+    assert crossing(x, [-0.2, 0.1, 0.2, -0.1]) is None
+    assert crossing(x, [0.1, 0.2, 0.1, 0.3]) is None  # ahead everywhere: nothing to find
+    assert crossing(x, [-0.4, -0.3, -0.2, -0.1]) is None
+
+
+def test_trend_extrapolates_a_closing_gap_and_not_a_widening_one() -> None:
+    x = [1e3, 1e4, 1e5, 1e6]
+    closing = trend(x, [-0.5, -0.4, -0.3, -0.2])  # +0.1 per decade over the last three
+    assert math.isclose(closing["slope_per_decade"], 0.1, rel_tol=1e-9)
+    assert math.isclose(closing["meets_at_log10"], 8.0, rel_tol=1e-9)
+    widening = trend(x, [-0.1, -0.2, -0.3, -0.4])
+    assert widening["slope_per_decade"] < 0 and widening["meets_at_log10"] is None
+    # a gap closing ever so slowly meets far away: a number, not an overflow
+    assert trend(x, [-0.5, -0.5, -0.5 + 1e-12, -0.5 + 2e-12])["meets_at_log10"] > 1e9
+
+
+def test_gap_analysis_pairs_seeds_and_gives_the_spread_of_the_crossing() -> None:
+    x = [1e3, 1e4, 1e5]
+    vit = [[0.1, 0.3, 0.6], [0.1, 0.35, 0.55]]
+    resnet = [[0.3, 0.4, 0.5], [0.3, 0.3, 0.5]]
+    g = gap_analysis(x, vit, resnet)
+    for got, want in zip(g["per_seed"], [[-0.2, -0.1, 0.1], [-0.2, 0.05, 0.05]]):
+        assert got == pytest.approx(want)
+    assert g["gap"] == pytest.approx([-0.2, -0.025, 0.075])
+    assert g["gap_std"] == pytest.approx([0.0, 0.075, 0.025])
+    lo, hi = g["crossing_range"]
+    assert lo == pytest.approx(crossing(x, [-0.2, 0.05, 0.05])) and hi == pytest.approx(10**4.5)
+    assert g["crossing"] == pytest.approx(crossing(x, g["gap"]))
+
+
+def test_grids_reuse_the_picked_tuning_run_and_long_contains_laptop() -> None:
+    smoke, laptop, long = (CROSSOVER_SCALES[n] for n in ("smoke", "laptop", "long"))
+    tune = tuning_runs(smoke)
+    assert {r.steps for r in tune} == {4, 8}  # 12 steps take the 8-step picks (lr_from)
+    assert len(tune) == len(FAMILIES) * 2 * len(smoke.lr_grid)
+    picks = {(f, t): smoke.lr_grid[1] for f in FAMILIES for t in smoke.schedules}
+    runs = grid_runs(smoke, picks)
+    assert len(runs) == len(FAMILIES) * len(smoke.seeds) * (3 + 3 + 2)  # 12 steps on the two largest sets only
+    assert {r.images for r in runs if r.steps == 12} == {2_000, 4_000}
+    # the grid's point at (largest set, seed 0) is the tuning run of the picked rate: one unit, trained once
+    assert set(tune) & set(runs) == {r for r in tune if r.lr == smoke.lr_grid[1]}
+    assert laptop.scale == long.scale  # one pre-training scale: the long run reuses the laptop's units
+    lp = {(f, t): 6e-3 for f in FAMILIES for t in long.schedules}
+    assert set(grid_runs(laptop, lp)) < set(grid_runs(long, lp)) and set(tuning_runs(laptop)) == set(tuning_runs(long))
+    assert laptop.scale.glyph_stream and laptop.sizes[-1] == laptop.scale.glyph_images == 1_000_000
+
+
+def test_parallel_runs_give_the_summaries_of_the_sequential_ones(tmp_path: Path) -> None:
+    scale = CROSSOVER_SCALES["smoke"].scale
+    runs = [Pretrain("ViT", "B", images=500, steps=3, seed=s, lr=6e-3) for s in (0, 1)]
+    par = Workbench(tmp_path / "par", scale, progress=False, jobs=2).pretrain_all(runs)
+    seq = Workbench(tmp_path / "seq", scale, progress=False).pretrain_all(runs)
+    for p, s in zip(par, seq):
+        assert p["name"] == s["name"] and p["steps"] == s["steps"] == 3 and p["lr"] == 6e-3
+        assert [c["step"] for c in p["curve"]] == [c["step"] for c in s["curve"]]
+        # the workers train with fewer threads than this process: equal within float reordering
+        assert p["final"]["digits_test_5shot"] == pytest.approx(s["final"]["digits_test_5shot"], abs=0.05)
+
+
+def test_a_folder_holds_one_scale_on_one_kind_of_device(tmp_path: Path) -> None:
+    Workbench(tmp_path, SMOKE, progress=False)
+    Workbench(tmp_path, SMOKE, progress=False, device="cpu")
+    with pytest.raises(ValueError, match="holds a reproduction run on cpu; this run is on cuda"):
+        Workbench(tmp_path, SMOKE, progress=False, device="cuda:0")
+    with pytest.raises(ValueError, match="holds a reproduction at scale 'smoke'"):
+        Workbench(tmp_path, CROSSOVER_SCALES["smoke"].scale, progress=False)
+    with pytest.raises(ValueError, match="jobs must be a positive whole number"):
+        Workbench(tmp_path, SMOKE, progress=False, jobs=0)
+    # a folder written before the crossover's Scale keys existed (and without a device) still opens
+    doc = json.loads((tmp_path / STATE_FILE).read_text())
+    for k in ("glyph_stream", "evals_per_run", "num_workers"):
+        del doc["scale"][k]
+    del doc["device"]
+    (tmp_path / STATE_FILE).write_text(json.dumps(doc))
+    Workbench(tmp_path, SMOKE, progress=False)
