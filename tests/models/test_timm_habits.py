@@ -10,7 +10,7 @@ import torch
 
 import vitkit
 from tests.helpers import digits_model
-from tests.inputs import TIMM_FIXTURE
+from tests.inputs import FAMILIES, TIMM_FIXTURE
 
 
 def test_timm_names_keep_their_resolution_and_gelu_and_timm_keywords_mean_the_same() -> None:
@@ -24,15 +24,34 @@ def test_timm_names_keep_their_resolution_and_gelu_and_timm_keywords_mean_the_sa
     c = m.config
     assert (c.drop_path, c.dropout, c.attn_dropout, c.pooling, c.in_chans, c.num_classes, c.img_size) == (
         0.1, 0.2, 0.05, "gap", 1, 7, (32, 32))
+    assert not c.class_token and c.fc_norm  # timm: fc_norm=None means a norm after pooling when global_pool='avg'
     for kw, match in ((dict(pretrained=True), "downloads no weights; load a file you have with vitkit.load_pretrained"),
                       (dict(pos_embed="rope"), "unknown keyword 'pos_embed'"),
-                      (dict(global_pool="avg"), "beside a class token is not a model vitkit builds")):
+                      (dict(global_pool="map"), "global_pool='map' beside a class token is not a model vitkit builds"),
+                      (dict(global_pool="map", class_token=True), "global_pool='map' beside a class token")):
         with pytest.raises(ValueError, match=match):
             vitkit.create_model("vit_tiny_patch16_224", **kw)
     for name, match in (("vit_base_patch16_224_in21k", "without further suffixes"),
                         ("vit_base_patch16_224.augreg_in21k", "names pretrained weights")):
         with pytest.raises(ValueError, match=match):
             vitkit.create_model(name)
+
+
+@pytest.mark.parametrize("family, kw", [("mae_avg", {}), ("avg_nofc", {"fc_norm": False})])
+def test_global_pool_avg_builds_timms_model(family: str, kw: dict) -> None:
+    """timm's `vit_base_patch16_224(global_pool='avg', ...)` keeps its class token and moves the final norm after
+    pooling (fc_norm) unless told not to: the model vitkit builds from the same keywords holds timm's weights
+    (strict) and gives timm's logits (the fixtures were written by timm from exactly these keywords)."""
+    args = json.loads((FAMILIES / f"{family}_hub" / "config.json").read_text())["model_args"]
+    assert args["global_pool"] == "avg" and args.get("fc_norm") == kw.get("fc_norm")
+    m = vitkit.create_model("vit_base_patch16_224", img_size=32, patch_size=8, width=32, depth=2, num_heads=4,
+                            mlp_dim=128, num_classes=5, global_pool="avg", **kw)
+    assert m.config.class_token and m.config.pooling == "gap" and m.config.fc_norm == kw.get("fc_norm", True)
+    m.load_state_dict(vitkit.load_pretrained(FAMILIES / f"{family}_hub").state_dict())
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    with torch.no_grad():
+        torch.testing.assert_close(m.eval()(torch.from_numpy(ref["x"])), torch.from_numpy(ref[f"{family}_logits"]),
+                                   rtol=2e-5, atol=2e-5)
 
 
 def test_integer_images_get_vitkits_own_message() -> None:

@@ -173,21 +173,26 @@ TIMM_KWARGS = {"drop_path_rate": "drop_path", "drop_rate": "dropout", "attn_drop
                "reg_tokens": "num_registers"}
 
 
-def _timm_kwargs(overrides: dict[str, Any]) -> dict[str, Any]:
-    """timm's keywords (`drop_path_rate`, `global_pool`, `class_token`, ...) as vitkit's config fields."""
+def _timm_kwargs(overrides: dict[str, Any], has_class_token: bool = True) -> dict[str, Any]:
+    """timm's keywords (`drop_path_rate`, `global_pool`, `class_token`, ...) as vitkit's config fields, with timm's
+    rules: global_pool='avg' keeps the model's class token (`has_class_token`) and, unless `fc_norm` is given,
+    norms after pooling instead of before (timm: fc_norm=None means exactly when global_pool='avg')."""
     out = {TIMM_KWARGS.get(k, k): v for k, v in overrides.items() if k not in ("global_pool", "class_token")}
     pool, cls = overrides.get("global_pool"), overrides.get("class_token")
     if pool is not None:
         if pool not in POOL_FROM_TIMM:
             raise ValueError(f"global_pool={pool!r}: vitkit pools with 'token', 'avg' or 'map'")
         out["pooling"] = POOL_FROM_TIMM[pool]
-        if pool in ("avg", "map") and cls is not False:
-            raise ValueError(f"global_pool={pool!r} beside a class token is not a model vitkit builds from timm's "
-                             "keywords (timm adds fc_norm there): pass class_token=False, or vitkit's own fields "
-                             f"pooling='{POOL_FROM_TIMM[pool]}', class_token=True, fc_norm=True")
+        if pool == "map" and cls is not False:
+            raise ValueError("global_pool='map' beside a class token is not a model vitkit builds (its attention-"
+                             "pooling head reads the patch tokens only): pass class_token=False")
+        if pool == "avg":
+            out["class_token"] = has_class_token if cls is None else bool(cls)
+            out.setdefault("fc_norm", True)
     if cls is not None:
-        if cls and out.get("pooling", "token") != "token":
-            raise ValueError("class_token=True pools the class token: use global_pool='token'")
+        if cls and out.get("pooling", "token") not in ("token", "gap"):
+            raise ValueError("class_token=True beside global_pool='map' is not a model vitkit builds: use "
+                             "global_pool='token' or 'avg'")
         if not cls and pool is None:
             raise ValueError("class_token=False needs another pooling: global_pool='avg' or 'map'")
     return out
@@ -216,7 +221,8 @@ def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Mo
         elif re.match(r"vit_(tiny|small|base|large|huge)_patch\d+", key):
             hint = "; timm names are vit_{size}_patch{P}_{resolution}, without further suffixes"
         raise ValueError(f"unknown model {name!r}{hint}; known names include {close or list_models()[:8]}")
-    kwargs = {**name_overrides(name), **_timm_kwargs(overrides)}
+    # timm's global_pool='avg' keeps the model's class token: every registered ViT has one but the axial ones
+    kwargs = {**name_overrides(name), **_timm_kwargs(overrides, has_class_token=not key.startswith("axial"))}
     try:
         return _REGISTRY[key](**kwargs)
     except TypeError as e:  # an unknown keyword: named, with what is accepted
