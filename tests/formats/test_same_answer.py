@@ -52,6 +52,39 @@ def test_hf_folder_predictions_from_files_match_transformers(tmp_path: Path) -> 
             assert abs(got[f.name][cfg.id2label[i]] - p) < 0.01, (f.name, i, got[f.name][cfg.id2label[i]], p)
 
 
+@pytest.mark.parametrize("processor", ["BitImageProcessor", "CLIPImageProcessor"])
+def test_hf_shortest_edge_and_centre_crop_from_files_match_transformers(tmp_path: Path, processor: str) -> None:
+    """DINOv2's and CLIP's processors: the shorter side to `shortest_edge`, then a centre crop placed as transformers
+    places it (margin // 2, where torchvision rounds). 24 / (24 / 59) is 58.99..., so a crop_pct of 24 / 59 alone
+    would resize to 58; the margins are odd, so the two crop placements differ by a pixel."""
+    transformers = pytest.importorskip("transformers")
+    from PIL import ImageOps
+
+    from vitkit.formats.hf import exact_crop_pct
+
+    cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                                 patch_size=8, image_size=24, num_labels=4)
+    torch.manual_seed(0)
+    hf = transformers.ViTForImageClassification(cfg).eval()
+    proc = getattr(transformers, processor)(size={"shortest_edge": 59}, crop_size={"height": 24, "width": 24},
+                                            do_center_crop=True, resample=3, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    hf.save_pretrained(tmp_path / "hf")
+    proc.save_pretrained(tmp_path / "hf")
+    model = vitkit.load_pretrained(tmp_path / "hf")
+    pre = model.preprocess
+    assert (pre.crop_mode, pre.crop_offset, pre.interpolation) == ("center", "floor", "bicubic")
+    assert int(24 / pre.crop_pct) == 59 and pre.crop_pct == exact_crop_pct(24, 59) != 24 / 59
+    for f in photo_files(tmp_path / "img"):
+        im = ImageOps.exif_transpose(Image.open(f)).convert("RGB")
+        ref_in = torch.from_numpy(proc(im, return_tensors="np")["pixel_values"])
+        ours_in = pre.normalize(load_image(pre, f)[None])
+        d = (ours_in - ref_in).abs()  # measured: mean <= 0.0024, max <= 0.017; torchvision's placement: 0.02-0.2
+        assert d.mean() < 0.005 and d.max() < 0.05, (f.name, float(d.mean()), float(d.max()))
+        with torch.no_grad():
+            torch.testing.assert_close(model(ours_in).softmax(-1), hf(pixel_values=ref_in).logits.softmax(-1),
+                                       atol=0.01, rtol=0)
+
+
 def test_timm_hub_folder_predictions_from_files_match_timms_own_pipeline(tmp_path: Path) -> None:
     """The same files through `vitkit predict` and through timm's resolve_data_config + create_transform (bicubic,
     crop_pct 0.875, centre crop of the shorter side resized to 36 px): the same inputs within resampling noise

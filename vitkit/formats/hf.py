@@ -13,6 +13,7 @@ HF's `pooler` (Dense + tanh on the class token) is the original's `pre_logits` l
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -200,9 +201,17 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
         else:
             mean, std = (0.0,) * cfg.in_chans, (1.0,) * cfg.in_chans
         return PreprocessConfig(img_size=cfg.img_size, mean=mean, std=std, labels=labels, crop_pct=crop_pct,
-                                crop_mode=crop_mode, interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation))
+                                crop_mode=crop_mode, interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation),
+                                crop_offset="floor")  # transformers' center_crop: margin // 2
     except (ValueError, TypeError) as e:  # validated as a whole: NaN or zero std, wrong lengths
         raise ValueError(f"{folder / PREPROCESSOR_NAME}: {e}") from e
+
+
+def exact_crop_pct(crop: int, resize: int) -> float:
+    """crop / resize as a crop_pct from which preprocessing's floor(crop / crop_pct) gives `resize` back exactly
+    (crop / (crop / resize) lands just below the integer for many pairs, e.g. 14 / (14 / 25) = 24.999...)."""
+    pct = crop / resize
+    return pct if math.floor(crop / pct) == resize else math.nextafter(pct, 0.0)
 
 
 def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float | None, str]:
@@ -221,7 +230,7 @@ def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float |
             raise ValueError(f"{where}: size {size} with do_center_crop = {do_crop} and crop_size {crop}: vitkit "
                              f"reproduces a shortest-edge resize followed by a centre crop of the model's "
                              f"{cfg.img_size[0]}x{cfg.img_size[1]}")
-        return cfg.img_size[0] / float(size["shortest_edge"]), "center"
+        return exact_crop_pct(cfg.img_size[0], int(size["shortest_edge"])), "center"
     if isinstance(size, dict) and {"height", "width"} <= set(size):
         hw = (size["height"], size["width"])
         if not do_crop:
@@ -231,7 +240,9 @@ def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float |
         if crop is None or tuple(crop) != tuple(cfg.img_size) or crop[0] / hw[0] != crop[1] / hw[1]:
             raise ValueError(f"{where}: a resize to {size} then a centre crop of {crop} does not give the model's "
                              f"{cfg.img_size} with one crop fraction")
-        return crop[0] / hw[0], "squash"
+        if crop[0] != crop[1] or hw[0] != hw[1]:  # one crop_pct must give both sides exactly
+            raise ValueError(f"{where}: a resize to {size} then a centre crop of {crop}: vitkit reproduces square ones")
+        return exact_crop_pct(crop[0], hw[0]), "squash"
     if do_crop:
         raise ValueError(f"{where}: do_center_crop with size {size!r}: a preprocessing vitkit does not reproduce")
     return None, "center"

@@ -382,6 +382,10 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
     atomic_write_with(file, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     if file != out:
         pre = model.preprocess
+        if pre.crop_pct is not None and pre.crop_offset != "round":
+            warnings.warn(f"{out}: this model's centre crop is placed as transformers does (margin // 2); timm's "
+                          "pretrained_cfg has no field for it, and timm rounds: an odd margin moves the crop by one "
+                          "pixel in timm (vitkit reloads it as timm's)", UserWarning, stacklevel=2)
         doc = {
             # timm builder; model_args below set every size
             "architecture": _architecture(cfg),

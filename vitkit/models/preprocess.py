@@ -22,6 +22,7 @@ import torch.nn.functional as F
 # up to 0.33; 8x stayed within mean 0.0012 / max 0.022 up to 17x the input size (BENCHMARKS.md, "Huge images").
 EVAL_DECODE_MARGIN = 8
 CROP_MODES = ("center", "squash")
+CROP_OFFSETS = ("round", "floor")
 
 
 @dataclass
@@ -34,6 +35,9 @@ class PreprocessConfig:
     crop_mode: str = "center"  # with crop_pct, timm's: "center" (shorter side to size / crop_pct, centre crop)
     # or "squash" (both sides to size / crop_pct, centre crop)
     labels: list[str] = field(default_factory=list)
+    # where an odd margin puts the centre crop: "round" (torchvision's CenterCrop, timm: int(round(margin / 2))) or
+    # "floor" (transformers' center_crop: margin // 2); one pixel apart
+    crop_offset: str = "round"
 
     def __post_init__(self) -> None:
         self.img_size = (int(self.img_size[0]), int(self.img_size[1]))
@@ -48,6 +52,9 @@ class PreprocessConfig:
             raise ValueError(f"preprocessing crop_pct must be in [0.05, 1] (or none), got {self.crop_pct!r}")
         if self.crop_mode not in CROP_MODES:
             raise ValueError(f"preprocessing crop_mode must be one of {', '.join(CROP_MODES)}, got {self.crop_mode!r}")
+        if self.crop_offset not in CROP_OFFSETS:
+            raise ValueError(f"preprocessing crop_offset must be one of {', '.join(CROP_OFFSETS)}, got "
+                             f"{self.crop_offset!r}")
 
     @property
     def channels(self) -> int:
@@ -73,7 +80,7 @@ class PreprocessConfig:
         """(B, C, h, w) in [0, 1] to img_size. Without crop_pct, the whole image resized to img_size (the original
         code's evaluation). With it, timm's evaluation transform: the image resized to img_size / crop_pct (crop_mode
         "center": its shorter side, keeping the aspect ratio, for a square img_size; "squash", or a non-square
-        img_size: both sides), then the centre img_size crop, as torchvision's Resize + CenterCrop place it."""
+        img_size: both sides), then the centre img_size crop, placed as crop_offset says (torchvision's or transformers')."""
         H, W = self.img_size
         if self.crop_pct is None:
             return self._interpolate(x, (H, W))
@@ -84,7 +91,10 @@ class PreprocessConfig:
         else:
             size = (math.floor(H / self.crop_pct), math.floor(W / self.crop_pct))
         x = self._interpolate(x, size)
-        top, left = int(round((size[0] - H) / 2.0)), int(round((size[1] - W) / 2.0))
+        if self.crop_offset == "floor":
+            top, left = (size[0] - H) // 2, (size[1] - W) // 2
+        else:
+            top, left = int(round((size[0] - H) / 2.0)), int(round((size[1] - W) / 2.0))
         return x[..., top : top + H, left : left + W]
 
     def _interpolate(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
