@@ -126,3 +126,18 @@ def test_a_non_square_photo_with_crop_pct_is_centre_cropped_not_squashed() -> No
     assert squash.resize(x).shape == (1, 3, 224, 224)
     with pytest.raises(ValueError, match="crop_mode must be one of center, squash"):
         PreprocessConfig(crop_pct=0.9, crop_mode="border")
+
+
+def test_a_transformers_crop_placement_saved_to_timm_is_named(tmp_path: Path) -> None:
+    """timm's pretrained_cfg cannot say "margin // 2": writing such a model to timm warns; vitkit's own format keeps it."""
+    import dataclasses
+
+    from tests.helpers import random_vit
+
+    m = random_vit()
+    m.preprocess = dataclasses.replace(m.preprocess, crop_pct=0.875, crop_mode="center", crop_offset="floor")
+    with pytest.warns(UserWarning, match="timm rounds: an odd margin moves the crop by one pixel"):
+        vitkit.save_pretrained(m, tmp_path / "timm", format="timm")
+    vitkit.save_pretrained(m, tmp_path / "own")
+    assert vitkit.load_pretrained(tmp_path / "own").preprocess.crop_offset == "floor"
+    assert vitkit.load_pretrained(tmp_path / "timm").preprocess.crop_offset == "round"
