@@ -63,21 +63,24 @@ def load_pretrained(
     gelu: str | None = None,
     ln_eps: float | None = None,
     layer_scale: float | None = None,
+    posemb: str | None = None,
 ) -> Model:
     """Load any supported checkpoint, in eval mode.
 
     `num_classes` swaps in a zero-initialised K-way head and drops pre_logits (paper §3.2);
     `img_size` resamples the position embeddings in 2D for a new resolution (§3.2).
-    `num_heads`, `gelu`, `ln_eps`, `pooling` and `layer_scale` (LayerScale's initial value) give what a file's
-    shapes do not determine (a bare timm state dict does not record its head count, nor whether a class token was
-    pooled); a value the file does record must agree with it. What
+    `num_heads`, `gelu`, `ln_eps`, `pooling`, `layer_scale` (LayerScale's initial value) and `posemb` give what a
+    file's shapes do not determine (a bare timm state dict does not record its head count, nor whether a class token
+    was pooled; a big_vision `.npz` with fixed sin-cos position embeddings stores neither them nor its image size:
+    `posemb="sincos2d_big_vision", img_size=...`); a value the file does record must agree with it. What
     neither the file nor these give takes the format's documented default, logged and kept in
     `model.config.extra["assumed"]`, or is refused with a message naming it (README "Checkpoints").
     """
     p = Path(path)
     fmt = detect_format(p)
     loader = next(load for name, _, load in LOADERS if name == fmt)
-    hints = {"num_heads": num_heads, "gelu": gelu, "ln_eps": ln_eps, "pooling": pooling, "layer_scale": layer_scale}
+    hints = {"num_heads": num_heads, "gelu": gelu, "ln_eps": ln_eps, "pooling": pooling, "layer_scale": layer_scale,
+             "posemb": posemb, "img_size": img_size}
     try:
         model = loader(p, hints)
     except (ValueError, TypeError, KeyError) as e:  # every message names the file it is about

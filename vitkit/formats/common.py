@@ -97,7 +97,9 @@ def units_per_stage(keys: Iterable[str], stage_prefix: Callable[[int], str], uni
 # formula); the ViT families read by hf_families.py also take CLIP's "quick_gelu"
 HF_ACTS = {"gelu": "exact", "gelu_python": "exact", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu_pytorch_tanh": "tanh",
            "gelu_python_tanh": "tanh"}
-HINTS = ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")  # values a file's tensor shapes do not determine
+# values a file's tensor shapes do not determine; the image size is one only where no E_pos table gives the grid
+HINTS = ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale", "posemb")
+GRID_HINTS = ("img_size",)  # read by a loader that needs it; elsewhere it is load_pretrained's resampling
 
 log = logging.getLogger("vitkit")
 
@@ -112,7 +114,7 @@ class Choices:
     def __init__(self, source: Path, hints: dict[str, Any] | None = None) -> None:
         self.source = source
         self.hints = {k: v for k, v in (hints or {}).items() if v is not None}
-        unknown = sorted(set(self.hints) - set(HINTS))
+        unknown = sorted(set(self.hints) - set(HINTS) - set(GRID_HINTS))
         if unknown:
             raise ValueError(f"unknown loading hint(s) {unknown}; known: {list(HINTS)}")
         self.assumed: dict[str, str] = {}
@@ -224,10 +226,11 @@ def gather_state(
         raise ValueError(f"{path}: unrecognised tensor(s) {', '.join(foreign[:6])}"
                          f"{f' (+{len(foreign) - 6} more)' if len(foreign) > 6 else ''}: a ViT of this shape has no such "
                          "parameters (another architecture or a variant vitkit does not build)")
+    chunks = chunk_counts(table)
     for tkey, fkey, kind in table:
         base, _, chunk = tkey.partition("#")
         ref = own[base]
-        expected = tuple(ref.shape) if not chunk else (ref.shape[0] // 3, *ref.shape[1:])
+        expected = tuple(ref.shape) if not chunk else (ref.shape[0] // chunks[base], *ref.shape[1:])
         value = require(src, fkey, path)
         t = to_torch(kind, value).to(ref.dtype)
         if tuple(t.shape) != expected:
@@ -243,12 +246,22 @@ def gather_state(
     return state
 
 
+def chunk_counts(table: KeyTable) -> dict[str, int]:
+    """How many file tensors make each chunked vitkit tensor (`qkv.weight#0..2`: 3, a MAP head's `kv#0..1`: 2)."""
+    counts: dict[str, int] = {}
+    for tkey, _, _ in table:
+        base, _, chunk = tkey.partition("#")
+        if chunk:
+            counts[base] = counts.get(base, 0) + 1
+    return counts
+
+
 def split_chunks(state: dict[str, torch.Tensor], table: KeyTable) -> dict[str, torch.Tensor]:
     """The inverse walk for writers: file key -> vitkit tensor (or its q/k/v chunk), layout unchanged."""
-    out = {}
+    out, chunks = {}, chunk_counts(table)
     for tkey, fkey, _ in table:
         base, _, chunk = tkey.partition("#")
-        out[fkey] = state[base] if not chunk else state[base].chunk(3, dim=0)[int(chunk)]
+        out[fkey] = state[base] if not chunk else state[base].chunk(chunks[base], dim=0)[int(chunk)]
     return out
 
 

@@ -13,6 +13,7 @@ numerics are the original's (tanh GELU, LayerNorm eps 1e-6, as the original code
 from __future__ import annotations
 
 import json
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -55,6 +56,8 @@ NPZ_TO_TORCH = {
     "heads_in": lambda a: a.reshape(a.shape[0], -1).T,  # (D, h, d) -> (h*d, D)
     "heads_bias": lambda a: a.reshape(-1),  # (h, d) -> (h*d,)
     "heads_out": lambda a: a.reshape(-1, a.shape[-1]).T,  # (h, d, D) -> (D, h*d)
+    # big_vision adds E_pos to the patches before prepending the class token: a zero row for it in vitkit's table
+    "pad_cls": lambda a: np.concatenate([np.zeros_like(a[:, :1]), a], axis=1),
 }
 
 
@@ -70,15 +73,20 @@ def _to_npz(kind: str, t: np.ndarray, heads: int) -> np.ndarray:
         return t.reshape(heads, -1)
     if kind == "heads_out":
         return t.T.reshape(heads, -1, t.shape[0])
+    if kind == "pad_cls":
+        return t[:, 1:]
     return t
 
 
-def key_table(cfg: ViTConfig, names: dict[str, str] = RELEASED, posemb_key: str = POSEMB_KEYS[0]) -> KeyTable:
-    """(vitkit key, npz key, layout) for every tensor of `cfg`; `qkv.weight#0..2` are q, k, v."""
+def key_table(cfg: ViTConfig, names: dict[str, str] = RELEASED, posemb_key: str = POSEMB_KEYS[0],
+              patches_only: bool = False) -> KeyTable:
+    """(vitkit key, npz key, layout) for every tensor of `cfg`; `qkv.weight#0..2` are q, k, v. `patches_only`: the
+    file's E_pos covers the patches alone (big_vision adds it before prepending the class token)."""
     t = [("patch_embed.proj.weight", "embedding/kernel", "conv"), ("patch_embed.proj.bias", "embedding/bias", "same")]
     if cfg.pooling == "token":
         t.append(("cls_token", "cls", "same"))
-    t.append(("pos_embed", posemb_key, "same"))
+    if cfg.posemb == "learn1d":  # fixed sin-cos embeddings are computed, not stored
+        t.append(("pos_embed", posemb_key, "pad_cls" if patches_only else "same"))
     for i in range(cfg.depth):
         b, n = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
         attn, mlp = f"{n}{names['attn']}/", f"{n}{names['mlp']}/"
@@ -100,6 +108,18 @@ def key_table(cfg: ViTConfig, names: dict[str, str] = RELEASED, posemb_key: str 
         ("norm.weight", "Transformer/encoder_norm/scale", "same"),
         ("norm.bias", "Transformer/encoder_norm/bias", "same"),
     ]
+    if cfg.pooling == "map":  # big_vision's MAPHead: a probe, one attention (k and v as vitkit's kv), LN, MLP
+        m, a = "MAPHead_0/", "MAPHead_0/MultiHeadDotProductAttention_0/"
+        t += [("map_head.probe", f"{m}probe", "same"), ("map_head.q.weight", f"{a}query/kernel", "heads_in"),
+              ("map_head.q.bias", f"{a}query/bias", "heads_bias")]
+        for c, kv in enumerate(("key", "value")):
+            t += [(f"map_head.kv.weight#{c}", f"{a}{kv}/kernel", "heads_in"),
+                  (f"map_head.kv.bias#{c}", f"{a}{kv}/bias", "heads_bias")]
+        t += [("map_head.proj.weight", f"{a}out/kernel", "heads_out"), ("map_head.proj.bias", f"{a}out/bias", "same"),
+              ("map_head.norm.weight", f"{m}LayerNorm_0/scale", "same"), ("map_head.norm.bias", f"{m}LayerNorm_0/bias", "same")]
+        for fc, dense in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+            t += [(f"map_head.mlp.{fc}.weight", f"{m}MlpBlock_0/{dense}/kernel", "dense"),
+                  (f"map_head.mlp.{fc}.bias", f"{m}MlpBlock_0/{dense}/bias", "same")]
     if cfg.representation_size:
         t += [("pre_logits.0.weight", "pre_logits/kernel", "dense"), ("pre_logits.0.bias", "pre_logits/bias", "same")]
     if cfg.num_classes > 0:
@@ -232,10 +252,11 @@ def _has_prefix(a: dict[str, np.ndarray], prefix: str) -> bool:
 
 def infer_config(
     a: dict[str, np.ndarray], path: Path, choices: Choices
-) -> tuple[ViTConfig, dict[str, str], str]:
+) -> tuple[ViTConfig, dict[str, str], str, bool]:
     """Recover the whole architecture from array shapes (the heads too: q/k/v are stored (D, heads, d));
-    also the naming generation and posemb key. The numerics are not in the file: the original code's tanh
-    GELU and LayerNorm eps 1e-6, unless `choices` has other values."""
+    also the naming generation, the posemb key and whether E_pos covers the patches only (big_vision). The numerics
+    are not in the file: the original code's tanh GELU and LayerNorm eps 1e-6, unless `choices` has other values.
+    big_vision's fixed sin-cos E_pos is not stored either: then `posemb` and `img_size` must be given."""
     emb = require(a, "embedding/kernel", path, 4, "array")
     P, P2, C, D = emb.shape
     if P != P2:
@@ -250,9 +271,9 @@ def infer_config(
     q = require(a, f"{attn}query/kernel", path, 3, "array")
     expect_shape(path, f"{attn}query/kernel", q.shape, (D, q.shape[1], D // max(q.shape[1], 1)))
     mlp = require(a, f"Transformer/encoderblock_0/{names['mlp']}/Dense_0/kernel", path, 2, "array")
-    posemb_key = next((k for k in POSEMB_KEYS if k in a), POSEMB_KEYS[0])
-    pos = require(a, posemb_key, path, 3, "array")
+    posemb_key = next((k for k in POSEMB_KEYS if k in a), None)
     token = "cls" in a
+    pooling = "token" if token else "map" if "MAPHead_0/probe" in a else "gap"
     layers: tuple[int, ...] | None = None
     width_factor, in_chans, stride = 1, C, P
     if "conv_root/kernel" in a:  # hybrid: ResNet stage depths from the unit keys, width from the root conv
@@ -261,10 +282,25 @@ def infer_config(
         expect_shape(path, "conv_root/kernel", root.shape, (7, 7, in_chans, root.shape[3]))
         layers = units_per_stage(a, lambda s: f"block{s + 1}/unit", "/conv1/kernel")
         stride = P * hybrid_stride(layers)
-    grid = square_grid(pos.shape[1] - int(token), path, posemb_key)
+    patches_only = False
+    if posemb_key is None:  # big_vision's posemb="sincos2d" (or "none"): computed, so the file has no grid
+        posemb = choices.pick("posemb", None, None, "no position-embedding array: big_vision's fixed sin-cos ones "
+                              "are computed, not stored (posemb='sincos2d_big_vision'; or 'none')")
+        if posemb not in ("sincos2d_big_vision", "sincos2d", "none"):
+            raise ValueError(f"{path}: posemb={posemb!r} was given, but the file stores no learned position embeddings")
+        side = choices.pick("img_size", None, None, "the image size of a file without stored position embeddings")
+        img_size = (side, side) if isinstance(side, int) else tuple(side)
+    else:
+        posemb = choices.pick("posemb", "learn1d")  # a table in the file: a posemb hint must agree with it
+        pos = require(a, posemb_key, path, 3, "array")
+        n = pos.shape[1]
+        # big_vision adds E_pos to the patches, then prepends the class token: a square count beside a class token
+        patches_only = token and posemb_key == "pos_embedding" and math.isqrt(n) ** 2 == n
+        grid = square_grid(n - int(token and not patches_only), path, posemb_key)
+        img_size = (grid[0] * stride, grid[1] * stride)
     rep = a["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in a else None
     cfg = ViTConfig(
-        img_size=(grid[0] * stride, grid[1] * stride),
+        img_size=img_size,
         patch_size=P,
         in_chans=in_chans,
         num_classes=a["head/kernel"].shape[-1] if "head/kernel" in a else 0,
@@ -272,14 +308,15 @@ def infer_config(
         depth=depth,
         num_heads=choices.pick("num_heads", int(q.shape[1])),
         mlp_dim=mlp.shape[1],
-        pooling=choices.pick("pooling", "token" if token else "gap"),
+        pooling=choices.pick("pooling", pooling),
+        posemb=posemb,
         representation_size=rep,
         ln_eps=choices.pick("ln_eps", None, 1e-6, "the original code's LayerNorm eps"),
         gelu=choices.pick("gelu", None, "tanh", "the original code's GELU is the tanh approximation"),
         resnet_layers=layers,
         resnet_width=width_factor,
     )
-    return cfg, names, posemb_key
+    return cfg, names, posemb_key or POSEMB_KEYS[1], patches_only
 
 
 def npz_to_state(
@@ -301,12 +338,12 @@ def load_npz(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTra
     file = _npz_file(Path(path)) or Path(path)
     arrays = _unstack_scan(_strip_prefix(read_npz(file), file))
     choices = Choices(file, hints)
-    cfg, names, posemb_key = infer_config(arrays, file, choices)
+    cfg, names, posemb_key, patches_only = infer_config(arrays, file, choices)
     pre = read_sidecar(file, cfg, choices)
     choices.record(cfg)
     model = VisionTransformer(cfg)
     own = model.state_dict()
-    state = npz_to_state(arrays, key_table(cfg, names, posemb_key), own, file, cfg.num_heads)
+    state = npz_to_state(arrays, key_table(cfg, names, posemb_key, patches_only), own, file, cfg.num_heads)
     load_state_checked(model, state, file)
     model.preprocess = pre
     return model.eval()

@@ -100,15 +100,19 @@ class RelativePositionBias(nn.Module):
         return logits.gather(-1, offsets.expand(*q.shape[:-2], T, T))
 
 
-def sincos_2d(grid: tuple[int, int], width: int, temperature: float = 10_000.0) -> torch.Tensor:
-    """Fixed 2-D sine-cosine position embeddings (1, gh * gw, width), row-major (the "Better plain ViT
-    baselines" choice, as MoCo v3 / big_vision's posemb_sincos_2d): a quarter of the channels each for
-    sin(y w), cos(y w), sin(x w), cos(x w) with frequencies w = temperature^(-k / (width / 4))."""
-    if width % 4:
-        raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4, got {width}")
+def sincos_2d(grid: tuple[int, int], width: int, temperature: float = 10_000.0, big_vision: bool = False
+              ) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position embeddings (1, gh * gw, width), row-major ("Better plain ViT baselines",
+    Beyer et al. 2022). vitkit's own ("sincos2d"): a quarter of the channels each for sin(y w), cos(y w), sin(x w),
+    cos(x w) with w = temperature^(-k / (width / 4)). `big_vision` ("sincos2d_big_vision", its posemb_sincos_2d):
+    sin(x w), cos(x w), sin(y w), cos(y w) with w = temperature^(-k / (width / 4 - 1))."""
+    if width % 4 or (big_vision and width < 8):
+        raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4{' (>= 8)' if big_vision else ''}"
+                         f", got {width}")
     gh, gw = grid
     y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64), indexing="ij")
     quarter = width // 4
-    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / quarter)
+    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / (quarter - 1 if big_vision else quarter))
     ty, tx = y.reshape(-1, 1) * omega, x.reshape(-1, 1) * omega
-    return torch.cat([ty.sin(), ty.cos(), tx.sin(), tx.cos()], dim=1)[None].float()
+    parts = [tx.sin(), tx.cos(), ty.sin(), ty.cos()] if big_vision else [ty.sin(), ty.cos(), tx.sin(), tx.cos()]
+    return torch.cat(parts, dim=1)[None].float()

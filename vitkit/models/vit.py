@@ -37,7 +37,8 @@ from vitkit.models.timm_api import TimmApi
 from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
 
 Pooling = Literal["token", "gap", "map"]  # class token, global average (D.3), attention pooling (MAP)
-PosEmb = Literal["learn1d", "learn2d", "relative", "none", "sincos2d"]
+PosEmb = Literal["learn1d", "learn2d", "relative", "none", "sincos2d", "sincos2d_big_vision"]
+SINCOS = ("sincos2d", "sincos2d_big_vision")
 # appendix D.4's placements of 1-D / 2-D position embeddings: once at the input (the paper's default), a
 # table learned per layer and added before each block, or one table added before every block
 Placement = Literal["input", "every_layer", "every_layer_shared"]
@@ -71,7 +72,8 @@ class ViTConfig:
     pooling: Pooling = "token"  # class token (paper default), global average pooling (appendix D.3), or "map"
     # (multi-head attention pooling: a learned query attends over the patch tokens, big_vision's MAPHead)
     posemb: PosEmb = "learn1d"  # appendix D.4: none, learned 1D / 2D (absolute), relative (in the attention);
-    # "sincos2d": fixed 2-D sine-cosine ("Better plain ViT baselines", Beyer et al. 2022)
+    # "sincos2d": fixed 2-D sine-cosine ("Better plain ViT baselines", Beyer et al. 2022); "sincos2d_big_vision":
+    # big_vision's exact formula (other frequencies and channel order, models/posemb.py)
     num_registers: int = 0  # register tokens (Darcet et al. 2024): learned, no E_pos, dropped at the output
     distill_token: bool = False  # DeiT's distillation token (Touvron et al. 2021): a second class token with its
     # own head, trained towards a teacher; the two heads' logits are averaged at inference
@@ -137,7 +139,7 @@ class ViTConfig:
                              "model vitkit builds")
         if self.layer_scale is not None:
             check_range("layer_scale", self.layer_scale, 0.0, math.inf, low_open=True)
-        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", "sincos2d"))
+        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", *SINCOS))
         check_int("num_registers", self.num_registers, low=0, high=MAX_SIZES["num_registers"])
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
         check_choice("block", self.block, ("global", "axial"))
@@ -151,7 +153,7 @@ class ViTConfig:
                              "representation_size and no fc_norm")
         if self.block == "axial" and self.num_registers:
             raise ValueError("Axial-ViT's row and column attention sees only the patch grid: it takes no registers")
-        if self.posemb == "sincos2d" and self.width % 4:
+        if self.posemb in SINCOS and self.width % 4:
             raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4, got {self.width}")
         if self.block == "axial" and self.posemb == "relative":
             raise ValueError("relative position embeddings are 1-D over the whole sequence; Axial-ViT's row and "
@@ -557,8 +559,9 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         cfg = self.config
         if cfg.posemb in ("none", "relative"):
             return None
-        if cfg.posemb == "sincos2d":  # fixed, computed for any grid; the class token gets zeros
-            pe = sincos_2d(grid, cfg.width).to(self.patch_embed.proj.weight.device)
+        if cfg.posemb in SINCOS:  # fixed, computed for any grid; the class token gets zeros
+            pe = sincos_2d(grid, cfg.width, big_vision=cfg.posemb == "sincos2d_big_vision")
+            pe = pe.to(self.patch_embed.proj.weight.device)
             return torch.cat([pe.new_zeros(1, cfg.num_class_tokens, cfg.width), pe], dim=1)
         i = layer if cfg.posemb_placement == "every_layer" else 0
         if cfg.posemb == "learn1d":
