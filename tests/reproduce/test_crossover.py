@@ -16,6 +16,7 @@ from vitkit.reproduce.crossover import (
     crossing,
     gap_analysis,
     grid_runs,
+    matched_flops,
     trend,
     tuning_runs,
 )
@@ -43,6 +44,12 @@ def test_trend_extrapolates_a_closing_gap_and_not_a_widening_one() -> None:
     assert widening["slope_per_decade"] < 0 and widening["meets_at_log10"] is None
     # a gap closing ever so slowly meets far away: a number, not an overflow
     assert trend(x, [-0.5, -0.5, -0.5 + 1e-12, -0.5 + 2e-12])["meets_at_log10"] > 1e9
+
+
+def test_compute_is_matched_only_where_both_families_were_measured() -> None:
+    vit, resnet = [2.0, 8.0, 24.0], [1.4, 5.6, 16.0]  # the ViT costs more per step: its points sit to the right
+    assert matched_flops(vit, resnet) == [2.0, 5.6, 8.0, 16.0]  # 1.4 and 24 would need an extrapolation
+    assert matched_flops([1.0, 2.0], [3.0, 4.0]) == []
 
 
 def test_gap_analysis_pairs_seeds_and_gives_the_spread_of_the_crossing() -> None:

@@ -112,6 +112,13 @@ def seed_check_runs(cs: CrossoverScale, lrs: dict[tuple[str, int], float]) -> li
             for s in cs.check_seeds]
 
 
+def matched_flops(a: list[float], b: list[float]) -> list[float]:
+    """The compute levels where two frontiers can be compared without extrapolating either: every point of
+    either inside the range both cover, sorted."""
+    lo, hi = max(min(a), min(b)), min(max(a), max(b))
+    return sorted({x for x in (*a, *b) if lo <= x <= hi})
+
+
 def crossing(x: list[float], gaps: list[float]) -> float | None:
     """Where a gap curve (ViT minus ResNet) over increasing x first turns from negative to non-negative and stays
     there, interpolated linearly in log10(x); None if it never does (or is never negative: no crossing to find)."""
@@ -197,10 +204,14 @@ def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]], extra: list[dic
         for fam in FAMILIES:
             frontier[f"{fam}/{m}"] = {"flops": flops[fam], "mean": [float(np.mean(c)) for c in zip(*per[fam])],
                                       "std": [float(np.std(c)) for c in zip(*per[fam])]}
-        # at matched compute: the ResNet's frontier interpolated (in log FLOPs) at the ViT's FLOPs
-        res_at = [[float(np.interp(np.log10(f), np.log10(flops["ResNet"]), seed_curve)) for f in flops["ViT"]]
-                  for seed_curve in per["ResNet"]]
-        by_compute[m] = gap_analysis(flops["ViT"], per["ViT"], res_at)
+        # at matched compute: both frontiers interpolated (in log FLOPs) at every frontier point where both have
+        # measurements around it (no extrapolation: a family is never assumed flat or rising past its last run)
+        xs = matched_flops(flops["ViT"], flops["ResNet"])
+        at = {fam: [[float(np.interp(np.log10(x), np.log10(flops[fam]), c)) for x in xs] for c in per[fam]]
+              for fam in FAMILIES}
+        by_compute[m] = gap_analysis(xs, at["ViT"], at["ResNet"]) if len(xs) else {
+            "x": [], "gap": [], "gap_std": [], "per_seed": [], "crossing": None, "crossing_per_seed": [],
+            "trend": {"slope_per_decade": 0.0, "meets_at_log10": None}}
     checks = []
     for t, n in cs.seed_check:
         for m in metrics:
@@ -266,12 +277,12 @@ def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any])
             g = res["by_data"][f"{t}/{m}"]
             gaps = ", ".join(f"{100 * v:+.1f}" for v in g["gap"])
             lines.append(f"| {title} | {t:,} | {gaps} | {_cross_text(g, 'images')} |")
-    lines += ["", "**At matched compute** (each family's best over data sizes at each schedule length; the ResNet's "
-              "frontier interpolated at the ViT's FLOPs)", "",
-              "| measure | ViT pre-training FLOPs | gap (points) | crossing |", "|---|---|---|---|"]
+    lines += ["", "**At matched compute** (each family's best over data sizes at each schedule length; both frontiers "
+              "interpolated in log FLOPs where both are measured, never extrapolated)", "",
+              "| measure | pre-training FLOPs | gap (points) | crossing |", "|---|---|---|---|"]
     for m, title in names.items():
         g = res["by_compute"][m]
-        lines.append(f"| {title} | {', '.join(f'{x:.2g}' for x in g['x'])} | "
+        lines.append(f"| {title} | {', '.join(f'{x:.3g}' for x in g['x'])} | "
                      f"{', '.join(f'{100 * v:+.1f}' for v in g['gap'])} | {_cross_text(g, 'FLOPs')} |")
     if res["seed_check"]:
         lines += ["", "**Seeds where the families meet** (mean ± std over pre-training seeds; the gap per seed pair)", "",
