@@ -141,3 +141,32 @@ def test_a_transformers_crop_placement_saved_to_timm_is_named(tmp_path: Path) ->
     vitkit.save_pretrained(m, tmp_path / "own")
     assert vitkit.load_pretrained(tmp_path / "own").preprocess.crop_offset == "floor"
     assert vitkit.load_pretrained(tmp_path / "timm").preprocess.crop_offset == "round"
+
+
+def test_a_crop_saved_to_hf_is_transformers_own_crop(tmp_path: Path) -> None:
+    """A model with a centre crop (timm's crop_pct) saved as a transformers folder keeps its crop: a
+    BitImageProcessor that resizes the shorter side and centre-crops, which transformers itself runs to the same
+    inputs as vitkit (before, the crop was dropped: a plain resize, other pixels). The crop placement differs from
+    torchvision's for odd margins; saving says so."""
+    import dataclasses
+
+    transformers = pytest.importorskip("transformers")
+    from PIL import ImageOps
+
+    from tests.helpers import random_vit
+    from vitkit.formats.hf import exact_crop_pct
+
+    m = random_vit(in_chans=3, img_size=24)
+    size = m.config.img_size[0]
+    m.preprocess = dataclasses.replace(m.preprocess, crop_pct=exact_crop_pct(size, 59), crop_mode="center",
+                                       interpolation="bicubic")
+    with pytest.warns(UserWarning, match="transformers floors it"):
+        vitkit.save_pretrained(m, tmp_path / "hf", format="hf")
+    proc = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    back = vitkit.load_pretrained(tmp_path / "hf").preprocess
+    assert back.crop_mode == "center" and int(size / back.crop_pct) == 59 and back.crop_offset == "floor"
+    for f in photo_files(tmp_path / "img"):
+        im = ImageOps.exif_transpose(Image.open(f)).convert("RGB")
+        ref = torch.from_numpy(proc(im, return_tensors="np")["pixel_values"])
+        d = (back.normalize(load_image(back, f)[None]) - ref).abs()
+        assert d.mean() < 0.005 and d.max() < 0.05, (f.name, float(d.mean()), float(d.max()))

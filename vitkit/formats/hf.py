@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -336,19 +337,29 @@ def save_hf(model: VisionTransformer, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_with(out / SAFETENSORS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")
-    pre = model.preprocess
-    mean, std = list(pre.mean), list(pre.std)
-    resample = {v: k for k, v in RESAMPLE.items()}.get(pre.interpolation, 2)
-    proc = {
-        "image_processor_type": "ViTImageProcessor",
-        "do_resize": True,
-        "size": {"height": cfg.img_size[0], "width": cfg.img_size[1]},
-        "resample": resample,
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": mean,
-        "image_std": std,
-    }
-    atomic_write_text(out / PREPROCESSOR_NAME, json.dumps(proc, indent=2) + "\n")
+    atomic_write_text(out / PREPROCESSOR_NAME, json.dumps(hf_processor(model.preprocess, out), indent=2) + "\n")
     return out
+
+
+def hf_processor(pre: PreprocessConfig, out: Path) -> dict[str, Any]:
+    """preprocessor_config.json for `pre`: ViTImageProcessor's plain resize, or, with a crop (timm's crop_pct),
+    BitImageProcessor's resize (the shorter side, or both for "squash") then its centre crop -- what `_hf_crop`
+    reads back. transformers places the crop at margin // 2; for a model whose crop is placed as torchvision does,
+    the possible one-pixel move is named in a warning."""
+    H, W = pre.img_size
+    proc: dict[str, Any] = {"do_resize": True, "resample": {v: k for k, v in RESAMPLE.items()}.get(pre.interpolation, 2),
+                            "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+                            "image_mean": list(pre.mean), "image_std": list(pre.std)}
+    if pre.crop_pct is None:
+        return {"image_processor_type": "ViTImageProcessor", **proc, "size": {"height": H, "width": W}}
+    if H != W:
+        raise ValueError(f"cannot write a Hugging Face image processor for a {H}x{W} model with crop_pct "
+                         f"{pre.crop_pct}: transformers' centre crop follows a square resize here")
+    side = math.floor(H / pre.crop_pct)
+    size = {"shortest_edge": side} if pre.crop_mode == "center" else {"height": side, "width": side}
+    if pre.crop_offset == "round":
+        warnings.warn(f"{out}: this model's centre crop is placed as torchvision does (an odd margin rounded half to "
+                      "even); transformers floors it, so for some image sizes the crop moves by one pixel in "
+                      "transformers", UserWarning, stacklevel=3)
+    return {"image_processor_type": "BitImageProcessor", **proc, "size": size, "do_center_crop": True,
+            "crop_size": {"height": H, "width": W}, "do_convert_rgb": True}
