@@ -70,6 +70,34 @@ def test_dinov2_layerscale_and_pooled_class_token_match_transformers(tmp_path: P
         vitkit.load_pretrained(_saved(swiglu, tmp_path / "swiglu"))
 
 
+def test_layerscale_vits_save_as_transformers_dinov2_with_their_outputs(tmp_path: Path) -> None:
+    """`--to hf` writes a ViT with LayerScale as transformers' Dinov2Model, which transformers loads to the same
+    outputs: an HF DINOv2 back out, and timm's DeiT III (E_pos on the patches only: a zero class-token row)."""
+    from tests.inputs import FAMILIES
+
+    hf = transformers.Dinov2Model(transformers.Dinov2Config(**SMALL, layerscale_value=1e-5))
+    m = vitkit.load_pretrained(_saved(hf, tmp_path / "dino"))
+    assert main(["convert", str(tmp_path / "dino"), str(tmp_path / "back"), "--to", "hf"]) == 0
+    again = transformers.Dinov2Model.from_pretrained(tmp_path / "back").eval()
+    x = _x()
+    with torch.no_grad():
+        ref = hf(pixel_values=x)
+        out = again(pixel_values=x)
+        torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state, **TOL)
+        torch.testing.assert_close(out.pooler_output, ref.pooler_output, **TOL)
+    assert vitkit.load_pretrained(tmp_path / "back").config.layer_scale == m.config.layer_scale
+    deit3 = vitkit.load_pretrained(FAMILIES / "deit3_hub", num_classes=0)
+    vitkit.save_pretrained(deit3, tmp_path / "deit3_hf", format="hf")
+    theirs = transformers.Dinov2Model.from_pretrained(tmp_path / "deit3_hf").eval()
+    with torch.no_grad():
+        feats = deit3.forward_features(x)
+        torch.testing.assert_close(theirs(pixel_values=x).last_hidden_state, feats, **TOL)
+        torch.testing.assert_close(theirs(pixel_values=x).pooler_output, deit3.forward_head(feats, pre_logits=True),
+                                   **TOL)
+    with pytest.raises(ValueError, match=r"cannot save as a Hugging Face Dinov2Model .*num_classes=5"):
+        vitkit.save_pretrained(vitkit.load_pretrained(FAMILIES / "deit3_hub"), tmp_path / "x", format="hf")
+
+
 @pytest.mark.parametrize("projection", [False, True])
 def test_clip_vision_towers_match_transformers(tmp_path: Path, projection: bool) -> None:
     cfg = transformers.CLIPVisionConfig(**SMALL, projection_dim=12)

@@ -32,7 +32,7 @@ from vitkit.formats.common import (
     split_chunks,
     torch_load_weights,
 )
-from vitkit.formats.hf_families import is_family, load_hf_family
+from vitkit.formats.hf_families import dinov2_config, dinov2_problems, dinov2_table, is_family, load_hf_family
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -328,12 +328,23 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
 
 
 def save_hf(model: VisionTransformer, out: Path) -> Path:
-    """Write a folder `from_pretrained` loads: config.json, model.safetensors, preprocessor_config.json."""
-    doc = vit_to_hf_config(model)
+    """Write a folder `from_pretrained` loads: config.json, model.safetensors, preprocessor_config.json. A ViT with
+    LayerScale (DINOv2, DeiT III) is written as transformers' `Dinov2Model`, the others as `ViT[Model|
+    ForImageClassification]`; a model neither holds is refused, naming what does not fit."""
     cfg = model.config
-    base = "vit." if cfg.num_classes > 0 else ""
     own = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    tensors = {k: v.contiguous() for k, v in split_chunks(own, key_table(cfg, "classic", base)).items()}
+    if cfg.layer_scale is not None:
+        problems = dinov2_problems(cfg)
+        if problems:
+            raise ValueError("cannot save as a Hugging Face Dinov2Model (the transformers class for a ViT with "
+                             "LayerScale): " + "; ".join(problems))
+        doc = dinov2_config(cfg)
+        tensors = {k: v.contiguous() for k, v in split_chunks(own, dinov2_table(cfg)).items()}
+        tensors["embeddings.mask_token"] = torch.zeros(1, cfg.width)  # masked pre-training only; unused here
+    else:
+        doc = vit_to_hf_config(model)
+        base = "vit." if cfg.num_classes > 0 else ""
+        tensors = {k: v.contiguous() for k, v in split_chunks(own, key_table(cfg, "classic", base)).items()}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_with(out / SAFETENSORS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")

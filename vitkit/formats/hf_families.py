@@ -13,6 +13,7 @@ Every value comes from config.json (eps, GELU, LayerScale's init) or the tensors
 does not have (Dinov2's classifier on [class, mean of patches], SwiGLU, DeiT's single-head classifier) is refused
 by name. HF writes these families in its "classic" layout (`encoder.layer.N.attention.attention.query`, as
 transformers' save_pretrained does) or the CLIP-style `encoder.layers.N.self_attn.q_proj`; both are read.
+Written: a ViT with LayerScale as `Dinov2Model` (`dinov2_table`, `dinov2_config`); the other families not yet.
 """
 
 from __future__ import annotations
@@ -211,3 +212,53 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     state = gather_state(src, table, own, wpath, lambda _k, t: t, lambda _k, s: s, ignore)
     load_state_checked(model, state, wpath)
     return model
+
+
+# ----------------------------------------------------------------------------- writing
+def dinov2_problems(cfg: ViTConfig) -> list[str]:
+    """What keeps a vitkit ViT from being transformers' `Dinov2Model` (empty: it is one). LayerScale is what marks
+    the family; a model without it is a plain ViT (ViTModel) instead."""
+    wrong = {"pooling": ("token", cfg.pooling), "posemb": ("learn1d", cfg.posemb),
+             "posemb_placement": ("input", cfg.posemb_placement), "block": ("global", cfg.block),
+             "num_registers": (0, cfg.num_registers), "distill_token": (False, cfg.distill_token),
+             "fc_norm": (False, cfg.fc_norm), "pre_norm": (False, cfg.pre_norm), "patch_bias": (True, cfg.patch_bias),
+             "representation_size": (None, cfg.representation_size), "resnet_layers": (None, cfg.resnet_layers),
+             "num_classes": (0, cfg.num_classes), "gelu": ("exact", cfg.gelu)}
+    out = [f"{k}={got!r} (Dinov2Model: {want!r})" for k, (want, got) in wrong.items() if got != want]
+    if cfg.layer_scale is None:
+        out.append("no LayerScale (a plain ViT: transformers' ViTModel)")
+    if cfg.img_size[0] != cfg.img_size[1]:
+        out.append(f"a {cfg.img_size[0]}x{cfg.img_size[1]} input (Dinov2Config's image_size is square)")
+    if cfg.mlp_dim % cfg.width:
+        out.append(f"mlp_dim={cfg.mlp_dim} is not a whole multiple of width={cfg.width} (Dinov2Config's mlp_ratio)")
+    return out
+
+
+def dinov2_table(cfg: ViTConfig) -> KeyTable:
+    """(vitkit key, transformers key, kind) of every tensor of a DINOv2-shaped ViT, in transformers' own layout."""
+    e = "embeddings."
+    table: KeyTable = [("cls_token", f"{e}cls_token", "same"), ("pos_embed", f"{e}position_embeddings", "same"),
+                       ("patch_embed.proj.weight", f"{e}patch_embeddings.projection.weight", "same"),
+                       ("patch_embed.proj.bias", f"{e}patch_embeddings.projection.bias", "same"),
+                       ("norm.weight", "layernorm.weight", "same"), ("norm.bias", "layernorm.bias", "same")]
+    for i in range(cfg.depth):
+        for hf, ours in DINO_BLOCK.items():
+            key = f"encoder.layer.{i}.{hf}"
+            if ours in ("q", "k", "v"):
+                table += [(f"blocks.{i}.attn.qkv.{p}#{'qkv'.index(ours)}", f"{key}.{p}", "same") for p in ("weight", "bias")]
+            elif ours.startswith("ls"):
+                table.append((f"blocks.{i}.{ours}.gamma", f"{key}.lambda1", "same"))
+            else:
+                table += [(f"blocks.{i}.{ours}.{p}", f"{key}.{p}", "same") for p in ("weight", "bias")]
+    return table
+
+
+def dinov2_config(cfg: ViTConfig) -> dict[str, Any]:
+    """config.json of transformers' Dinov2Model for a DINOv2-shaped ViT (`dinov2_problems` empty)."""
+    return {"architectures": ["Dinov2Model"], "model_type": "dinov2", "hidden_size": cfg.width,
+            "num_hidden_layers": cfg.depth, "num_attention_heads": cfg.num_heads, "mlp_ratio": cfg.mlp_dim // cfg.width,
+            "hidden_act": "gelu", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+            "initializer_range": 0.02, "layer_norm_eps": cfg.ln_eps, "image_size": cfg.img_size[0],
+            "patch_size": cfg.patch_size, "num_channels": cfg.in_chans, "qkv_bias": cfg.qkv_bias,
+            "layerscale_value": cfg.layer_scale, "drop_path_rate": 0.0, "use_swiglu_ffn": False,
+            "torch_dtype": "float32"}
