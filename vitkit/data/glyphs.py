@@ -135,13 +135,13 @@ def _mix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def _counter_uniforms(seed: int, split: str, index: np.ndarray, first: int, count: int) -> np.ndarray:
-    """(n, count) uniforms in [0, 1): values first..first+count-1 of image `index`'s own counter-based stream, a
-    pure function of (seed, split, index, value number) -- so an image does not depend on what else is drawn."""
+def _counter_uniforms(seed: int, split: str, index: np.ndarray, count: int) -> np.ndarray:
+    """(n, count) uniforms in [0, 1): the first `count` values of image `index`'s own counter-based stream, a pure
+    function of (seed, split, index, value number) -- so an image does not depend on what else is drawn."""
     with np.errstate(over="ignore"):
         key = _mix(np.uint64(seed) * np.uint64(_GOLDEN) + np.uint64(SPLIT_IDS[split] + 1))
         state = _mix(key ^ (np.asarray(index, dtype=np.uint64) * np.uint64(_GOLDEN)))[:, None]
-        z = _mix(state + np.arange(first + 1, first + count + 1, dtype=np.uint64)[None, :] * np.uint64(_GOLDEN))
+        z = _mix(state + np.arange(1, count + 1, dtype=np.uint64)[None, :] * np.uint64(_GOLDEN))
     return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
@@ -176,7 +176,7 @@ class GlyphStream:
                                      or [np.empty(0, np.int64)])
 
     def _labels(self, index: np.ndarray) -> np.ndarray:
-        u = _counter_uniforms(self.seed, self.split, index, 0, 1)[:, 0]
+        u = _counter_uniforms(self.seed, self.split, index, 1)[:, 0]
         return np.minimum((u * len(self.classes)).astype(np.int64), len(self.classes) - 1)
 
     def __len__(self) -> int:
@@ -188,7 +188,7 @@ class GlyphStream:
         if index.size and (index.min() < 0 or index.max() >= len(self)):
             raise IndexError(f"{self.name}: index out of range 0..{len(self) - 1}")
         n, width = len(index), sum(c for _, c in self._LAYOUT)
-        u = _counter_uniforms(self.seed, self.split, index, 0, width + self.size**2 + self.size**2 % 2)
+        u = _counter_uniforms(self.seed, self.split, index, width + self.size**2 + self.size**2 % 2)
         at, v = 0, {}
         for name, count in self._LAYOUT:
             v[name], at = u[:, at:at + count], at + count

@@ -29,8 +29,6 @@ from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
 from vitkit.reproduce.runs import Workbench, unit_steps
 
 FAMILIES = ("ViT", "ResNet")  # the paper's pairing of matched compute (ViT-B/32 vs ResNet50), here the B models
-METRICS = {"glyph_test_top1": "upstream: glyph test", "digits_test_5shot": "5-shot digits (Fig. 4)",
-           "avg_5shot": "5-shot, mean of digits and lfw"}
 
 
 @dataclass(frozen=True)
@@ -96,8 +94,9 @@ def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple
     if not cs.lr_grid:
         raise ValueError(f"crossover scale {cs.name!r}: no learning-rate grid for {steps} steps")
     key = f"digits_dev_{cs.scale.select_shots}shot"
-    sweep = [{"lr": r.lr, "dev": wb.pretrain(r)["best"][key], "glyph_test_top1": wb.pretrain(r)["glyph_test_top1"]}
-             for r in tuning_runs(cs) if r.family == family and r.steps == steps]
+    runs = [r for r in tuning_runs(cs) if r.family == family and r.steps == steps]
+    sweep = [{"lr": r.lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]}
+             for r, s in zip(runs, map(wb.pretrain, runs))]
     best = max(sweep, key=lambda s: (s["dev"], -s["lr"]))
     return best["lr"], sweep
 
