@@ -60,7 +60,7 @@ def test_hf_shortest_edge_and_centre_crop_from_files_match_transformers(tmp_path
     transformers = pytest.importorskip("transformers")
     from PIL import ImageOps
 
-    from vitkit.formats.hf import exact_crop_pct
+    from vitkit.models.preprocess import exact_crop_pct
 
     cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
                                  patch_size=8, image_size=24, num_labels=4)
@@ -154,7 +154,7 @@ def test_a_crop_saved_to_hf_is_transformers_own_crop(tmp_path: Path) -> None:
     from PIL import ImageOps
 
     from tests.helpers import random_vit
-    from vitkit.formats.hf import exact_crop_pct
+    from vitkit.models.preprocess import exact_crop_pct
 
     m = random_vit(in_chans=3, img_size=24)
     size = m.config.img_size[0]

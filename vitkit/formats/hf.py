@@ -13,7 +13,6 @@ HF's `pooler` (Dense + tanh on the class token) is the original's `pre_logits` l
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from vitkit.formats.common import (
     torch_load_weights,
 )
 from vitkit.formats.hf_families import dinov2_config, dinov2_problems, dinov2_table, is_family, load_hf_family
-from vitkit.models.preprocess import PreprocessConfig
+from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
@@ -208,13 +207,6 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
         raise ValueError(f"{folder / PREPROCESSOR_NAME}: {e}") from e
 
 
-def exact_crop_pct(crop: int, resize: int) -> float:
-    """crop / resize as a crop_pct from which preprocessing's floor(crop / crop_pct) gives `resize` back exactly
-    (crop / (crop / resize) lands just below the integer for many pairs, e.g. 14 / (14 / 25) = 24.999...)."""
-    pct = crop / resize
-    return pct if math.floor(crop / pct) == resize else math.nextafter(pct, 0.0)
-
-
 def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float | None, str]:
     """An HF image processor's resize (+ centre crop) as vitkit's crop_pct / crop_mode: `size` {"height", "width"}
     with no crop is a plain resize (no crop_pct); {"shortest_edge": S} with a centre crop of the model's size is
@@ -366,7 +358,7 @@ def hf_processor(pre: PreprocessConfig, out: Path) -> dict[str, Any]:
     if H != W:
         raise ValueError(f"cannot write a Hugging Face image processor for a {H}x{W} model with crop_pct "
                          f"{pre.crop_pct}: transformers' centre crop follows a square resize here")
-    side = math.floor(H / pre.crop_pct)
+    side = pre.scale_size()[0]
     size = {"shortest_edge": side} if pre.crop_mode == "center" else {"height": side, "width": side}
     if pre.crop_offset == "round":
         warnings.warn(f"{out}: this model's centre crop is placed as torchvision does (an odd margin rounded half to "

@@ -25,6 +25,13 @@ CROP_MODES = ("center", "squash")
 CROP_OFFSETS = ("round", "floor")
 
 
+def exact_crop_pct(crop: int, resize: int) -> float:
+    """crop / resize as a crop_pct from which `PreprocessConfig.scale_size`'s floor(crop / crop_pct) gives `resize`
+    back exactly (crop / (crop / resize) lands just below the integer for many pairs, e.g. 14 / (14 / 25) = 24.999...)."""
+    pct = crop / resize
+    return pct if math.floor(crop / pct) == resize else math.nextafter(pct, 0.0)
+
+
 @dataclass
 class PreprocessConfig:
     img_size: tuple[int, int] = (224, 224)
@@ -85,17 +92,23 @@ class PreprocessConfig:
         if self.crop_pct is None:
             return self._interpolate(x, (H, W))
         h, w = x.shape[-2:]
+        size = self.scale_size()
         if self.crop_mode == "center" and H == W:
-            short = math.floor(H / self.crop_pct)
+            short = size[0]
             size = (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
-        else:
-            size = (math.floor(H / self.crop_pct), math.floor(W / self.crop_pct))
         x = self._interpolate(x, size)
         if self.crop_offset == "floor":
             top, left = (size[0] - H) // 2, (size[1] - W) // 2
         else:
             top, left = int(round((size[0] - H) / 2.0)), int(round((size[1] - W) / 2.0))
         return x[..., top : top + H, left : left + W]
+
+    def scale_size(self) -> tuple[int, int]:
+        """img_size / crop_pct, floored as timm does: the resize before the centre crop ("center": the shorter side
+        becomes the first; "squash": both sides)."""
+        if self.crop_pct is None:
+            raise ValueError("scale_size needs a crop_pct (without one the image is resized to img_size)")
+        return math.floor(self.img_size[0] / self.crop_pct), math.floor(self.img_size[1] / self.crop_pct)
 
     def _interpolate(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
         if tuple(x.shape[-2:]) == tuple(size):
