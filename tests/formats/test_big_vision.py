@@ -48,6 +48,9 @@ def test_what_the_file_does_not_store_is_asked_for_never_guessed(tmp_path: Path)
         vitkit.load_pretrained(FIX / "gap_sincos.npz", posemb="sincos2d_big_vision")
     with pytest.raises(ValueError, match="the file says posemb='learn1d', but posemb='sincos2d_big_vision' was given"):
         vitkit.load_pretrained(FIX / "tok_learn.npz", posemb="sincos2d_big_vision")
+    # big_vision's formula divides by width / 4 - 1: a config too narrow for it is refused when built, not run
+    with pytest.raises(ValueError, match=r"width divisible by 4 \(>= 8 for big_vision's formula\), got 4"):
+        vitkit.models.ViTConfig(width=4, num_heads=1, mlp_dim=8, posemb="sincos2d_big_vision")
     # vitkit's own sin-cos table has other frequencies and channel order: the wrong hint is a different model
     other = vitkit.load_pretrained(FIX / "gap_sincos.npz", posemb="sincos2d", img_size=32)
     with torch.no_grad():

@@ -153,8 +153,9 @@ class ViTConfig:
                              "representation_size and no fc_norm")
         if self.block == "axial" and self.num_registers:
             raise ValueError("Axial-ViT's row and column attention sees only the patch grid: it takes no registers")
-        if self.posemb in SINCOS and self.width % 4:
-            raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4, got {self.width}")
+        if self.posemb in SINCOS and (self.width % 4 or (self.posemb == "sincos2d_big_vision" and self.width < 8)):
+            also = " (>= 8 for big_vision's formula)" if self.posemb == "sincos2d_big_vision" else ""
+            raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4{also}, got {self.width}")
         if self.block == "axial" and self.posemb == "relative":
             raise ValueError("relative position embeddings are 1-D over the whole sequence; Axial-ViT's row and "
                              "column attention does not take them (use learn1d or learn2d)")
