@@ -27,15 +27,15 @@ def test_deit_distilled_checkpoints_written_by_timm_load_with_timms_outputs(tmp_
             torch.testing.assert_close(m(x), torch.from_numpy(ref["deit_distilled_logits"]), rtol=2e-5, atol=2e-5)
             torch.testing.assert_close(m.forward_features(x), torch.from_numpy(ref["deit_distilled_features"]),
                                        rtol=2e-5, atol=2e-5)
-    # saved back where the format can hold it (timm: deit_*_distilled; vitkit), refused by name where not
+    # saved back where the format can hold it (timm: deit_*_distilled; vitkit; transformers' DeiT: its own test in
+    # test_hf_families.py), refused by name where not (the original .npz layout)
     back = save_pretrained(m, tmp_path / "back_timm", format="timm")
     assert json.loads((back / "config.json").read_text())["architecture"].startswith("deit_")
     with torch.no_grad():
         torch.testing.assert_close(vitkit.load_pretrained(back)(x), torch.from_numpy(ref["deit_distilled_logits"]),
                                    rtol=2e-5, atol=2e-5)
-    for fmt in ("hf", "npz"):
-        with pytest.raises(ValueError, match="distill_token=True"):
-            save_pretrained(m, tmp_path / f"back_{fmt}", format=fmt)
+    with pytest.raises(ValueError, match="distill_token=True"):
+        save_pretrained(m, tmp_path / "back_npz", format="npz")
     # the CLI paths: predict, finetune, eval on the fine-tuned model
     data = noise_folder(tmp_path / "data", n=24, classes=3)
     hub = str(FAMILIES / "deit_distilled_hub")
@@ -68,7 +68,7 @@ def test_siglip_style_towers_written_by_timm_load_with_timms_outputs(tmp_path: P
     with torch.no_grad():
         torch.testing.assert_close(vitkit.load_pretrained(back)(x), torch.from_numpy(ref["siglip_logits"]),
                                    rtol=2e-5, atol=2e-5)
-    with pytest.raises(ValueError, match="pooling='map'"):
+    with pytest.raises(ValueError, match="SiglipVisionModel .*num_classes=5"):  # HF holds the headless tower
         save_pretrained(m, tmp_path / "hf", format="hf")
     data = noise_folder(tmp_path / "data", n=24, classes=3)
     hub = str(FAMILIES / "siglip_hub")
@@ -114,20 +114,30 @@ def test_more_timm_families_load_with_timms_outputs_and_save_back(name: str, hub
             for got, what in ((m(x), "logits"), (z, "features"), (m.forward_head(z, pre_logits=True), "pooled")):
                 torch.testing.assert_close(got, torch.from_numpy(ref[f"{name}_{what}"]), rtol=3e-5, atol=3e-5,
                                            msg=f"{path.name} {what}")
-    if name == "dinov2_reg":  # timm's registers sit beside a class token without E_pos: refused on the way out
-        with pytest.raises(ValueError, match="num_registers=4"):
-            save_pretrained(m, tmp_path / "back", format="timm")
-        return
-    back = save_pretrained(m, tmp_path / "back", format="timm")
+    back = save_pretrained(m, tmp_path / "back", format="timm")  # DINOv2's registers: no_embed_class again
     args = json.loads((back / "config.json").read_text())["model_args"]
     assert (args["class_token"], args["fc_norm"], args["pre_norm"]) == (m.config.class_token, m.config.fc_norm,
                                                                          m.config.pre_norm)
+    assert args["no_embed_class"] == (name in ("dinov2_reg", "reg_gap"))
     with torch.no_grad():
         torch.testing.assert_close(vitkit.load_pretrained(back)(x), torch.from_numpy(ref[f"{name}_logits"]),
                                    rtol=3e-5, atol=3e-5)
+    if name == "dinov2_reg":  # timm's own layout, so the bare file (no vitkit config beside it) reads back too
+        bare = save_pretrained(m, tmp_path / "bare.safetensors", format="timm")
+        with torch.no_grad():
+            torch.testing.assert_close(vitkit.load_pretrained(bare, num_heads=4)(x),
+                                       torch.from_numpy(ref[f"{name}_logits"]), rtol=3e-5, atol=3e-5)
+        shifted = vitkit.load_pretrained(back)
+        with torch.no_grad():
+            shifted.pos_embed[:, 0] += 1.0  # a class-token E_pos beside registers: timm has no such model
+        with pytest.raises(ValueError, match="num_registers=4 beside a class token with a non-zero position"):
+            save_pretrained(shifted, tmp_path / "shifted", format="timm")
     for fmt in ("hf", "npz"):  # formats with no place for these parts refuse by name
-        # (HF holds LayerScale ViTs as Dinov2Model, headless: a classifier is what it refuses there)
-        match = "Dinov2Model.*num_classes" if fmt == "hf" and "layer_scale" in expect else refused
+        # (HF holds LayerScale ViTs as Dinov2Model, headless, and CLIP towers with a bias-free projection: a
+        # classifier is what it refuses there; test_hf_families.py writes the headless towers)
+        match = refused
+        if fmt == "hf" and ("layer_scale" in expect or name == "clip"):
+            match = "Dinov2(WithRegisters)?Model.*num_classes" if name != "clip" else "CLIPVisionModel.*a head with a bias"
         with pytest.raises(ValueError, match=match):
             save_pretrained(m, tmp_path / f"x.{fmt}" if fmt == "npz" else tmp_path / fmt, format=fmt)
 
@@ -195,3 +205,21 @@ def test_openai_and_openclip_clip_state_dicts_load_their_image_tower() -> None:
         torch.testing.assert_close(m.forward_features(x)[:, 1:], torch.from_numpy(ref["tokens"]), rtol=3e-5,
                                    atol=3e-5)
 
+
+
+@pytest.mark.parametrize("name", ["mae_avg", "deit3", "dinov2_reg"])
+def test_timm_files_resample_their_position_embeddings_as_timm_at_other_sizes(name: str) -> None:
+    """At another input size timm resamples E_pos antialiased (resample_abs_pos_embed): a timm file read by vitkit
+    says so (posemb_antialias) and gives timm's own dynamic_img_size tokens at 48 and 24 px -- with a class-token
+    row, with E_pos on the patches only (DeiT III), and beside registers (DINOv2). The plain bicubic would not."""
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    m = vitkit.load_pretrained(FAMILIES / f"{name}_hub")
+    assert m.config.posemb_antialias
+    m.config.dynamic_img_size = True
+    plain = vitkit.VisionTransformer(m.config.replace(posemb_antialias=False)).eval()
+    plain.load_state_dict(m.state_dict())
+    for side in (48, 24):
+        y, want = torch.from_numpy(ref[f"x_{side}"]), torch.from_numpy(ref[f"{name}_features_{side}"])
+        with torch.no_grad():
+            torch.testing.assert_close(m.forward_features(y), want, rtol=3e-5, atol=3e-5)
+            assert (plain.forward_features(y) - want).abs().max() > 1e-3

@@ -4,6 +4,7 @@ vitkit, compared on the same input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def test_dinov2_layerscale_and_pooled_class_token_match_transformers(tmp_path: P
         ref = hf(pixel_values=x)
         torch.testing.assert_close(m.forward_features(x), ref.last_hidden_state, **TOL)
         torch.testing.assert_close(m.forward_head(m.forward_features(x), pre_logits=True), ref.pooler_output, **TOL)
-    m.config.dynamic_img_size = True  # other sizes: E_pos resampled as DINOv2 does (bicubic, antialiased)
+    m.config.dynamic_img_size = True  # other sizes: E_pos resampled as transformers' Dinov2Model does (bicubic)
     for side in (48, 24):
         y = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(side))
         with torch.no_grad():
@@ -68,6 +69,35 @@ def test_dinov2_layerscale_and_pooled_class_token_match_transformers(tmp_path: P
     swiglu = transformers.Dinov2Model(transformers.Dinov2Config(**SMALL, use_swiglu_ffn=True))
     with pytest.raises(ValueError, match="SwiGLU"):
         vitkit.load_pretrained(_saved(swiglu, tmp_path / "swiglu"))
+
+
+def test_dinov2_with_registers_reads_and_resamples_as_transformers(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    """Dinov2WithRegistersModel: registers after the class token, and E_pos resampled to other sizes by an
+    antialiased bicubic (Dinov2Model's is plain): vitkit's tokens equal transformers' at every size."""
+    cfg = transformers.Dinov2WithRegistersConfig(**{k: v for k, v in SMALL.items() if k != "intermediate_size"},
+                                                 num_register_tokens=2, layerscale_value=1e-5)
+    hf = transformers.Dinov2WithRegistersModel(cfg)
+    m = vitkit.load_pretrained(_saved(hf, tmp_path / "dreg"))
+    assert (m.config.num_registers, m.config.posemb_antialias, m.config.layer_scale) == (2, True, 1e-5)
+    m.config.dynamic_img_size = True
+    for side in (32, 48, 24):
+        y = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(side))
+        with torch.no_grad():
+            ref = hf(pixel_values=y)
+            torch.testing.assert_close(m.forward_features(y), ref.last_hidden_state, **TOL)
+            torch.testing.assert_close(m.forward_head(m.forward_features(y), pre_logits=True), ref.pooler_output,
+                                       **TOL)
+    plain = dataclasses.replace(m.config, posemb_antialias=False)  # the plain resampling is measurably another
+    other = vitkit.VisionTransformer(plain).eval()
+    other.load_state_dict(m.state_dict())
+    y = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(24))
+    with torch.no_grad():
+        assert (other.forward_features(y) - hf(pixel_values=y).last_hidden_state).abs().max() > 1e-3
+    plain_vit = vitkit.VisionTransformer(vitkit.ViTConfig(img_size=32, patch_size=8, width=32, depth=1, num_heads=4,
+                                                          mlp_dim=64, num_classes=0, posemb_antialias=True))
+    with caplog.at_level("WARNING", logger="vitkit"):
+        vitkit.save_pretrained(plain_vit, tmp_path / "x", format="hf")
+    assert "ViTModel resamples the position embeddings to other input sizes by a plain bicubic" in caplog.text
 
 
 def test_layerscale_vits_save_as_transformers_dinov2_with_their_outputs(tmp_path: Path) -> None:
@@ -166,3 +196,93 @@ def test_a_family_config_larger_than_its_weights_is_refused_before_anything_is_b
     (folder / "config.json").write_text(json.dumps({**doc, "hidden_size": 32768, "num_attention_heads": 1}))
     with pytest.raises(ValueError, match="hidden_size is 32768 but the weights are 32 wide"):
         vitkit.load_pretrained(folder)
+
+
+# ----------------------------------------------------------------------------- writing the families
+def _from_pretrained(cls: type, folder: Path) -> torch.nn.Module:
+    """transformers' own load of a folder vitkit wrote: every tensor present, none left over."""
+    model, info = cls.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", ["deit", "dinov2_reg", "clip", "siglip"])
+def test_the_families_save_as_their_transformers_class_with_their_outputs(tmp_path: Path, family: str) -> None:
+    """A folder transformers wrote (a random small model) reads into vitkit, `convert --to hf` writes it back as the
+    same transformers class, and transformers loads that with every tensor and the original's outputs; vitkit reads
+    its own folder back to the same config."""
+    cls, cfg = {
+        "deit": (transformers.DeiTForImageClassificationWithTeacher, transformers.DeiTConfig(**SMALL, num_labels=5)),
+        "dinov2_reg": (transformers.Dinov2WithRegistersModel, transformers.Dinov2WithRegistersConfig(
+            **{k: v for k, v in SMALL.items() if k != "intermediate_size"}, num_register_tokens=3,
+            layerscale_value=1e-5, hidden_act="gelu_pytorch_tanh")),
+        "clip": (transformers.CLIPVisionModelWithProjection, transformers.CLIPVisionConfig(**SMALL, projection_dim=12)),
+        "siglip": (transformers.SiglipVisionModel, transformers.SiglipVisionConfig(**SMALL)),
+    }[family]
+    hf = cls(cfg)
+    m = vitkit.load_pretrained(_saved(hf, tmp_path / "theirs"))
+    assert main(["convert", str(tmp_path / "theirs"), str(tmp_path / "back"), "--to", "hf"]) == 0
+    doc = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert doc["architectures"] == [cls.__name__]
+    again = _from_pretrained(cls, tmp_path / "back")
+    x = _x()
+    with torch.no_grad():
+        ref, out = hf(pixel_values=x), again(pixel_values=x)
+        for field in ("logits", "last_hidden_state", "pooler_output", "image_embeds"):
+            if field in ref:
+                torch.testing.assert_close(out[field], ref[field], **TOL)
+    back = vitkit.load_pretrained(tmp_path / "back").config  # extra differs: the written folder has a processor
+    assert dataclasses.replace(back, extra={}) == dataclasses.replace(m.config, extra={})
+
+
+@pytest.mark.parametrize("name", ["deit_distilled", "dinov2_reg", "clip", "siglip"])
+def test_timm_families_save_for_transformers_with_timms_outputs(tmp_path: Path, name: str) -> None:
+    """timm's own files (DeiT distilled, DINOv2 with registers, a CLIP and a SigLIP tower) written for transformers
+    give timm's outputs there: the logits of DeiT's two heads, else the tokens and the pooled features of the
+    headless tower (a CLIP, SigLIP or DINOv2 classifier has no transformers class and is refused by name)."""
+    import numpy as np
+
+    from tests.inputs import FAMILIES
+
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    x = torch.from_numpy(ref["x"])
+    cls = {"deit_distilled": transformers.DeiTForImageClassificationWithTeacher,
+           "dinov2_reg": transformers.Dinov2WithRegistersModel, "clip": transformers.CLIPVisionModel,
+           "siglip": transformers.SiglipVisionModel}[name]
+    if name != "deit_distilled":
+        why = {"clip": "a head with a bias", "siglip": "num_classes=5", "dinov2_reg": "num_classes=5"}[name]
+        with pytest.raises(ValueError, match=rf"cannot save as a Hugging Face {cls.__name__}\w* .*{why}"):
+            vitkit.save_pretrained(vitkit.load_pretrained(FAMILIES / f"{name}_hub"), tmp_path / "x", format="hf")
+    m = vitkit.load_pretrained(FAMILIES / f"{name}_hub", **({} if name == "deit_distilled" else {"num_classes": 0}))
+    vitkit.save_pretrained(m, tmp_path / "hf", format="hf")
+    theirs = _from_pretrained(cls, tmp_path / "hf")
+    with torch.no_grad():
+        out = theirs(pixel_values=x)
+        if name == "deit_distilled":
+            torch.testing.assert_close(out.logits, torch.from_numpy(ref[f"{name}_logits"]), **TOL)
+            torch.testing.assert_close(out.last_hidden_state if "last_hidden_state" in out else
+                                       theirs.deit(pixel_values=x).last_hidden_state,
+                                       torch.from_numpy(ref[f"{name}_features"]), **TOL)
+            return
+        torch.testing.assert_close(out.pooler_output, torch.from_numpy(ref[f"{name}_pooled"]), **TOL)
+        tokens = out.last_hidden_state
+        if name == "clip":  # transformers' last_hidden_state is before post_layernorm; timm's tokens after it
+            tokens = getattr(theirs, "vision_model", theirs).post_layernorm(tokens)  # transformers 4 | 5
+        torch.testing.assert_close(tokens, torch.from_numpy(ref[f"{name}_features"]), **TOL)
+
+
+def test_an_mae_encoder_saves_as_vitmodel_and_gap_models_are_refused_by_name(tmp_path: Path) -> None:
+    """An MAE encoder is a plain ViT: written as ViTModel, whose last_hidden_state is ViTMAEModel's without its
+    patch shuffle. A GAP + fc_norm classifier (timm's MAE fine-tunes) has no transformers ViT class: refused."""
+    from tests.inputs import FAMILIES
+
+    hf = transformers.ViTMAEForPreTraining(transformers.ViTMAEConfig(**SMALL, mask_ratio=0.0))
+    vitkit.save_pretrained(vitkit.load_pretrained(_saved(hf, tmp_path / "mae")), tmp_path / "vit", format="hf")
+    vit = transformers.ViTModel.from_pretrained(tmp_path / "vit", add_pooling_layer=False).eval()
+    x = _x()
+    noise = torch.arange(16, dtype=torch.float32).expand(2, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(vit(pixel_values=x).last_hidden_state,
+                                   hf.vit(pixel_values=x, noise=noise).last_hidden_state, **TOL)
+    with pytest.raises(ValueError, match=r"cannot save as a Hugging Face ViT: GAP pooling.*fc_norm=True"):
+        vitkit.save_pretrained(vitkit.load_pretrained(FAMILIES / "mae_avg_hub"), tmp_path / "x", format="hf")

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "timm_families"
-FAMILIES = ["mae_avg", "avg_nofc", "deit3", "clip", "reg_gap", "siglip", "deit_distilled"]
+FAMILIES = ["mae_avg", "avg_nofc", "deit3", "dinov2_reg", "clip", "reg_gap", "siglip", "deit_distilled"]
 
 
 def save(out: Path) -> None:

@@ -68,9 +68,11 @@ SMALL = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_
 
 
 def _family(name: str, architecture: str, x: torch.Tensor, out: dict, seed: int, bare: bool = False,
-            **kw) -> None:  # noqa: ANN003
+            sizes: bool = False, **kw) -> None:  # noqa: ANN003
     """A random timm model of `architecture` (its builder's defaults, SMALL sizes and `kw`) saved as a hub folder
-    `<name>_hub` (and a bare `<name>.safetensors`), with its logits, features and pooled output on `x`."""
+    `<name>_hub` (and a bare `<name>.safetensors`), with its logits, features and pooled output on `x`; `sizes`:
+    also the features of the same weights built with dynamic_img_size=True on 48 and 24 px inputs
+    (`<name>_features_<side>`, E_pos resampled by timm's resample_abs_pos_embed)."""
     torch.manual_seed(seed)
     args = {**SMALL, **kw}
     model = timm.create_model(architecture, pretrained=False, **args).eval()
@@ -85,13 +87,20 @@ def _family(name: str, architecture: str, x: torch.Tensor, out: dict, seed: int,
     out[f"{name}_logits"] = model(x).numpy()
     out[f"{name}_features"] = z.numpy()
     out[f"{name}_pooled"] = model.forward_head(z, pre_logits=True).numpy()
+    if sizes:
+        dynamic = timm.create_model(architecture, pretrained=False, dynamic_img_size=True, **args).eval()
+        dynamic.load_state_dict(model.state_dict())
+        for side in (48, 24):
+            y = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(side))
+            out[f"x_{side}"] = y.numpy()
+            out[f"{name}_features_{side}"] = dynamic.forward_features(y).numpy()
 
 
 def _more_families(x: torch.Tensor, out: dict) -> None:
-    _family("mae_avg", "vit_base_patch16_224", x, out, 3, bare=True, global_pool="avg")  # fc_norm: timm's default
+    _family("mae_avg", "vit_base_patch16_224", x, out, 3, bare=True, sizes=True, global_pool="avg")  # fc_norm: timm's default
     _family("avg_nofc", "vit_base_patch16_224", x, out, 4, global_pool="avg", fc_norm=False)
-    _family("deit3", "deit3_base_patch16_224", x, out, 5, bare=True)  # LayerScale 1e-6, no_embed_class
-    _family("dinov2_reg", "vit_base_patch14_reg4_dinov2", x, out, 6)  # LayerScale, 4 registers, no_embed_class
+    _family("deit3", "deit3_base_patch16_224", x, out, 5, bare=True, sizes=True)  # LayerScale 1e-6, no_embed_class
+    _family("dinov2_reg", "vit_base_patch14_reg4_dinov2", x, out, 6, sizes=True)  # LayerScale, 4 registers, no_embed_class
     _family("clip", "vit_base_patch16_clip_quickgelu_224", x, out, 7, bare=True)  # pre-norm, QuickGELU, eps 1e-5
     _family("reg_gap", "vit_base_patch16_reg4_gap_256", x, out, 8)  # 4 registers, no class token, average pooling
     # a family vitkit does not build (EVA-02: SwiGLU MLP, rotary position embeddings): for the refusal message

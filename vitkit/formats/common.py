@@ -201,6 +201,16 @@ def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+
+def resample_warning(cfg: Any, antialias: bool, target: str) -> None:
+    """Log when `target` (a peer's model class) resamples E_pos to other input sizes otherwise than the model
+    does (`posemb_antialias`); at the model's own size the outputs are equal."""
+    if cfg.posemb_antialias != antialias and cfg.posemb in ("learn1d", "learn2d"):
+        how = {True: "an antialiased bicubic", False: "a plain bicubic"}
+        logging.getLogger("vitkit").warning(
+            "%s resamples the position embeddings to other input sizes by %s, this model by %s: outputs at other "
+            "sizes differ slightly (the model's own size is exact)", target, how[antialias], how[cfg.posemb_antialias])
+
 # (vitkit key, file key, layout kind); a vitkit key `base#c` is chunk c of 3 of `base` (q, k, v of qkv).
 KeyTable = list[tuple[str, str, str]]
 

@@ -28,10 +28,17 @@ from vitkit.formats.common import (
     gather_state,
     load_state_checked,
     read_safetensors,
+    resample_warning,
     split_chunks,
     torch_load_weights,
 )
-from vitkit.formats.hf_families import dinov2_config, dinov2_problems, dinov2_table, is_family, load_hf_family
+from vitkit.formats.hf_families import (
+    ACT_NAMES,
+    hf_family,
+    is_family,
+    load_hf_family,
+    write_family,
+)
 from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -68,7 +75,6 @@ BLOCK_KEYS: dict[str, dict[str, str]] = {
         "mlp.fc2": "mlp.fc2",
     },
 }
-ACT_NAMES = {"exact": "gelu", "tanh": "gelu_pytorch_tanh"}
 # PIL resample codes used by HF image processors.
 RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 
@@ -273,6 +279,12 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
 
 
 # ----------------------------------------------------------------------------- writing
+def _labels(model: VisionTransformer) -> list[str]:
+    """The class names for config.json's id2label: the model's own, or transformers' LABEL_i."""
+    labels = list(model.preprocess.labels)
+    return labels if len(labels) == model.config.num_classes else [f"LABEL_{i}" for i in range(model.config.num_classes)]
+
+
 def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
     """config.json for transformers; raises if the model has parts HF's ViT cannot express."""
     cfg = model.config
@@ -289,9 +301,7 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
     if problems:
         raise ValueError("cannot save as a Hugging Face ViT: " + "; ".join(problems))
     h, w = cfg.img_size
-    labels = list(model.preprocess.labels)
-    if len(labels) != cfg.num_classes:
-        labels = [f"LABEL_{i}" for i in range(cfg.num_classes)]
+    labels = _labels(model)
     doc: dict[str, Any] = {
         "architectures": ["ViTForImageClassification" if cfg.num_classes > 0 else "ViTModel"],
         "model_type": "vit",
@@ -320,23 +330,19 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
 
 
 def save_hf(model: VisionTransformer, out: Path) -> Path:
-    """Write a folder `from_pretrained` loads: config.json, model.safetensors, preprocessor_config.json. A ViT with
-    LayerScale (DINOv2, DeiT III) is written as transformers' `Dinov2Model`, the others as `ViT[Model|
-    ForImageClassification]`; a model neither holds is refused, naming what does not fit."""
+    """Write a folder `from_pretrained` loads: config.json, model.safetensors, preprocessor_config.json. A model
+    of a family transformers has its own class for (LayerScale: Dinov2[WithRegisters]Model, a distillation token:
+    DeiT, pre_norm: CLIP's vision tower, MAP pooling: SigLIP's) is written as that class (hf_families.py), the
+    others as `ViT[Model|ForImageClassification]`; a model neither holds is refused, naming what does not fit."""
     cfg = model.config
-    own = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    if cfg.layer_scale is not None:
-        problems = dinov2_problems(cfg)
-        if problems:
-            raise ValueError("cannot save as a Hugging Face Dinov2Model (the transformers class for a ViT with "
-                             "LayerScale): " + "; ".join(problems))
-        doc = dinov2_config(cfg)
-        tensors = {k: v.contiguous() for k, v in split_chunks(own, dinov2_table(cfg)).items()}
-        tensors["embeddings.mask_token"] = torch.zeros(1, cfg.width)  # masked pre-training only; unused here
+    if hf_family(cfg) is not None:
+        doc, tensors = write_family(model, _labels(model))
     else:
         doc = vit_to_hf_config(model)
+        own = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         base = "vit." if cfg.num_classes > 0 else ""
         tensors = {k: v.contiguous() for k, v in split_chunks(own, key_table(cfg, "classic", base)).items()}
+        resample_warning(cfg, False, f"transformers' {doc['architectures'][0]}")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_with(out / SAFETENSORS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")

@@ -1,11 +1,12 @@
-"""Hugging Face folders of the ViT families beside `ViTModel`, read: DeiT, DINOv2, CLIP and SigLIP vision towers,
-ViTMAE.
+"""Hugging Face folders of the ViT families beside `ViTModel`, read and written: DeiT, DINOv2 (with registers),
+CLIP and SigLIP vision towers, ViTMAE.
 
 | model_type (transformers class) | read as (`ViTConfig`) |
 |---|---|
 | `deit` (`DeiTForImageClassificationWithTeacher`, `DeiTModel`) | `distill_token`: class and distillation tokens, two heads averaged at inference |
 | `dinov2` (`Dinov2Model`) | LayerScale (`layer_scale1.lambda1`), the mask token ignored (inference does not use it) |
-| `clip_vision_model`, `clip` (`CLIPVisionModel[WithProjection]`, `CLIPModel`'s vision tower) | `pre_norm`, no patch bias, QuickGELU from `hidden_act`; `post_layernorm` as the final LN (HF applies it to the pooled class token only: the pooled output is equal, and `last_hidden_state` is vitkit's last block output); `visual_projection` as a bias-free head |
+| `dinov2_with_registers` (`Dinov2WithRegistersModel`) | DINOv2 with `num_registers` register tokens after the class token |
+| `clip_vision_model`, `clip` (`CLIPVisionModel[WithProjection]`, `CLIPModel`'s vision tower) | `pre_norm`, no patch bias, QuickGELU from `hidden_act`; `post_layernorm` as the final LN (HF applies it to the pooled class token only: the pooled output is equal, and `last_hidden_state` is vitkit's last block output); `visual_projection` as a head with a zero bias |
 | `siglip_vision_model`, `siglip` (`SiglipVisionModel`, `SiglipModel`'s vision tower) | no class token, MAP pooling (`head.attention.in_proj` split into vitkit's q and kv) |
 | `vit_mae` (`ViTMAEModel`, `ViTMAEForPreTraining`'s encoder) | the encoder with its fixed sin-cos table as stored; the decoder is left out; no masking at inference |
 
@@ -13,7 +14,12 @@ Every value comes from config.json (eps, GELU, LayerScale's init) or the tensors
 does not have (Dinov2's classifier on [class, mean of patches], SwiGLU, DeiT's single-head classifier) is refused
 by name. HF writes these families in its "classic" layout (`encoder.layer.N.attention.attention.query`, as
 transformers' save_pretrained does) or the CLIP-style `encoder.layers.N.self_attn.q_proj`; both are read.
-Written: a ViT with LayerScale as `Dinov2Model` (`dinov2_table`, `dinov2_config`); the other families not yet.
+
+Written (`write_family`): the option that marks a family picks the class -- LayerScale `Dinov2[WithRegisters]Model`,
+a distillation token `DeiTForImageClassificationWithTeacher` (`DeiTModel` without classes), `pre_norm`
+`CLIPVisionModel[WithProjection]`, MAP pooling `SiglipVisionModel`; what the class cannot hold is named. An MAE
+encoder is a plain ViT and is written as `ViTModel` (hf.py): `ViTMAEModel` masks and shuffles patches at inference.
+One key table per family (`family_table`) serves both directions.
 """
 
 from __future__ import annotations
@@ -23,12 +29,22 @@ from typing import Any
 
 import torch
 
-from vitkit.formats.common import HF_ACTS, Choices, KeyTable, gather_state, load_state_checked
+from vitkit.formats.common import (
+    HF_ACTS,
+    Choices,
+    KeyTable,
+    gather_state,
+    load_state_checked,
+    resample_warning,
+    split_chunks,
+)
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
 
-FAMILIES = ("deit", "dinov2", "clip_vision_model", "clip", "siglip_vision_model", "siglip", "vit_mae")
+FAMILIES = ("deit", "dinov2", "dinov2_with_registers", "clip_vision_model", "clip", "siglip_vision_model", "siglip",
+            "vit_mae")
 ACTS = {**HF_ACTS, "quick_gelu": "quick"}  # transformers' hidden_act -> vitkit's GELU
+ACT_NAMES = {"exact": "gelu", "tanh": "gelu_pytorch_tanh", "quick": "quick_gelu"}  # vitkit's GELU -> hidden_act
 
 # per-block module names (relative to the block prefix) -> vitkit's
 VIT_BLOCK = {"layernorm_before": "norm1", "attention.attention.query": "q", "attention.attention.key": "k",
@@ -42,6 +58,7 @@ DINO_BLOCK = {"norm1": "norm1", "attention.attention.query": "q", "attention.att
               "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2", "layer_scale1": "ls1", "layer_scale2": "ls2"}
 CLIP_BLOCK = {"layer_norm1": "norm1", "self_attn.q_proj": "q", "self_attn.k_proj": "k", "self_attn.v_proj": "v",
               "self_attn.out_proj": "attn.proj", "layer_norm2": "norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+CLIP_KINDS, SIGLIP_KINDS = ("clip_vision_model", "clip"), ("siglip_vision_model", "siglip")
 
 
 def is_family(doc: dict[str, Any]) -> bool:
@@ -62,22 +79,63 @@ def _base(state: dict[str, torch.Tensor], candidates: tuple[str, ...]) -> str:
     return next((b for b in candidates if any(k.startswith(b + "embeddings.") for k in state)), "")
 
 
-def _blocks(state: dict[str, torch.Tensor], prefix: str, names: dict[str, str], depth: int) -> KeyTable:
-    """(vitkit key, HF key, kind) of every block tensor; q/k/v become chunks of vitkit's fused qkv."""
+def _block_table(cfg: ViTConfig, prefix: str, names: dict[str, str]) -> KeyTable:
+    """(vitkit key, HF key, kind) of every block tensor; q/k/v are chunks of vitkit's fused qkv."""
     table: KeyTable = []
-    for i in range(depth):
+    for i in range(cfg.depth):
         for hf, ours in names.items():
-            for p in ("weight", "bias", "lambda1"):
-                key = f"{prefix}{i}.{hf}.{p}"
-                if key not in state:
-                    continue
-                if ours in ("q", "k", "v"):
-                    table.append((f"blocks.{i}.attn.qkv.{p}#{'qkv'.index(ours)}", key, "same"))
-                elif ours.startswith("ls"):
-                    table.append((f"blocks.{i}.{ours}.gamma", key, "same"))
-                else:
-                    table.append((f"blocks.{i}.{ours}.{p}", key, "same"))
+            key = f"{prefix}{i}.{hf}"
+            if ours in ("q", "k", "v"):
+                params = ("weight", "bias") if cfg.qkv_bias else ("weight",)
+                table += [(f"blocks.{i}.attn.qkv.{p}#{'qkv'.index(ours)}", f"{key}.{p}", "same") for p in params]
+            elif ours.startswith("ls"):
+                table.append((f"blocks.{i}.{ours}.gamma", f"{key}.lambda1", "same"))
+            else:
+                table += [(f"blocks.{i}.{ours}.{p}", f"{key}.{p}", "same") for p in ("weight", "bias")]
     return table
+
+
+def family_table(kind: str, cfg: ViTConfig, base: str = "", current: bool = False) -> KeyTable:
+    """(vitkit key, transformers key, kind) of every tensor of a `kind` model (a `FAMILIES` model_type) shaped
+    as `cfg`, its modules under `base` (e.g. "deit.", "vision_model."); `current`: transformers 5's
+    `layers.N.attention.q_proj` names for the ViT-style blocks. Where transformers' tensor has another shape or
+    split (CLIP's class embedding and E_pos without the batch axis, SigLIP's fused in_proj, CLIP's bias-free
+    projection), the table names the tensor as vitkit holds it; the reader and `write_family` convert."""
+    pairs: list[tuple[str, str]]
+    if kind in CLIP_KINDS or kind in SIGLIP_KINDS:
+        e = f"{base}embeddings."
+        pairs = [("pos_embed", f"{e}position_embedding.weight"), ("patch_embed.proj.weight", f"{e}patch_embedding.weight"),
+                 ("norm.weight", f"{base}post_layernorm.weight"), ("norm.bias", f"{base}post_layernorm.bias")]
+        table = _block_table(cfg, f"{base}encoder.layers.", CLIP_BLOCK)
+        if kind in CLIP_KINDS:
+            pairs += [("cls_token", f"{e}class_embedding"), ("norm_pre.weight", f"{base}pre_layrnorm.weight"),
+                      ("norm_pre.bias", f"{base}pre_layrnorm.bias")]
+            if cfg.num_classes:  # CLIP's image embedding: the projection of the pooled token
+                pairs += [("head.weight", "visual_projection.weight"), ("head.bias", "visual_projection.bias")]
+        else:
+            h = f"{base}head."
+            pairs += [("patch_embed.proj.bias", f"{e}patch_embedding.bias"), ("map_head.probe", f"{h}probe")]
+            for ours, theirs in (("q", "q"), ("kv", "kv"), ("proj", "attention.out_proj"), ("norm", "layernorm"),
+                                 ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+                pairs += [(f"map_head.{ours}.{p}", f"{h}{theirs}.{p}") for p in ("weight", "bias")]
+        return [(ours, theirs, "same") for ours, theirs in pairs] + table
+    e = f"{base}embeddings."
+    pairs = [("cls_token", f"{e}cls_token"), ("pos_embed", f"{e}position_embeddings"),
+             ("patch_embed.proj.weight", f"{e}patch_embeddings.projection.weight"),
+             ("patch_embed.proj.bias", f"{e}patch_embeddings.projection.bias"),
+             ("norm.weight", f"{base}layernorm.weight"), ("norm.bias", f"{base}layernorm.bias")]
+    if kind.startswith("dinov2"):
+        names, prefix = DINO_BLOCK, f"{base}encoder.layer."
+    else:
+        names, prefix = (VIT_BLOCK_CURRENT, f"{base}layers.") if current else (VIT_BLOCK, f"{base}encoder.layer.")
+    if cfg.num_registers:
+        pairs.append(("reg_token", f"{e}register_tokens"))
+    if cfg.distill_token:
+        pairs.append(("dist_token", f"{e}distillation_token"))
+        if cfg.num_classes:
+            pairs += [(f"head.{p}", f"cls_classifier.{p}") for p in ("weight", "bias")]
+            pairs += [(f"head_dist.{p}", f"distillation_classifier.{p}") for p in ("weight", "bias")]
+    return [(ours, theirs, "same") for ours, theirs in pairs] + _block_table(cfg, prefix, names)
 
 
 def _depth(state: dict[str, torch.Tensor], prefix: str) -> int:
@@ -100,70 +158,54 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     ph, pw = to_pair(vc.get("patch_size", 16), f"{wpath}: patch_size")
     if ph != pw:
         raise ValueError(f"{wpath}: non-square patches {ph}x{pw} are not supported")
+    dino = kind.startswith("dinov2")
     common = dict(img_size=to_pair(vc.get("image_size", 224), f"{wpath}: image_size"), patch_size=ph,
                   in_chans=int(vc.get("num_channels", 3)), width=width, num_heads=int(vc.get("num_attention_heads", 12)),
-                  mlp_dim=int(width * vc.get("mlp_ratio", 4)) if kind == "dinov2" else int(vc.get("intermediate_size", 3072)),
+                  mlp_dim=int(width * vc.get("mlp_ratio", 4)) if dino else int(vc.get("intermediate_size", 3072)),
                   qkv_bias=bool(vc.get("qkv_bias", True)),
                   gelu=choices.pick("gelu", ACTS[act]), name=kind)
     src = dict(state)
     ignore: set[str] = set()
-    table: KeyTable
-    if kind in ("deit", "vit_mae", "dinov2"):
-        base = _base(src, ("deit.", "vit.", "dinov2.", ""))
+    current = False
+    extra: dict[str, Any] = {}
+    classes = 0
+    if kind in ("deit", "vit_mae") or dino:
+        base = _base(src, ("deit.", "vit.", "dinov2.", "dinov2_with_registers.", ""))
         e = f"{base}embeddings."
-        layout = VIT_BLOCK if any(k.startswith(f"{base}encoder.layer.") for k in src) else VIT_BLOCK_CURRENT
-        prefix = f"{base}encoder.layer." if layout is VIT_BLOCK else f"{base}layers."
-        if kind == "dinov2":
-            layout = DINO_BLOCK
-        depth = _depth(src, prefix)
-        table = [("cls_token", f"{e}cls_token"), ("pos_embed", f"{e}position_embeddings"),
-                 ("patch_embed.proj.weight", f"{e}patch_embeddings.projection.weight"),
-                 ("patch_embed.proj.bias", f"{e}patch_embeddings.projection.bias"),
-                 ("norm.weight", f"{base}layernorm.weight"), ("norm.bias", f"{base}layernorm.bias")]
-        table += _blocks(src, prefix, layout, depth)
-        extra: dict[str, Any] = {}
-        classes = 0
+        current = not dino and not any(k.startswith(f"{base}encoder.layer.") for k in src)
+        depth = _depth(src, f"{base}layers." if current else f"{base}encoder.layer.")
         if kind == "deit":
-            table.append(("dist_token", f"{e}distillation_token"))
             if "classifier.weight" in src:
                 raise ValueError(f"{wpath}: DeiTForImageClassification classifies from the class token alone beside a "
                                  "distillation token; vitkit's distilled ViT averages two heads "
                                  "(DeiTForImageClassificationWithTeacher)")
             if "cls_classifier.weight" in src:
                 classes = int(src["cls_classifier.weight"].shape[0])
-                table += [(f"head.{p}", f"cls_classifier.{p}") for p in ("weight", "bias")]
-                table += [(f"head_dist.{p}", f"distillation_classifier.{p}") for p in ("weight", "bias")]
             ignore |= {f"{base}pooler.dense.weight", f"{base}pooler.dense.bias"}  # a pooler no classifier uses
             extra["distill_token"] = True
-        elif kind == "dinov2":
+        elif dino:
             if "classifier.weight" in src:
-                raise ValueError(f"{wpath}: Dinov2ForImageClassification's classifier reads [class token, mean of the "
-                                 "patches] (2 x hidden_size): not a head vitkit's ViT has; load the Dinov2Model")
+                raise ValueError(f"{wpath}: {kind} image classification's classifier reads [class token, mean of the "
+                                 "patches] (2 x hidden_size): not a head vitkit's ViT has; load the backbone model")
             ignore.add(f"{e}mask_token")  # used only by masked pre-training
             extra["layer_scale"] = float(choices.pick("layer_scale", vc.get("layerscale_value"), 1.0,
-                                                      "transformers' Dinov2Config default layerscale_value"))
+                                                      f"transformers' {kind} config default layerscale_value"))
+            if kind == "dinov2_with_registers":  # its E_pos is resampled antialiased, Dinov2Model's not
+                extra.update(num_registers=int(vc.get("num_register_tokens", 4)), posemb_antialias=True)
         else:  # vit_mae: the encoder; ViTMAEForPreTraining's decoder reconstructs pixels and is not a classifier
             ignore |= {k for k in src if k.startswith("decoder.")}
-        eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-6 if kind == "dinov2" else 1e-12,
+        eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-6 if dino else 1e-12,
                            f"transformers' {kind} config default layer_norm_eps")
         cfg = ViTConfig(**common, depth=depth, num_classes=classes, pooling="token", ln_eps=float(eps), **extra)
-    elif kind in ("clip_vision_model", "clip"):
+    elif kind in CLIP_KINDS:
         base = _base(src, ("vision_model.", ""))
         e = f"{base}embeddings."
-        prefix = f"{base}encoder.layers."
-        depth = _depth(src, prefix)
+        depth = _depth(src, f"{base}encoder.layers.")
         src[f"{e}class_embedding"] = src[f"{e}class_embedding"].reshape(1, 1, -1)
         src[f"{e}position_embedding.weight"] = src[f"{e}position_embedding.weight"][None]
-        table = [("cls_token", f"{e}class_embedding"), ("pos_embed", f"{e}position_embedding.weight"),
-                 ("patch_embed.proj.weight", f"{e}patch_embedding.weight"),
-                 ("norm_pre.weight", f"{base}pre_layrnorm.weight"), ("norm_pre.bias", f"{base}pre_layrnorm.bias"),
-                 ("norm.weight", f"{base}post_layernorm.weight"), ("norm.bias", f"{base}post_layernorm.bias")]
-        table += _blocks(src, prefix, CLIP_BLOCK, depth)
-        classes = 0
-        if "visual_projection.weight" in src:  # CLIP's image embedding: a bias-free projection of the pooled token
+        if "visual_projection.weight" in src:  # a bias-free projection: vitkit's head with a zero bias
             classes = int(src["visual_projection.weight"].shape[0])
             src["visual_projection.bias"] = src["visual_projection.weight"].new_zeros(classes)
-            table += [("head.weight", "visual_projection.weight"), ("head.bias", "visual_projection.bias")]
         ignore |= {k for k in src if k.startswith(("text_model.", "text_projection.", "logit_scale"))}
         eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-5, "transformers' CLIPVisionConfig default")
         cfg = ViTConfig(**common, depth=depth, num_classes=classes, pooling="token", pre_norm=True, patch_bias=False,
@@ -171,8 +213,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     else:  # siglip
         base = _base(src, ("vision_model.", ""))
         e = f"{base}embeddings."
-        prefix = f"{base}encoder.layers."
-        depth = _depth(src, prefix)
+        depth = _depth(src, f"{base}encoder.layers.")
         if f"{base}head.probe" not in src:
             raise ValueError(f"{wpath}: a SigLIP vision tower without its attention-pooling head (vision_use_head = "
                              "false) has no pooled output vitkit can reproduce")
@@ -180,15 +221,6 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
         w, b = src.pop(f"{base}head.attention.in_proj_weight"), src.pop(f"{base}head.attention.in_proj_bias")
         src.update({f"{base}head.q.weight": w[:width], f"{base}head.kv.weight": w[width:],
                     f"{base}head.q.bias": b[:width], f"{base}head.kv.bias": b[width:]})
-        h = f"{base}head."
-        table = [("pos_embed", f"{e}position_embedding.weight"),
-                 ("map_head.probe", f"{h}probe"), ("norm.weight", f"{base}post_layernorm.weight"),
-                 ("norm.bias", f"{base}post_layernorm.bias")]
-        table += [(f"patch_embed.proj.{p}", f"{e}patch_embedding.{p}") for p in ("weight", "bias")]
-        for ours, theirs in (("q", "q"), ("kv", "kv"), ("proj", "attention.out_proj"), ("norm", "layernorm"),
-                             ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
-            table += [(f"map_head.{ours}.{p}", f"{h}{theirs}.{p}") for p in ("weight", "bias")]
-        table += _blocks(src, prefix, CLIP_BLOCK, depth)
         ignore |= {k for k in src if k.startswith(("text_model.", "logit_scale", "logit_bias"))}
         eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-6, "transformers' SiglipVisionConfig default")
         cfg = ViTConfig(**common, depth=depth, num_classes=0, pooling="map", ln_eps=float(eps))
@@ -207,58 +239,125 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     choices.assumed.update(assumed or {})
     cfg = choices.record(cfg)
     model = VisionTransformer(cfg)
-    own = model.state_dict()
-    table = [t if len(t) == 3 else (*t, "same") for t in table]  # (vitkit key, HF key[, kind])
-    state = gather_state(src, table, own, wpath, lambda _k, t: t, lambda _k, s: s, ignore)
+    table = family_table(kind, cfg, base, current)
+    state = gather_state(src, table, model.state_dict(), wpath, lambda _k, t: t, lambda _k, s: s, ignore)
     load_state_checked(model, state, wpath)
     return model
 
 
 # ----------------------------------------------------------------------------- writing
-def dinov2_problems(cfg: ViTConfig) -> list[str]:
-    """What keeps a vitkit ViT from being transformers' `Dinov2Model` (empty: it is one). LayerScale is what marks
-    the family; a model without it is a plain ViT (ViTModel) instead."""
-    wrong = {"pooling": ("token", cfg.pooling), "posemb": ("learn1d", cfg.posemb),
-             "posemb_placement": ("input", cfg.posemb_placement), "block": ("global", cfg.block),
-             "num_registers": (0, cfg.num_registers), "distill_token": (False, cfg.distill_token),
-             "fc_norm": (False, cfg.fc_norm), "pre_norm": (False, cfg.pre_norm), "patch_bias": (True, cfg.patch_bias),
-             "representation_size": (None, cfg.representation_size), "resnet_layers": (None, cfg.resnet_layers),
-             "num_classes": (0, cfg.num_classes), "gelu": ("exact", cfg.gelu)}
-    out = [f"{k}={got!r} (Dinov2Model: {want!r})" for k, (want, got) in wrong.items() if got != want]
-    if cfg.layer_scale is None:
-        out.append("no LayerScale (a plain ViT: transformers' ViTModel)")
-    if cfg.img_size[0] != cfg.img_size[1]:
-        out.append(f"a {cfg.img_size[0]}x{cfg.img_size[1]} input (Dinov2Config's image_size is square)")
-    if cfg.mlp_dim % cfg.width:
+# What a plain ViT (transformers' ViTModel) has; each family below changes some of it.
+PLAIN = {"pooling": "token", "class_token": True, "posemb": "learn1d", "posemb_placement": "input", "block": "global",
+         "num_registers": 0, "distill_token": False, "fc_norm": False, "layer_scale": None, "pre_norm": False,
+         "patch_bias": True, "representation_size": None, "resnet_layers": None}
+# model_type -> (the option values transformers' class holds, beside PLAIN's; None: any value)
+FAMILY_SHAPE: dict[str, dict[str, Any]] = {
+    "dinov2": {"layer_scale": None, "num_classes": 0},
+    "dinov2_with_registers": {"layer_scale": None, "num_registers": None, "num_classes": 0},
+    "deit": {"distill_token": True},
+    "clip_vision_model": {"pre_norm": True, "patch_bias": False, "qkv_bias": True},
+    "siglip_vision_model": {"pooling": "map", "class_token": False, "qkv_bias": True, "num_classes": 0},
+}
+WRITE_BASE = {"dinov2": "", "dinov2_with_registers": "", "clip_vision_model": "vision_model.",
+              "siglip_vision_model": "vision_model."}
+
+
+def hf_family(cfg: ViTConfig) -> str | None:
+    """The transformers model_type a vitkit ViT is written as, picked by the option that marks its family; None: a
+    plain ViT (ViTModel, hf.py)."""
+    if cfg.layer_scale is not None:
+        return "dinov2_with_registers" if cfg.num_registers else "dinov2"
+    if cfg.distill_token:
+        return "deit"
+    if cfg.pre_norm:
+        return "clip_vision_model"
+    if cfg.pooling == "map":
+        return "siglip_vision_model"
+    return None
+
+
+def _class_name(kind: str, cfg: ViTConfig) -> str:
+    if kind == "deit":
+        return "DeiTForImageClassificationWithTeacher" if cfg.num_classes else "DeiTModel"
+    if kind == "clip_vision_model":
+        return "CLIPVisionModelWithProjection" if cfg.num_classes else "CLIPVisionModel"
+    return {"dinov2": "Dinov2Model", "dinov2_with_registers": "Dinov2WithRegistersModel",
+            "siglip_vision_model": "SiglipVisionModel"}[kind]
+
+
+def family_problems(kind: str, model: VisionTransformer) -> list[str]:
+    """What keeps `model` from being transformers' class of `kind` (empty: it is one)."""
+    cfg = model.config
+    want = {k: v for k, v in {**PLAIN, **FAMILY_SHAPE[kind]}.items() if v is not None}
+    out = [f"{k}={getattr(cfg, k)!r} (transformers: {v!r})" for k, v in want.items() if getattr(cfg, k) != v]
+    h, w = cfg.img_size
+    if h != w and kind != "deit":
+        out.append(f"a {h}x{w} input (the config's image_size is square)")
+    if kind.startswith("dinov2") and cfg.mlp_dim % cfg.width:
         out.append(f"mlp_dim={cfg.mlp_dim} is not a whole multiple of width={cfg.width} (Dinov2Config's mlp_ratio)")
+    if kind == "clip_vision_model" and cfg.num_classes and bool(model.head.bias.detach().any()):
+        out.append("a head with a bias (CLIP's visual_projection has none: a classifier fine-tuned on a CLIP tower "
+                   "saves to timm or vitkit's format)")
     return out
 
 
-def dinov2_table(cfg: ViTConfig) -> KeyTable:
-    """(vitkit key, transformers key, kind) of every tensor of a DINOv2-shaped ViT, in transformers' own layout."""
-    e = "embeddings."
-    table: KeyTable = [("cls_token", f"{e}cls_token", "same"), ("pos_embed", f"{e}position_embeddings", "same"),
-                       ("patch_embed.proj.weight", f"{e}patch_embeddings.projection.weight", "same"),
-                       ("patch_embed.proj.bias", f"{e}patch_embeddings.projection.bias", "same"),
-                       ("norm.weight", "layernorm.weight", "same"), ("norm.bias", "layernorm.bias", "same")]
-    for i in range(cfg.depth):
-        for hf, ours in DINO_BLOCK.items():
-            key = f"encoder.layer.{i}.{hf}"
-            if ours in ("q", "k", "v"):
-                table += [(f"blocks.{i}.attn.qkv.{p}#{'qkv'.index(ours)}", f"{key}.{p}", "same") for p in ("weight", "bias")]
-            elif ours.startswith("ls"):
-                table.append((f"blocks.{i}.{ours}.gamma", f"{key}.lambda1", "same"))
-            else:
-                table += [(f"blocks.{i}.{ours}.{p}", f"{key}.{p}", "same") for p in ("weight", "bias")]
-    return table
+def family_config(kind: str, cfg: ViTConfig, labels: list[str]) -> dict[str, Any]:
+    """config.json of transformers' class for a `kind` model shaped as `cfg` (`family_problems` empty)."""
+    doc: dict[str, Any] = {
+        "architectures": [_class_name(kind, cfg)], "model_type": kind, "hidden_size": cfg.width,
+        "num_hidden_layers": cfg.depth, "num_attention_heads": cfg.num_heads, "hidden_act": ACT_NAMES[cfg.gelu],
+        "layer_norm_eps": cfg.ln_eps, "image_size": cfg.img_size[0] if kind != "deit" else list(cfg.img_size),
+        "patch_size": cfg.patch_size, "num_channels": cfg.in_chans, "initializer_range": 0.02, "torch_dtype": "float32"}
+    if kind.startswith("dinov2"):
+        doc.update(mlp_ratio=cfg.mlp_dim // cfg.width, qkv_bias=cfg.qkv_bias, layerscale_value=cfg.layer_scale,
+                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+                   use_swiglu_ffn=False)
+        if cfg.num_registers:
+            doc["num_register_tokens"] = cfg.num_registers
+    elif kind == "deit":
+        doc.update(intermediate_size=cfg.mlp_dim, qkv_bias=cfg.qkv_bias, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0, encoder_stride=cfg.patch_size, pooler_output_size=cfg.width,
+                   pooler_act="tanh")
+        if cfg.img_size[0] == cfg.img_size[1]:
+            doc["image_size"] = cfg.img_size[0]
+        if cfg.num_classes:
+            doc["id2label"] = {str(i): lab for i, lab in enumerate(labels)}
+            doc["label2id"] = {lab: i for i, lab in enumerate(labels)}
+    else:
+        doc.update(intermediate_size=cfg.mlp_dim, attention_dropout=0.0)
+        if kind == "clip_vision_model":
+            doc.update(projection_dim=cfg.num_classes or 512, initializer_factor=1.0)
+        else:
+            doc["vision_use_head"] = True
+    return doc
 
 
-def dinov2_config(cfg: ViTConfig) -> dict[str, Any]:
-    """config.json of transformers' Dinov2Model for a DINOv2-shaped ViT (`dinov2_problems` empty)."""
-    return {"architectures": ["Dinov2Model"], "model_type": "dinov2", "hidden_size": cfg.width,
-            "num_hidden_layers": cfg.depth, "num_attention_heads": cfg.num_heads, "mlp_ratio": cfg.mlp_dim // cfg.width,
-            "hidden_act": "gelu", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-            "initializer_range": 0.02, "layer_norm_eps": cfg.ln_eps, "image_size": cfg.img_size[0],
-            "patch_size": cfg.patch_size, "num_channels": cfg.in_chans, "qkv_bias": cfg.qkv_bias,
-            "layerscale_value": cfg.layer_scale, "drop_path_rate": 0.0, "use_swiglu_ffn": False,
-            "torch_dtype": "float32"}
+def write_family(model: VisionTransformer, labels: list[str]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """config.json and the tensors (transformers' keys and shapes) of `model` as its family's transformers class
+    (`hf_family`); refused with every reason when the class cannot hold it."""
+    cfg = model.config
+    kind = hf_family(cfg)
+    if kind is None:
+        raise ValueError("a plain ViT is written as transformers' ViTModel (vitkit.formats.hf), not as a family")
+    problems = family_problems(kind, model)
+    if problems:
+        raise ValueError(f"cannot save as a Hugging Face {_class_name(kind, cfg)} (the transformers class for "
+                         f"this model's family): " + "; ".join(problems))
+    base = WRITE_BASE.get(kind, "deit." if cfg.num_classes else "")
+    own = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    out = split_chunks(own, family_table(kind, cfg, base))
+    e = f"{base}embeddings."
+    if kind.startswith("dinov2"):
+        out[f"{e}mask_token"] = torch.zeros(1, cfg.width)  # masked pre-training only; unused here
+    elif kind == "clip_vision_model":
+        out[f"{e}class_embedding"] = out[f"{e}class_embedding"].reshape(-1)
+        out[f"{e}position_embedding.weight"] = out[f"{e}position_embedding.weight"][0]
+        out.pop("visual_projection.bias", None)  # zero (family_problems)
+    elif kind == "siglip_vision_model":
+        out[f"{e}position_embedding.weight"] = out[f"{e}position_embedding.weight"][0]
+        h = f"{base}head."
+        for p in ("weight", "bias"):
+            out[f"{h}attention.in_proj_{p}"] = torch.cat([out.pop(f"{h}q.{p}"), out.pop(f"{h}kv.{p}")])
+    resample_warning(cfg, kind == "dinov2_with_registers", f"transformers' {_class_name(kind, cfg)}")
+    return family_config(kind, cfg, labels), {k: v.contiguous() for k, v in out.items()}
+

@@ -30,6 +30,7 @@ from vitkit.formats.common import (
     load_state_checked,
     read_safetensors,
     require,
+    resample_warning,
     resnet_width_factor,
     square_grid,
     table1_heads,
@@ -234,6 +235,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         representation_size=rep,
         distill_token=distilled,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
+        posemb_antialias=True,  # timm resamples E_pos to other sizes antialiased (resample_abs_pos_embed)
         ln_eps=choices.pick("ln_eps", eps_file, 1e-5 if pre_norm else 1e-6, eps_rule),
         gelu=choices.pick("gelu", TIMM_ACTS.get(args_act) if args_act else None, "exact",
                           "timm's ViT uses nn.GELU, the exact erf form" + (
@@ -333,8 +335,12 @@ def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]
     # beside average pooling, fc_norm, LayerScale, CLIP's pre-norm (with its bias-free patch embedding), QuickGELU
     held = ("distill_token", "pooling='map'", "class_token", "fc_norm", "layer_scale", "pre_norm", "patch_bias",
             "gelu=")
-    parts = [p for p in appendix_parts(cfg) if not p.startswith(held)
-             and not (p.startswith("num_registers") and not cfg.class_token)]  # timm: reg_tokens, no_embed_class
+    parts = [p for p in appendix_parts(cfg) if not p.startswith(held) and not p.startswith("num_registers")]
+    if cfg.num_registers and cfg.distill_token:
+        parts.append(f"num_registers={cfg.num_registers} beside DeiT's distillation token")
+    elif cfg.num_registers and cfg.class_token and not _patches_only_posemb(model):
+        parts.append(f"num_registers={cfg.num_registers} beside a class token with a non-zero position embedding "
+                     "(timm gives registers and the class token E_pos together, or neither: no_embed_class)")
     if cfg.posemb != "learn1d":
         parts.insert(0, f"posemb={cfg.posemb!r}")
     if cfg.pre_norm == cfg.patch_bias:
@@ -356,7 +362,15 @@ def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]
         for new, old in RENAMES:  # vitkit -> timm
             k = k.replace(old, new) if k.startswith(old) else k
         out[k] = v.detach().cpu().contiguous()
+    if cfg.num_registers and cfg.class_token:  # no_embed_class: timm's table holds the patches' rows only
+        out["pos_embed"] = out["pos_embed"][:, cfg.num_class_tokens:].contiguous()
     return out
+
+
+def _patches_only_posemb(model: VisionTransformer) -> bool:
+    """E_pos is zero on the class token (timm's no_embed_class, read as a zero row): so DINOv2 with registers."""
+    pe = getattr(model, "pos_embed", None)
+    return model.config.posemb == "learn1d" and pe is not None and not bool(pe[:, :model.config.num_class_tokens].any())
 
 
 def _architecture(cfg: ViTConfig) -> str:
@@ -378,6 +392,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
     cfg = model.config
     file = out if out.suffix == ".safetensors" else out / WEIGHTS_NAME
     tensors = _timm_state(model, bare=file == out)
+    resample_warning(cfg, True, "timm")
     meta = {"format": "pt", META_KEY: cfg.to_json()}
     atomic_write_with(file, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     if file != out:
@@ -408,7 +423,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "pre_norm": cfg.pre_norm,
                 "act_layer": GELU_ACTS[cfg.gelu],
                 "reg_tokens": cfg.num_registers,
-                "no_embed_class": cfg.num_registers > 0,  # (registers only without a class token: none has E_pos)
+                "no_embed_class": cfg.num_registers > 0,  # registers take no E_pos, nor then the class token
             },
             "pretrained_cfg": {
                 "input_size": [cfg.in_chans, *cfg.img_size],

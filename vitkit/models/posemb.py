@@ -27,11 +27,13 @@ def resample_posemb(
     old_grid: tuple[int, int] | None = None,
     num_prefix_tokens: int = 1,
     mode: str = "bicubic",
+    antialias: bool = False,
 ) -> torch.Tensor:
     """Resample a (1, prefix + gh*gw, D) position embedding to a (new_gh, new_gw) grid.
 
     `old_grid` defaults to a square grid; non-square grids in either direction are supported.
-    `mode` is any 2-D mode of `torch.nn.functional.interpolate` ("bicubic", "bilinear", "nearest").
+    `mode` is any 2-D mode of `torch.nn.functional.interpolate` ("bicubic", "bilinear", "nearest"); `antialias`
+    its antialiased form (bicubic / bilinear only; for bicubic also another kernel, a = -0.5, when enlarging).
     """
     if posemb.ndim != 3 or posemb.shape[0] != 1:
         raise ValueError(f"expected a position embedding of shape (1, tokens, D), got {tuple(posemb.shape)}")
@@ -52,7 +54,9 @@ def resample_posemb(
         return posemb
     D = grid.shape[-1]
     img = grid.reshape(1, gh, gw, D).permute(0, 3, 1, 2).float()
-    kwargs = {} if mode == "nearest" else {"align_corners": False}
+    if antialias and mode not in ("bicubic", "bilinear"):
+        raise ValueError(f"an antialiased resampling is bicubic or bilinear, not {mode!r}")
+    kwargs = {} if mode == "nearest" else {"align_corners": False, "antialias": antialias}
     img = F.interpolate(img, size=new_grid, mode=mode, **kwargs)
     grid = img.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D).to(posemb.dtype)
     return torch.cat([prefix, grid], dim=1)

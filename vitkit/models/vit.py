@@ -95,6 +95,8 @@ class ViTConfig:
     gelu: Gelu = "tanh"
     head_bias_init: float = 0.0  # the paper's 21k pre-training used -10 with sigmoid cross-entropy
     dynamic_img_size: bool = False  # accept other resolutions by resampling E_pos on the fly (§3.2)
+    posemb_antialias: bool = False  # a learned 1D E_pos resampled to another grid by an antialiased bicubic (timm's
+    # resample_abs_pos_embed, DINOv2 with registers) instead of plain bicubic (transformers' ViT, DeiT, DINOv2)
     # Hybrid (§3.1 "Hybrid Architecture"): a BiT ResNet stem whose feature map is the patch grid.
     resnet_layers: tuple[int, ...] | None = None
     resnet_width: float = 1  # width factor of the hybrid's ResNet: the root conv has 64 x this channels
@@ -129,7 +131,7 @@ class ViTConfig:
         check_choice("pooling", self.pooling, ("token", "gap", "map"))
         if self.class_token is None:
             self.class_token = self.pooling == "token"
-        for key in ("class_token", "fc_norm", "pre_norm", "patch_bias"):
+        for key in ("class_token", "fc_norm", "pre_norm", "patch_bias", "posemb_antialias"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
         if self.pooling == "token" and not self.class_token:
@@ -517,7 +519,8 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         prefix = self.config.num_class_tokens
         if self.config.posemb == "learn1d":
             self.pos_embed = nn.Parameter(torch.cat(
-                [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode) for t in self.pos_embed.data]))
+                [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode, self.config.posemb_antialias)
+                 for t in self.pos_embed.data]))
         elif self.config.posemb == "learn2d":
             gh, gw = new_cfg.grid_size
             self.pos_embed_row = nn.Parameter(torch.cat([resample_axis(t[None], gh, mode) for t in self.pos_embed_row.data]))
@@ -568,7 +571,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         if cfg.posemb == "learn1d":
             pe = self.pos_embed[i : i + 1]
             if grid != cfg.grid_size:
-                pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_class_tokens)
+                pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_class_tokens, antialias=cfg.posemb_antialias)
             return pe
         gh, gw = grid
         row, col = self.pos_embed_row[i : i + 1], self.pos_embed_col[i : i + 1]
