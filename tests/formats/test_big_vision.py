@@ -51,8 +51,13 @@ def test_what_the_file_does_not_store_is_asked_for_never_guessed(tmp_path: Path)
     # big_vision's formula divides by width / 4 - 1: a config too narrow for it is refused when built, not run
     with pytest.raises(ValueError, match=r"width divisible by 4 \(>= 8 for big_vision's formula\), got 4"):
         vitkit.models.ViTConfig(width=4, num_heads=1, mlp_dim=8, posemb="sincos2d_big_vision")
-    # vitkit's own sin-cos table has other frequencies and channel order: the wrong hint is a different model
-    other = vitkit.load_pretrained(FIX / "gap_sincos.npz", posemb="sincos2d", img_size=32)
+    # vitkit's own sin-cos table has other frequencies and channel order: that hint would be a different model
+    # (0.05+ off in the logits), so it is refused, naming the right one
+    with pytest.raises(ValueError, match=r"posemb='sincos2d' is vitkit's own .* give posemb='sincos2d_big_vision'"):
+        vitkit.load_pretrained(FIX / "gap_sincos.npz", posemb="sincos2d", img_size=32)
+    right = vitkit.load_pretrained(FIX / "gap_sincos.npz", posemb="sincos2d_big_vision", img_size=32)
+    other = vitkit.VisionTransformer(right.config.replace(posemb="sincos2d")).eval()
+    other.load_state_dict(right.state_dict())
     with torch.no_grad():
         assert (other(X) - torch.from_numpy(REF["gap_sincos_logits"])).abs().max() > 0.05
     # from the command line: converted once with the two values, then a self-describing vitkit file
@@ -73,3 +78,20 @@ def test_a_big_vision_file_saves_in_the_released_layout(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=what):
             vitkit.save_pretrained(vitkit.load_pretrained(FIX / f"{name}.npz", **HINTS[name]), tmp_path / "x.npz",
                                    format="npz")
+
+
+def test_a_sincos_file_runs_through_the_commands_with_its_two_values(tmp_path: Path) -> None:
+    """predict, eval, fewshot and inspect take --posemb and --img-size, so a big_vision sin-cos file needs no
+    conversion first; without the size it is refused by name (exit 2), never guessed."""
+    from tests.inputs import noise_folder
+
+    data = noise_folder(tmp_path / "data", n=20, classes=5)  # the file's 5 classes
+    model, hints = str(FIX / "gap_sincos.npz"), ["--posemb", "sincos2d_big_vision", "--img-size", "32"]
+    image = str(data / "c0" / "000.png")
+    assert main(["predict", "--model", model, "--posemb", "sincos2d_big_vision", image]) == 2
+    assert main(["predict", "--model", model, *hints, image]) == 0
+    assert main(["eval", "--model", model, *hints, "--data", str(data)]) == 0
+    assert main(["fewshot", "--model", model, *hints, "--data", str(data), "--shots", "2"]) == 0
+    assert main(["inspect", "--model", model, *hints, "--images", image, "--out", str(tmp_path / "insp"),
+                 "--no-progress"]) == 0
+    assert any((tmp_path / "insp").iterdir())

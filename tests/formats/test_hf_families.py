@@ -169,8 +169,11 @@ def test_vit_mae_encoder_matches_transformers_without_masking(tmp_path: Path) ->
         torch.testing.assert_close(m.forward_features(x), ref.last_hidden_state, **TOL)
 
 
-def test_hf_families_run_through_the_commands_and_their_preprocessing_is_read(tmp_path: Path) -> None:
-    hf = transformers.Dinov2Model(transformers.Dinov2Config(**SMALL))
+@pytest.mark.parametrize("registers", [0, 2])
+def test_hf_families_run_through_the_commands_and_their_preprocessing_is_read(tmp_path: Path, registers: int) -> None:
+    hf = (transformers.Dinov2WithRegistersModel(transformers.Dinov2WithRegistersConfig(
+        **{k: v for k, v in SMALL.items() if k != "intermediate_size"}, num_register_tokens=registers))
+          if registers else transformers.Dinov2Model(transformers.Dinov2Config(**SMALL)))
     folder = _saved(hf, tmp_path / "dino")
     (folder / "preprocessor_config.json").write_text(json.dumps({  # DINOv2's: shortest edge 36, centre crop 32
         "image_processor_type": "BitImageProcessor", "do_resize": True, "size": {"shortest_edge": 36},
@@ -185,7 +188,7 @@ def test_hf_families_run_through_the_commands_and_their_preprocessing_is_read(tm
                  "--no-progress", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
                  "train.batch_size=8", "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
     ft = vitkit.load_pretrained(tmp_path / "ft" / "model")
-    assert ft.config.layer_scale == 1.0 and ft.config.num_classes == 3
+    assert ft.config.layer_scale == 1.0 and ft.config.num_classes == 3 and ft.config.num_registers == registers
     assert main(["predict", str(data / "c0" / "000.png"), "--model", str(tmp_path / "ft" / "model")]) == 0
 
 

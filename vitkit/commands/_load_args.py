@@ -6,7 +6,9 @@ import argparse
 from typing import Any
 
 
-def add_load_arguments(p: argparse.ArgumentParser) -> None:
+def add_load_arguments(p: argparse.ArgumentParser, img_size: bool = False) -> None:
+    """The loading hints; `img_size`: also --img-size, for the commands that have no resolution option of their
+    own (convert, export and finetune do)."""
     p.add_argument("--num-heads", type=int, default=None,
                    help="attention heads, for a file that does not record them (a bare timm state dict whose width "
                    "is not one of Table 1's); must agree with a file that does")
@@ -20,11 +22,29 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
                    help="LayerNorm eps, for a file that does not record it (default: the format's own)")
     p.add_argument("--posemb", choices=["sincos2d_big_vision", "sincos2d", "none"], default=None,
                    help="position embeddings a file does not store (a big_vision .npz trained with fixed sin-cos ones: "
-                   "sincos2d_big_vision, and its --img-size: convert, export and finetune take it; for other commands "
-                   "convert the file first)")
+                   "sincos2d_big_vision, with its --img-size)")
+    if img_size:
+        p.add_argument("--img-size", type=_size, default=None, metavar="S|HxW", dest="load_img_size",
+                       help="run at this resolution, E_pos resampled in 2D (paper §3.2); the size of a file that "
+                       "stores no position embeddings (a big_vision sin-cos .npz)")
 
 
 def load_hints(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of `load_pretrained` given on the command line."""
-    return {"num_heads": args.num_heads, "gelu": args.gelu, "ln_eps": args.ln_eps, "pooling": args.pooling,
-            "posemb": args.posemb}
+    hints = {"num_heads": args.num_heads, "gelu": args.gelu, "ln_eps": args.ln_eps, "pooling": args.pooling,
+             "posemb": args.posemb}
+    size = getattr(args, "load_img_size", None)  # this module's --img-size; the commands with their own pass theirs
+    if size is not None:
+        hints["img_size"] = size
+    return hints
+
+
+def _size(text: str) -> int | tuple[int, int]:
+    """`S` (a square side) or `HxW`, one word so that a command's image arguments may follow it."""
+    try:
+        parts = [int(v) for v in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size S or HxW in pixels, got {text!r}")
+    return parts[0] if len(parts) == 1 else (parts[0], parts[1])

@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_runtime_arguments(p, default_runtime=None, default_precision="fp32")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
-    add_load_arguments(p)
+    add_load_arguments(p, img_size=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data loading processes")
     p.add_argument("--json", default=None, help="also write the table as JSON here")
-    add_load_arguments(p)
+    add_load_arguments(p, img_size=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--components", type=int, default=28, help="principal components of E to draw (default: 28)")
     parser.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default: 16)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_load_arguments(parser)
+    add_load_arguments(parser, img_size=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_load_arguments(p)
+    add_load_arguments(p, img_size=True)
 
 
 def run(args: argparse.Namespace) -> int:

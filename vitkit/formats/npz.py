@@ -286,7 +286,11 @@ def infer_config(
     if posemb_key is None:  # big_vision's posemb="sincos2d" (or "none"): computed, so the file has no grid
         posemb = choices.pick("posemb", None, None, "no position-embedding array: big_vision's fixed sin-cos ones "
                               "are computed, not stored (posemb='sincos2d_big_vision'; or 'none')")
-        if posemb not in ("sincos2d_big_vision", "sincos2d", "none"):
+        if posemb == "sincos2d":  # no .npz writer computes vitkit's own table: this hint is always another model
+            raise ValueError(f"{path}: posemb='sincos2d' is vitkit's own sin-cos table (frequencies T^(-k/(D/4)), y "
+                             "first); an .npz without a stored table is big_vision's, whose table differs "
+                             "(T^(-k/(D/4-1)), x first): give posemb='sincos2d_big_vision' (or 'none')")
+        if posemb not in ("sincos2d_big_vision", "none"):
             raise ValueError(f"{path}: posemb={posemb!r} was given, but the file stores no learned position embeddings")
         side = choices.pick("img_size", None, None, "the image size of a file without stored position embeddings")
         img_size = (side, side) if isinstance(side, int) else tuple(side)
