@@ -289,3 +289,26 @@ def test_an_mae_encoder_saves_as_vitmodel_and_gap_models_are_refused_by_name(tmp
                                    hf.vit(pixel_values=x, noise=noise).last_hidden_state, **TOL)
     with pytest.raises(ValueError, match=r"cannot save as a Hugging Face ViT: GAP pooling.*fc_norm=True"):
         vitkit.save_pretrained(vitkit.load_pretrained(FAMILIES / "mae_avg_hub"), tmp_path / "x", format="hf")
+
+
+@pytest.mark.parametrize("family", ["vit", "deit", "clip", "siglip"])
+def test_hf_models_at_other_sizes_give_transformers_interpolated_outputs(tmp_path: Path, family: str) -> None:
+    """transformers resamples E_pos for another input size (interpolate_pos_encoding=True) by a plain bicubic;
+    vitkit's model read from its folder (posemb_antialias false) gives the same tokens at 48, 24 and 48x24 px."""
+    cls, cfg = {
+        "vit": (transformers.ViTModel, transformers.ViTConfig(**SMALL)),
+        "deit": (transformers.DeiTModel, transformers.DeiTConfig(**SMALL)),
+        "clip": (transformers.CLIPVisionModel, transformers.CLIPVisionConfig(**SMALL)),
+        "siglip": (transformers.SiglipVisionModel, transformers.SiglipVisionConfig(**SMALL)),
+    }[family]
+    hf = cls(cfg)
+    m = vitkit.load_pretrained(_saved(hf, tmp_path / family))
+    assert not m.config.posemb_antialias
+    m.config.dynamic_img_size = True
+    for h, w in ((48, 48), (24, 24), (48, 24)):
+        y = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(h + w))
+        with torch.no_grad():
+            ref = hf(pixel_values=y, interpolate_pos_encoding=True)
+            out = m.intermediates(y)
+            tokens = out["blocks"][-1] if family == "clip" else out["encoded"]  # CLIP: before post_layernorm
+            torch.testing.assert_close(tokens, ref.last_hidden_state, **TOL)

@@ -4,6 +4,7 @@ normalisation, DeiT's distillation token, and a distilled run from a BiT ResNet 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +74,9 @@ def test_distillation_token_heads_train_apart_and_average_at_inference(tmp_path:
     torch.testing.assert_close(model(x), (model.head(z[:, 0]) + model.head_dist(z[:, 1])) / 2)
     save_pretrained(model, tmp_path / "deit")
     torch.testing.assert_close(load_pretrained(tmp_path / "deit")(x), model(x), rtol=0, atol=0)
-    with pytest.raises(ValueError, match="distill_token=True"):  # timm holds DeiT's distilled ViT; HF's ViT does not
-        save_pretrained(model, tmp_path / "t", format="hf")
+    hf = save_pretrained(model, tmp_path / "t", format="hf")  # transformers' DeiT with its teacher head
+    assert json.loads((hf / "config.json").read_text())["architectures"] == ["DeiTForImageClassificationWithTeacher"]
+    torch.testing.assert_close(load_pretrained(hf)(x), model(x), rtol=1e-6, atol=1e-6)
     model.reset_head(3)
     assert model.head_dist.out_features == 3 and float(model.head_dist.weight.detach().abs().sum()) == 0.0
 
