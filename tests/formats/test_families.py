@@ -187,10 +187,11 @@ def test_the_new_families_run_through_predict_and_finetune(name: str, tmp_path: 
     assert main(["export", hub, "--out", str(tmp_path / "m.onnx")]) == 0  # parity with PyTorch checked inside
 
 
-def test_openai_and_openclip_clip_state_dicts_load_their_image_tower() -> None:
+def test_openai_and_openclip_clip_state_dicts_load_their_image_tower(tmp_path: Path) -> None:
     """A CLIP written by OpenCLIP (`visual.*` names, the text tower beside): the image tower loads with OpenCLIP's
     image embeddings and tokens (tests/reference/make_openclip_reference.py); the GELU, which the file does not
-    record, must be given."""
+    record, must be given. Saved for transformers it is a CLIPVisionModelWithProjection with OpenCLIP's
+    embeddings."""
     folder = FAMILIES.parent / "openclip"
     ref = np.load(folder / "outputs.npz", allow_pickle=False)
     x = torch.from_numpy(ref["x"])
@@ -204,7 +205,12 @@ def test_openai_and_openclip_clip_state_dicts_load_their_image_tower() -> None:
         torch.testing.assert_close(m(x), torch.from_numpy(ref["image_embeds"]), rtol=3e-5, atol=3e-5)
         torch.testing.assert_close(m.forward_features(x)[:, 1:], torch.from_numpy(ref["tokens"]), rtol=3e-5,
                                    atol=3e-5)
-
+    transformers = pytest.importorskip("transformers")
+    hf = save_pretrained(m, tmp_path / "hf", format="hf")
+    theirs = transformers.CLIPVisionModelWithProjection.from_pretrained(hf).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(pixel_values=x).image_embeds, torch.from_numpy(ref["image_embeds"]),
+                                   rtol=3e-5, atol=3e-5)
 
 
 @pytest.mark.parametrize("name", ["mae_avg", "deit3", "dinov2_reg"])

@@ -238,6 +238,20 @@ def test_the_families_save_as_their_transformers_class_with_their_outputs(tmp_pa
     assert dataclasses.replace(back, extra={}) == dataclasses.replace(m.config, extra={})
 
 
+def test_a_headless_deit_saves_as_deitmodel(tmp_path: Path) -> None:
+    """DeiTModel (no classes) back out: transformers builds its pooler (Dense + tanh), which vitkit's ViT has not
+    and does not write: the only tensors transformers initialises itself; the tokens are the original's."""
+    hf = transformers.DeiTModel(transformers.DeiTConfig(**SMALL))
+    vitkit.save_pretrained(vitkit.load_pretrained(_saved(hf, tmp_path / "deit")), tmp_path / "back", format="hf")
+    again, info = transformers.DeiTModel.from_pretrained(tmp_path / "back", output_loading_info=True)
+    assert sorted(info["missing_keys"]) == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert not info["unexpected_keys"] and not info["mismatched_keys"]
+    x = _x()
+    with torch.no_grad():
+        torch.testing.assert_close(again.eval()(pixel_values=x).last_hidden_state, hf(pixel_values=x).last_hidden_state,
+                                   **TOL)
+
+
 @pytest.mark.parametrize("name", ["deit_distilled", "dinov2_reg", "clip", "siglip"])
 def test_timm_families_save_for_transformers_with_timms_outputs(tmp_path: Path, name: str) -> None:
     """timm's own files (DeiT distilled, DINOv2 with registers, a CLIP and a SigLIP tower) written for transformers
