@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import vitkit
 from tests.inputs import FAMILIES, noise_folder
@@ -62,8 +63,6 @@ def test_siglip_style_towers_written_by_timm_load_with_timms_outputs(tmp_path: P
     back = save_pretrained(m, tmp_path / "back", format="timm")  # timm's attn_pool names again
     doc = json.loads((back / "config.json").read_text())
     assert doc["model_args"]["global_pool"] == "map" and doc["model_args"]["class_token"] is False
-    from safetensors.torch import load_file
-
     assert "attn_pool.latent" in load_file(back / "model.safetensors")
     with torch.no_grad():
         torch.testing.assert_close(vitkit.load_pretrained(back)(x), torch.from_numpy(ref["siglip_logits"]),
@@ -127,11 +126,24 @@ def test_more_timm_families_load_with_timms_outputs_and_save_back(name: str, hub
         with torch.no_grad():
             torch.testing.assert_close(vitkit.load_pretrained(bare, num_heads=4)(x),
                                        torch.from_numpy(ref[f"{name}_logits"]), rtol=3e-5, atol=3e-5)
+        # a class-token E_pos beside registers (transformers' Dinov2WithRegisters): timm's table without
+        # no_embed_class, zero rows for the registers; read back exactly, and learned register rows are refused
         shifted = vitkit.load_pretrained(back)
         with torch.no_grad():
-            shifted.pos_embed[:, 0] += 1.0  # a class-token E_pos beside registers: timm has no such model
-        with pytest.raises(ValueError, match="num_registers=4 beside a class token with a non-zero position"):
-            save_pretrained(shifted, tmp_path / "shifted", format="timm")
+            shifted.pos_embed[:, 0] += 1.0
+        out = save_pretrained(shifted, tmp_path / "shifted", format="timm")
+        assert json.loads((out / "config.json").read_text())["model_args"]["no_embed_class"] is False
+        written = load_file(out / "model.safetensors")
+        assert written["pos_embed"].shape[1] == 1 + 4 + 16 and not written["pos_embed"][:, 1:5].any()
+        bare = tmp_path / "shifted.safetensors"
+        save_file(written, str(bare))  # timm's own layout, no vitkit config beside it
+        with torch.no_grad():
+            torch.testing.assert_close(vitkit.load_pretrained(bare, num_heads=4, layer_scale=1e-5)(x), shifted(x),
+                                       rtol=1e-6, atol=1e-6)
+        written["pos_embed"][:, 2] = 0.5
+        save_file(written, str(bare))
+        with pytest.raises(ValueError, match=r"register tokens with learned position embeddings .* rows 1..4"):
+            vitkit.load_pretrained(bare, num_heads=4)
     for fmt in ("hf", "npz"):  # formats with no place for these parts refuse by name
         # (HF holds LayerScale ViTs as Dinov2Model, headless, and CLIP towers with a bias-free projection: a
         # classifier is what it refuses there; test_hf_families.py writes the headless towers)
@@ -154,7 +166,6 @@ def test_a_bare_timm_file_with_a_class_token_says_its_pooling_is_assumed(caplog)
     x = torch.from_numpy(ref["x"])
     import tempfile
 
-    from safetensors.torch import load_file, save_file
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "avg_nofc.safetensors"
         save_file(load_file(FAMILIES / "avg_nofc_hub" / "model.safetensors"), str(f))

@@ -197,9 +197,9 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         layers = units_per_stage(state, lambda s: f"patch_embed.backbone.stages.{s}.blocks.", ".conv1.weight")
         stride = P * hybrid_stride(layers)
     pos = require(state, "pos_embed", path, 3)
-    if registers and square_side(pos.shape[1]) is None:
-        raise ValueError(f"{path}: register tokens with their own position embeddings (timm without no_embed_class) "
-                         "are not a model vitkit builds: its registers take none")
+    if registers and square_side(pos.shape[1]) is None and not (token and square_side(pos.shape[1] - 1)):
+        raise ValueError(f"{path}: register tokens with a position-embedding table of {pos.shape[1]} rows: not "
+                         "the patches (no_embed_class), nor the class token and the patches")
     if distilled and square_side(pos.shape[1]) is not None:
         raise ValueError(f"{path}: DeiT's distillation token with position embeddings for the patches only "
                          "(no_embed_class) is not a model vitkit builds")
@@ -266,6 +266,23 @@ def _pooling(meta: dict[str, Any], token: bool, attn_pool: bool, fc_norm: bool, 
                         "'token'; give pooling='gap' for a model trained with global_pool='avg'")
 
 
+def _without_register_posemb(state: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
+    """timm without no_embed_class gives every prefix token an E_pos row, registers too (after the class token);
+    vitkit's registers take none. Zero register rows (as vitkit writes a class-token E_pos beside registers) are
+    dropped, exactly; learned ones are refused by name."""
+    pos, reg = state.get("pos_embed"), state.get("reg_token")
+    if pos is None or reg is None or pos.ndim != 3 or reg.ndim != 3 or square_side(pos.shape[1]) is not None:
+        return state
+    c, r = int("cls_token" in state) + int("dist_token" in state), reg.shape[1]
+    if pos.shape[1] <= c + r or square_side(pos.shape[1] - c - r) is None:
+        return state
+    if pos[:, c:c + r].any():
+        raise ValueError(f"{path}: register tokens with learned position embeddings (timm without no_embed_class, "
+                         f"pos_embed rows {c}..{c + r - 1} not zero) are not a model vitkit builds: its registers "
+                         "take none")
+    return dict(state, pos_embed=torch.cat([pos[:, :c], pos[:, c + r:]], dim=1))
+
+
 def _no_embed_class(tokens: int, token: bool) -> bool:
     """timm's `no_embed_class` (DeiT-3 style): a class token but position embeddings for patches only."""
     return token and square_side(tokens) is not None
@@ -284,6 +301,7 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
                             "QuickGELU (gelu='quick'), most OpenCLIP models the exact one (gelu='exact')")
         meta = {**meta, "architecture": "vit_base_patch16_clip_224",  # pre-norm, nn.LayerNorm's eps 1e-5
                 "global_pool": "token", "model_args": {"num_heads": heads, "act_layer": GELU_ACTS[gelu]}}
+    state = _without_register_posemb(state, wpath)
     cfg = infer_config(state, meta, wpath, choices)
     if not meta.get("pretrained_cfg") and "vitkit" not in meta:
         choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
@@ -338,9 +356,6 @@ def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]
     parts = [p for p in appendix_parts(cfg) if not p.startswith(held) and not p.startswith("num_registers")]
     if cfg.num_registers and cfg.distill_token:
         parts.append(f"num_registers={cfg.num_registers} beside DeiT's distillation token")
-    elif cfg.num_registers and cfg.class_token and not _patches_only_posemb(model):
-        parts.append(f"num_registers={cfg.num_registers} beside a class token with a non-zero position embedding "
-                     "(timm gives registers and the class token E_pos together, or neither: no_embed_class)")
     if cfg.posemb != "learn1d":
         parts.insert(0, f"posemb={cfg.posemb!r}")
     if cfg.pre_norm == cfg.patch_bias:
@@ -362,15 +377,22 @@ def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]
         for new, old in RENAMES:  # vitkit -> timm
             k = k.replace(old, new) if k.startswith(old) else k
         out[k] = v.detach().cpu().contiguous()
-    if cfg.num_registers and cfg.class_token:  # no_embed_class: timm's table holds the patches' rows only
-        out["pos_embed"] = out["pos_embed"][:, cfg.num_class_tokens:].contiguous()
+    if cfg.num_registers and cfg.class_token:  # timm gives registers E_pos rows unless no_embed_class
+        pe, c = out["pos_embed"], cfg.num_class_tokens
+        if _no_embed_class_out(model):  # the class token's row is zero: the patches' rows only (DINOv2's layout)
+            out["pos_embed"] = pe[:, c:].contiguous()
+        else:  # zero rows for the registers after the class token's (exact: vitkit's registers take none)
+            out["pos_embed"] = torch.cat([pe[:, :c], pe.new_zeros(1, cfg.num_registers, cfg.width), pe[:, c:]], 1)
     return out
 
 
-def _patches_only_posemb(model: VisionTransformer) -> bool:
-    """E_pos is zero on the class token (timm's no_embed_class, read as a zero row): so DINOv2 with registers."""
-    pe = getattr(model, "pos_embed", None)
-    return model.config.posemb == "learn1d" and pe is not None and not bool(pe[:, :model.config.num_class_tokens].any())
+def _no_embed_class_out(model: VisionTransformer) -> bool:
+    """Whether the timm file is written with no_embed_class: registers (which take no E_pos) beside no class token,
+    or beside one whose E_pos row is zero (DINOv2 with registers, read from timm)."""
+    cfg = model.config
+    if not cfg.num_registers:
+        return False
+    return not cfg.class_token or not bool(model.pos_embed[:, :cfg.num_class_tokens].any())
 
 
 def _architecture(cfg: ViTConfig) -> str:
@@ -423,7 +445,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "pre_norm": cfg.pre_norm,
                 "act_layer": GELU_ACTS[cfg.gelu],
                 "reg_tokens": cfg.num_registers,
-                "no_embed_class": cfg.num_registers > 0,  # registers take no E_pos, nor then the class token
+                "no_embed_class": _no_embed_class_out(model),
             },
             "pretrained_cfg": {
                 "input_size": [cfg.in_chans, *cfg.img_size],
