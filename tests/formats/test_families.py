@@ -227,13 +227,13 @@ def test_openai_and_openclip_clip_state_dicts_load_their_image_tower(tmp_path: P
 @pytest.mark.parametrize("name", ["mae_avg", "deit3", "dinov2_reg"])
 def test_timm_files_resample_their_position_embeddings_as_timm_at_other_sizes(name: str) -> None:
     """At another input size timm resamples E_pos antialiased (resample_abs_pos_embed): a timm file read by vitkit
-    says so (posemb_antialias) and gives timm's own dynamic_img_size tokens at 48 and 24 px -- with a class-token
+    says so (posemb_resample) and gives timm's own dynamic_img_size tokens at 48 and 24 px -- with a class-token
     row, with E_pos on the patches only (DeiT III), and beside registers (DINOv2). The plain bicubic would not."""
     ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
     m = vitkit.load_pretrained(FAMILIES / f"{name}_hub")
-    assert m.config.posemb_antialias
+    assert m.config.posemb_resample == "bicubic_antialias"
     m.config.dynamic_img_size = True
-    plain = vitkit.VisionTransformer(m.config.replace(posemb_antialias=False)).eval()
+    plain = vitkit.VisionTransformer(m.config.replace(posemb_resample="bicubic")).eval()
     plain.load_state_dict(m.state_dict())
     for side in (48, 24):
         y, want = torch.from_numpy(ref[f"x_{side}"]), torch.from_numpy(ref[f"{name}_features_{side}"])

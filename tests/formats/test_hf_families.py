@@ -78,7 +78,7 @@ def test_dinov2_with_registers_reads_and_resamples_as_transformers(tmp_path: Pat
                                                  num_register_tokens=2, layerscale_value=1e-5)
     hf = transformers.Dinov2WithRegistersModel(cfg)
     m = vitkit.load_pretrained(_saved(hf, tmp_path / "dreg"))
-    assert (m.config.num_registers, m.config.posemb_antialias, m.config.layer_scale) == (2, True, 1e-5)
+    assert (m.config.num_registers, m.config.posemb_resample, m.config.layer_scale) == (2, "bicubic_antialias", 1e-5)
     m.config.dynamic_img_size = True
     for side in (32, 48, 24):
         y = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(side))
@@ -87,17 +87,17 @@ def test_dinov2_with_registers_reads_and_resamples_as_transformers(tmp_path: Pat
             torch.testing.assert_close(m.forward_features(y), ref.last_hidden_state, **TOL)
             torch.testing.assert_close(m.forward_head(m.forward_features(y), pre_logits=True), ref.pooler_output,
                                        **TOL)
-    plain = dataclasses.replace(m.config, posemb_antialias=False)  # the plain resampling is measurably another
+    plain = dataclasses.replace(m.config, posemb_resample="bicubic")  # the plain resampling is measurably another
     other = vitkit.VisionTransformer(plain).eval()
     other.load_state_dict(m.state_dict())
     y = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(24))
     with torch.no_grad():
         assert (other.forward_features(y) - hf(pixel_values=y).last_hidden_state).abs().max() > 1e-3
     plain_vit = vitkit.VisionTransformer(vitkit.ViTConfig(img_size=32, patch_size=8, width=32, depth=1, num_heads=4,
-                                                          mlp_dim=64, num_classes=0, posemb_antialias=True))
+                                                          mlp_dim=64, num_classes=0, posemb_resample="bicubic_antialias"))
     with caplog.at_level("WARNING", logger="vitkit"):
         vitkit.save_pretrained(plain_vit, tmp_path / "x", format="hf")
-    assert "ViTModel resamples the position embeddings to other input sizes by a plain bicubic" in caplog.text
+    assert "ViTModel resamples the position embeddings to other input sizes by 'bicubic'" in caplog.text
 
 
 def test_layerscale_vits_save_as_transformers_dinov2_with_their_outputs(tmp_path: Path) -> None:
@@ -308,7 +308,7 @@ def test_an_mae_encoder_saves_as_vitmodel_and_gap_models_are_refused_by_name(tmp
 @pytest.mark.parametrize("family", ["vit", "deit", "clip", "siglip"])
 def test_hf_models_at_other_sizes_give_transformers_interpolated_outputs(tmp_path: Path, family: str) -> None:
     """transformers resamples E_pos for another input size (interpolate_pos_encoding=True) by a plain bicubic;
-    vitkit's model read from its folder (posemb_antialias false) gives the same tokens at 48, 24 and 48x24 px."""
+    vitkit's model read from its folder (posemb_resample "bicubic") gives the same tokens at 48, 24 and 48x24 px."""
     cls, cfg = {
         "vit": (transformers.ViTModel, transformers.ViTConfig(**SMALL)),
         "deit": (transformers.DeiTModel, transformers.DeiTConfig(**SMALL)),
@@ -317,7 +317,7 @@ def test_hf_models_at_other_sizes_give_transformers_interpolated_outputs(tmp_pat
     }[family]
     hf = cls(cfg)
     m = vitkit.load_pretrained(_saved(hf, tmp_path / family))
-    assert not m.config.posemb_antialias
+    assert m.config.posemb_resample == "bicubic"
     m.config.dynamic_img_size = True
     for h, w in ((48, 48), (24, 24), (48, 24)):
         y = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(h + w))

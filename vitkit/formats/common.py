@@ -202,14 +202,13 @@ def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
 
 
 
-def resample_warning(cfg: Any, antialias: bool, target: str) -> None:
-    """Log when `target` (a peer's model class) resamples E_pos to other input sizes otherwise than the model
-    does (`posemb_antialias`); at the model's own size the outputs are equal."""
-    if cfg.posemb_antialias != antialias and cfg.posemb in ("learn1d", "learn2d"):
-        how = {True: "an antialiased bicubic", False: "a plain bicubic"}
+def resample_warning(cfg: Any, how: str, target: str) -> None:
+    """Log when `target` (a peer's model class) resamples E_pos to other input sizes otherwise (`how`, a
+    `posemb_resample` value) than the model does; at the model's own size the outputs are equal."""
+    if cfg.posemb_resample != how and cfg.posemb in ("learn1d", "learn2d"):
         logging.getLogger("vitkit").warning(
-            "%s resamples the position embeddings to other input sizes by %s, this model by %s: outputs at other "
-            "sizes differ slightly (the model's own size is exact)", target, how[antialias], how[cfg.posemb_antialias])
+            "%s resamples the position embeddings to other input sizes by %r, this model by %r: outputs at other "
+            "sizes differ slightly (the model's own size is exact)", target, how, cfg.posemb_resample)
 
 # (vitkit key, file key, layout kind); a vitkit key `base#c` is chunk c of 3 of `base` (q, k, v of qkv).
 KeyTable = list[tuple[str, str, str]]

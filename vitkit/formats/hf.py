@@ -342,7 +342,7 @@ def save_hf(model: VisionTransformer, out: Path) -> Path:
         own = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         base = "vit." if cfg.num_classes > 0 else ""
         tensors = {k: v.contiguous() for k, v in split_chunks(own, key_table(cfg, "classic", base)).items()}
-        resample_warning(cfg, False, f"transformers' {doc['architectures'][0]}")
+        resample_warning(cfg, "bicubic", f"transformers' {doc['architectures'][0]}")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_with(out / SAFETENSORS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")

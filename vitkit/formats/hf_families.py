@@ -191,7 +191,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
             extra["layer_scale"] = float(choices.pick("layer_scale", vc.get("layerscale_value"), 1.0,
                                                       f"transformers' {kind} config default layerscale_value"))
             if kind == "dinov2_with_registers":  # its E_pos is resampled antialiased, Dinov2Model's not
-                extra.update(num_registers=int(vc.get("num_register_tokens", 4)), posemb_antialias=True)
+                extra.update(num_registers=int(vc.get("num_register_tokens", 4)), posemb_resample="bicubic_antialias")
         else:  # vit_mae: the encoder; ViTMAEForPreTraining's decoder reconstructs pixels and is not a classifier
             ignore |= {k for k in src if k.startswith("decoder.")}
         eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-6 if dino else 1e-12,
@@ -358,6 +358,7 @@ def write_family(model: VisionTransformer, labels: list[str]) -> tuple[dict[str,
         h = f"{base}head."
         for p in ("weight", "bias"):
             out[f"{h}attention.in_proj_{p}"] = torch.cat([out.pop(f"{h}q.{p}"), out.pop(f"{h}kv.{p}")])
-    resample_warning(cfg, kind == "dinov2_with_registers", f"transformers' {_class_name(kind, cfg)}")
+    how = "bicubic_antialias" if kind == "dinov2_with_registers" else "bicubic"
+    resample_warning(cfg, how, f"transformers' {_class_name(kind, cfg)}")
     return family_config(kind, cfg, labels), {k: v.contiguous() for k, v in out.items()}
 

@@ -14,6 +14,7 @@ paper's Table 1 sizes (64-wide heads otherwise). timm files use exact GELU and L
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,36 @@ CLIP_VISUAL = (("visual.conv1.", "patch_embed.proj."), ("visual.ln_pre.", "norm_
                (".mlp.c_proj.", ".mlp.fc2."))
 
 
+def from_dinov2(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path, choices: Choices
+                ) -> tuple[dict[str, torch.Tensor], dict[str, Any], str]:
+    """A backbone in facebookresearch/dinov2's own layout (its torch hub's `dinov2_*_pretrain.pth`: timm's names
+    but `register_tokens`, a `mask_token` that only masked training uses, blocks maybe in chunks
+    `blocks.C.I.`) as a timm state dict, the builder values its hub sets in code (LayerScale's init 1.0, nn.GELU),
+    and how it resamples E_pos, which the file does not say: the hub builds its register backbones antialiased
+    (offset 0), the others with DINO's offset 0.1 -- assumed and logged."""
+    out: dict[str, torch.Tensor] = {}
+    for k, v in state.items():
+        if k == "mask_token":
+            continue
+        k = "reg_token" if k == "register_tokens" else re.sub(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1.", k)
+        if k in out:
+            raise ValueError(f"{path}: {k!r} twice after un-chunking DINOv2's blocks: not a layout vitkit reads")
+        out[k] = v
+    how = "bicubic_antialias" if "reg_token" in out else "bicubic_dino"
+    choices.assumed["posemb_resample"] = (
+        f"{how}: DINOv2's hub builds its {'register' if 'reg_token' in out else 'plain'} backbones so "
+        "(interpolate_antialias, interpolate_offset); the file does not say, and it matters only at other input sizes")
+    # DINOv2's classification evaluation (dinov2/data/transforms.py): bicubic resize to 256, centre crop 224
+    # (crop_pct 0.875), ImageNet mean and std -- not in the file either
+    choices.assumed["preprocess"] = ("ImageNet mean / std, bicubic, centre crop 0.875: DINOv2's evaluation "
+                                     "transform (resize 256, crop 224); the file stores no preprocessing")
+    pretrained = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
+                  "crop_pct": 0.875, "crop_mode": "center"}
+    meta = {**meta, "architecture": "dinov2", "global_pool": "token", "pretrained_cfg": pretrained,
+            "model_args": {"init_values": 1.0, "act_layer": "gelu", **(meta.get("model_args") or {})}}
+    return out, meta, how
+
+
 def from_clip_visual(state: dict[str, torch.Tensor], path: Path, choices: Choices) -> dict[str, torch.Tensor]:
     """A CLIP checkpoint in OpenAI's / OpenCLIP's layout (`visual.conv1`, `visual.transformer.resblocks.N`,
     `visual.proj`) as a timm image tower: the text tower is left out, `visual.proj` (width x embed) becomes a
@@ -210,6 +241,8 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     rep = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else None
     if pre_norm and ("clip" in arch or args.get("pre_norm")):
         eps_file, eps_rule = 1e-5, ""  # CLIP's towers (timm's *_clip_* builders) use nn.LayerNorm's own eps
+    elif arch == "dinov2" and not pre_norm:
+        eps_file, eps_rule = 1e-6, ""  # facebookresearch/dinov2's code: LayerNorm(eps=1e-6)
     else:
         eps_file = None
         eps_rule = ("a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)" if pre_norm else
@@ -235,7 +268,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         representation_size=rep,
         distill_token=distilled,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
-        posemb_antialias=True,  # timm resamples E_pos to other sizes antialiased (resample_abs_pos_embed)
+        posemb_resample="bicubic_antialias",  # timm's resample_abs_pos_embed
         ln_eps=choices.pick("ln_eps", eps_file, 1e-5 if pre_norm else 1e-6, eps_rule),
         gelu=choices.pick("gelu", TIMM_ACTS.get(args_act) if args_act else None, "exact",
                           "timm's ViT uses nn.GELU, the exact erf form" + (
@@ -274,6 +307,8 @@ def _without_register_posemb(state: dict[str, torch.Tensor], path: Path) -> dict
     if pos is None or reg is None or pos.ndim != 3 or reg.ndim != 3 or square_side(pos.shape[1]) is not None:
         return state
     c, r = int("cls_token" in state) + int("dist_token" in state), reg.shape[1]
+    if square_side(pos.shape[1] - c) is not None:  # E_pos for the class token(s) and the patches only
+        return state
     if pos.shape[1] <= c + r or square_side(pos.shape[1] - c - r) is None:
         return state
     if pos[:, c:c + r].any():
@@ -301,8 +336,13 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
                             "QuickGELU (gelu='quick'), most OpenCLIP models the exact one (gelu='exact')")
         meta = {**meta, "architecture": "vit_base_patch16_clip_224",  # pre-norm, nn.LayerNorm's eps 1e-5
                 "global_pool": "token", "model_args": {"num_heads": heads, "act_layer": GELU_ACTS[gelu]}}
+    how = None
+    if "mask_token" in state and "patch_embed.proj.weight" in state:  # facebookresearch/dinov2's own layout
+        state, meta, how = from_dinov2(state, meta, wpath, choices)
     state = _without_register_posemb(state, wpath)
     cfg = infer_config(state, meta, wpath, choices)
+    if how is not None:
+        cfg = cfg.replace(posemb_resample=how)
     if not meta.get("pretrained_cfg") and "vitkit" not in meta:
         choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
                                          "timm state dict stores no preprocessing (a hub folder's pretrained_cfg does)")
@@ -414,7 +454,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
     cfg = model.config
     file = out if out.suffix == ".safetensors" else out / WEIGHTS_NAME
     tensors = _timm_state(model, bare=file == out)
-    resample_warning(cfg, True, "timm")
+    resample_warning(cfg, "bicubic_antialias", "timm")
     meta = {"format": "pt", META_KEY: cfg.to_json()}
     atomic_write_with(file, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     if file != out:

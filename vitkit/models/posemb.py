@@ -28,12 +28,15 @@ def resample_posemb(
     num_prefix_tokens: int = 1,
     mode: str = "bicubic",
     antialias: bool = False,
+    offset: float = 0.0,
 ) -> torch.Tensor:
     """Resample a (1, prefix + gh*gw, D) position embedding to a (new_gh, new_gw) grid.
 
     `old_grid` defaults to a square grid; non-square grids in either direction are supported.
     `mode` is any 2-D mode of `torch.nn.functional.interpolate` ("bicubic", "bilinear", "nearest"); `antialias`
-    its antialiased form (bicubic / bilinear only; for bicubic also another kernel, a = -0.5, when enlarging).
+    its antialiased form (bicubic / bilinear only; for bicubic also another kernel, a = -0.5, when enlarging);
+    `offset` > 0 resamples with the scale factors (new + offset) / old instead of the sizes, as DINO's and DINOv2's
+    code does ("interpolate_offset", 0.1): the same grid, sampled at slightly other positions.
     """
     if posemb.ndim != 3 or posemb.shape[0] != 1:
         raise ValueError(f"expected a position embedding of shape (1, tokens, D), got {tuple(posemb.shape)}")
@@ -57,7 +60,13 @@ def resample_posemb(
     if antialias and mode not in ("bicubic", "bilinear"):
         raise ValueError(f"an antialiased resampling is bicubic or bilinear, not {mode!r}")
     kwargs = {} if mode == "nearest" else {"align_corners": False, "antialias": antialias}
-    img = F.interpolate(img, size=new_grid, mode=mode, **kwargs)
+    if offset:
+        scale = ((new_grid[0] + offset) / gh, (new_grid[1] + offset) / gw)
+        img = F.interpolate(img, scale_factor=scale, mode=mode, **kwargs)
+        if tuple(img.shape[-2:]) != new_grid:
+            raise ValueError(f"resampling with offset {offset} gave a {tuple(img.shape[-2:])} grid, not {new_grid}")
+    else:
+        img = F.interpolate(img, size=new_grid, mode=mode, **kwargs)
     grid = img.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D).to(posemb.dtype)
     return torch.cat([prefix, grid], dim=1)
 

@@ -42,6 +42,8 @@ SINCOS = ("sincos2d", "sincos2d_big_vision")
 # appendix D.4's placements of 1-D / 2-D position embeddings: once at the input (the paper's default), a
 # table learned per layer and added before each block, or one table added before every block
 Placement = Literal["input", "every_layer", "every_layer_shared"]
+PosembResample = Literal["bicubic", "bicubic_antialias", "bicubic_dino"]
+POSEMB_RESAMPLE = ("bicubic", "bicubic_antialias", "bicubic_dino")
 BlockKind = Literal["global", "axial"]  # global self-attention, or Axial-ViT's row + column blocks (D.7)
 Gelu = Literal["tanh", "exact", "quick"]
 # GELU flavour -> torch's `approximate` argument: the original JAX code's tanh formula, or the exact erf; "quick" is
@@ -95,8 +97,9 @@ class ViTConfig:
     gelu: Gelu = "tanh"
     head_bias_init: float = 0.0  # the paper's 21k pre-training used -10 with sigmoid cross-entropy
     dynamic_img_size: bool = False  # accept other resolutions by resampling E_pos on the fly (§3.2)
-    posemb_antialias: bool = False  # a learned 1D E_pos resampled to another grid by an antialiased bicubic (timm's
-    # resample_abs_pos_embed, DINOv2 with registers) instead of plain bicubic (transformers' ViT, DeiT, DINOv2)
+    posemb_resample: PosembResample = "bicubic"  # how a learned 1D E_pos is resampled to another grid (§3.2):
+    # "bicubic" to the grid's size (transformers' classes); "bicubic_antialias" (timm's resample_abs_pos_embed, DINOv2's
+    # register backbones); "bicubic_dino": scale factors (g + 0.1) / g_old, DINO's and DINOv2's plain backbones
     # Hybrid (§3.1 "Hybrid Architecture"): a BiT ResNet stem whose feature map is the patch grid.
     resnet_layers: tuple[int, ...] | None = None
     resnet_width: float = 1  # width factor of the hybrid's ResNet: the root conv has 64 x this channels
@@ -131,7 +134,7 @@ class ViTConfig:
         check_choice("pooling", self.pooling, ("token", "gap", "map"))
         if self.class_token is None:
             self.class_token = self.pooling == "token"
-        for key in ("class_token", "fc_norm", "pre_norm", "patch_bias", "posemb_antialias"):
+        for key in ("class_token", "fc_norm", "pre_norm", "patch_bias"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
         if self.pooling == "token" and not self.class_token:
@@ -145,6 +148,7 @@ class ViTConfig:
         check_int("num_registers", self.num_registers, low=0, high=MAX_SIZES["num_registers"])
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
         check_choice("block", self.block, ("global", "axial"))
+        check_choice("posemb_resample", self.posemb_resample, POSEMB_RESAMPLE)
         if self.posemb_placement != "input" and self.posemb not in ("learn1d", "learn2d"):
             raise ValueError(f"posemb_placement {self.posemb_placement!r} applies to learned 1D / 2D position "
                              f"embeddings, not posemb={self.posemb!r}")
@@ -519,7 +523,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         prefix = self.config.num_class_tokens
         if self.config.posemb == "learn1d":
             self.pos_embed = nn.Parameter(torch.cat(
-                [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode, self.config.posemb_antialias)
+                [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode, **self._resample_kwargs())
                  for t in self.pos_embed.data]))
         elif self.config.posemb == "learn2d":
             gh, gw = new_cfg.grid_size
@@ -529,6 +533,11 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
             for blk in self.blocks:
                 blk.attn.rel.resize(self.config.num_prefix_tokens + new_cfg.num_patches)
         self.config = new_cfg
+
+    def _resample_kwargs(self) -> dict[str, Any]:
+        """`resample_posemb`'s antialias and offset for the config's `posemb_resample`."""
+        how = self.config.posemb_resample
+        return {"antialias": how == "bicubic_antialias", "offset": 0.1 if how == "bicubic_dino" else 0.0}
 
     def _check_input(self, x: torch.Tensor) -> tuple[int, int]:
         cfg = self.config
@@ -571,7 +580,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         if cfg.posemb == "learn1d":
             pe = self.pos_embed[i : i + 1]
             if grid != cfg.grid_size:
-                pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_class_tokens, antialias=cfg.posemb_antialias)
+                pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_class_tokens, **self._resample_kwargs())
             return pe
         gh, gw = grid
         row, col = self.pos_embed_row[i : i + 1], self.pos_embed_col[i : i + 1]
