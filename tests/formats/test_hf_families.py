@@ -326,3 +326,17 @@ def test_hf_models_at_other_sizes_give_transformers_interpolated_outputs(tmp_pat
             out = m.intermediates(y)
             tokens = out["blocks"][-1] if family == "clip" else out["encoded"]  # CLIP: before post_layernorm
             torch.testing.assert_close(tokens, ref.last_hidden_state, **TOL)
+
+
+def test_a_transformers_model_vitkit_does_not_build_is_refused_by_its_model_type(tmp_path: Path) -> None:
+    """SigLIP 2's NaFlex tower and BEiT (relative position biases) are not ViT families vitkit builds: the folder
+    is refused naming its model_type and what is read, not as an unknown format."""
+    sig2 = transformers.Siglip2VisionModel(transformers.Siglip2VisionConfig(
+        **{k: v for k, v in SMALL.items() if k != "image_size"}, num_patches=16))
+    beit = transformers.BeitModel(transformers.BeitConfig(**SMALL, use_relative_position_bias=True))
+    for name, model in (("siglip2_vision_model", sig2), ("beit", beit)):
+        folder = _saved(model, tmp_path / name)
+        with pytest.raises(ValueError, match=rf"a transformers '{name}' model, which vitkit does not build; it reads "
+                                             r"the ViT families vit, deit, dinov2"):
+            vitkit.load_pretrained(folder)
+        assert main(["inspect", "--model", str(folder), "--out", str(tmp_path / "i")]) == 2

@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from vitkit.formats.bit import is_bit_npz, load_bit_npz
-from vitkit.formats.hf import is_hf_dir, load_hf, save_hf
+from vitkit.formats.hf import HF_MODEL_TYPES, is_hf_dir, load_hf, save_hf
 from vitkit.formats.native import is_native_dir, load_native, save_native
 from vitkit.formats.npz import is_npz, load_npz, save_npz
 from vitkit.formats.timm import is_timm, load_timm, save_timm
@@ -43,6 +43,7 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no checkpoint at {p}")
+    doc: Any = None
     if p.is_dir() and (p / "config.json").is_file():  # a folder format: its config must be readable JSON
         doc = read_json(p / "config.json", "checkpoint's config")  # bounded: size, depth, a regular file
         if not isinstance(doc, dict):
@@ -50,6 +51,9 @@ def detect_format(path: str | Path) -> str:
     for name, detect, _ in LOADERS:
         if detect(p):
             return name
+    if isinstance(doc, dict) and isinstance(doc.get("model_type"), str):  # a transformers folder of another model
+        raise ValueError(f"{p}: a transformers {doc['model_type']!r} model, which vitkit does not build; it reads the "
+                         f"ViT families {', '.join(HF_MODEL_TYPES)} (README \"Checkpoints\")")
     raise ValueError(f"{p}: not a checkpoint format vitkit can read (known: {[n for n, _, _ in LOADERS]})")
 
 

@@ -34,6 +34,7 @@ from vitkit.formats.common import (
 )
 from vitkit.formats.hf_families import (
     ACT_NAMES,
+    FAMILIES,
     hf_family,
     is_family,
     load_hf_family,
@@ -49,6 +50,7 @@ CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
 BIN_NAME = "pytorch_model.bin"
 PREPROCESSOR_NAME = "preprocessor_config.json"
+HF_MODEL_TYPES = ("vit", *FAMILIES)  # the config.json model_types read here and by hf_families.py
 
 # Per-block module paths, relative to the block's prefix, for both layouts.
 BLOCK_KEYS: dict[str, dict[str, str]] = {
@@ -113,7 +115,7 @@ def is_hf_dir(path: Path) -> bool:
     if not (path.is_dir() and ((path / SAFETENSORS_NAME).is_file() or (path / BIN_NAME).is_file())):
         return False
     doc = _read_config(path)
-    return doc is not None and (doc.get("model_type") == "vit" or is_family(doc))
+    return doc is not None and doc.get("model_type") in HF_MODEL_TYPES
 
 
 def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
