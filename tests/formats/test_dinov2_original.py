@@ -43,7 +43,7 @@ def test_dinov2_backbones_give_the_dinov2_codes_tokens_at_every_size(name: str, 
             assert (_tokens(other, side) - want).abs().max() > 1e-4
 
 
-def test_chunked_blocks_are_read_and_giant_swiglu_is_refused(tmp_path: Path) -> None:
+def test_chunked_blocks_are_read_and_giant_swiglu_and_damage_are_refused(tmp_path: Path) -> None:
     state = torch.load(FIX / "dinov2_plain.pth", weights_only=True)
     chunked = {(f"blocks.{k.split('.')[1]}.{k[len('blocks.'):]}" if k.startswith("blocks.") else k): v
                for k, v in state.items()}  # block_chunks = depth: blocks.C.I.*
@@ -54,6 +54,10 @@ def test_chunked_blocks_are_read_and_giant_swiglu_is_refused(tmp_path: Path) -> 
     torch.save({**state, "blocks.0.mlp.w12.weight": torch.zeros(2, 32)}, tmp_path / "giant.pth")
     with pytest.raises(ValueError, match="SwiGLU"):
         vitkit.load_pretrained(tmp_path / "giant.pth", num_heads=4)
+    reg = torch.load(FIX / "dinov2_reg.pth", weights_only=True)
+    torch.save({**reg, "register_tokens": torch.zeros(4)}, tmp_path / "flat.pth")  # a damaged file: named
+    with pytest.raises(ValueError, match=r"flat.pth: tensor 'reg_token' has shape \(4,\), expected a 3-D array"):
+        vitkit.load_pretrained(tmp_path / "flat.pth", num_heads=4)
 
 
 def test_dinov2_backbones_run_through_the_commands_and_convert(tmp_path: Path) -> None:

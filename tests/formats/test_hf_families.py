@@ -199,6 +199,10 @@ def test_a_family_config_larger_than_its_weights_is_refused_before_anything_is_b
     (folder / "config.json").write_text(json.dumps({**doc, "hidden_size": 32768, "num_attention_heads": 1}))
     with pytest.raises(ValueError, match="hidden_size is 32768 but the weights are 32 wide"):
         vitkit.load_pretrained(folder)
+    for key, bad in (("hidden_size", "32"), ("num_attention_heads", 4.5), ("mlp_ratio", -4)):
+        (folder / "config.json").write_text(json.dumps({**doc, key: bad}))
+        with pytest.raises(ValueError, match=rf"config.json {key} is {bad!r}, expected a (whole|positive) number"):
+            vitkit.load_pretrained(folder)
 
 
 # ----------------------------------------------------------------------------- writing the families

@@ -217,7 +217,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     distilled = "dist_token" in state  # DeiT distilled: a second class token with its own head, averaged at inference
     if distilled and not (token and "head_dist.weight" in state):
         raise ValueError(f"{path}: a dist_token needs a cls_token and head_dist (DeiT's distilled ViT)")
-    registers = state["reg_token"].shape[1] if "reg_token" in state else 0
+    registers = require(state, "reg_token", path, 3).shape[1] if "reg_token" in state else 0
     fc_norm = "fc_norm.weight" in state
     pre_norm = "norm_pre.weight" in state
     layers: tuple[int, ...] | None = None
