@@ -341,6 +341,21 @@ def test_a_transformers_model_vitkit_does_not_build_is_refused_by_its_model_type
     for name, model in (("siglip2_vision_model", sig2), ("beit", beit)):
         folder = _saved(model, tmp_path / name)
         with pytest.raises(ValueError, match=rf"a transformers '{name}' model, which vitkit does not build; it reads "
-                                             r"the ViT families vit, deit, dinov2"):
+                                             r"the ViT families vit, vit_msn, deit, dinov2"):
             vitkit.load_pretrained(folder)
         assert main(["inspect", "--model", str(folder), "--out", str(tmp_path / "i")]) == 2
+
+
+def test_vit_msn_folders_are_plain_vits_with_transformers_logits(tmp_path: Path) -> None:
+    """ViTMSN (Assran et al. 2022) is a plain ViT in transformers: its folders load by the ViT path, the classifier
+    on the normed class token (transformers 5 writes its blocks outside the `vit.` prefix: read too)."""
+    hf = transformers.ViTMSNForImageClassification(transformers.ViTMSNConfig(**SMALL, num_labels=4))
+    m = vitkit.load_pretrained(_saved(hf, tmp_path / "msn"))
+    assert m.config.num_classes == 4 and m.config.pooling == "token"
+    x = _x()
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), hf(pixel_values=x).logits, **TOL)
+    encoder = transformers.ViTMSNModel(transformers.ViTMSNConfig(**SMALL))
+    e = vitkit.load_pretrained(_saved(encoder, tmp_path / "msn_encoder"))
+    with torch.no_grad():
+        torch.testing.assert_close(e.forward_features(x), encoder(pixel_values=x).last_hidden_state, **TOL)

@@ -1,7 +1,8 @@
-"""Hugging Face `ViTModel` / `ViTForImageClassification` folders, read and written (the other ViT families HF has,
-DeiT, DINOv2, CLIP, SigLIP and ViTMAE, are read by hf_families.py).
+"""Hugging Face `ViTModel` / `ViTForImageClassification` folders, read and written, and `ViTMSN[Model|
+ForImageClassification]` (a plain ViT: the same keys and head), read; the other ViT families HF has, DeiT, DINOv2,
+CLIP, SigLIP and ViTMAE, are read and written by hf_families.py.
 
-A folder holds `config.json` (model_type "vit") and `model.safetensors` or `pytorch_model.bin`
+A folder holds `config.json` (model_type "vit" or "vit_msn") and `model.safetensors` or `pytorch_model.bin`
 (read with `weights_only=True`), optionally `preprocessor_config.json`. Two key layouts exist:
 transformers 4.x's `encoder.layer.N.attention.attention.query` ("classic") and 5.x's
 `layers.N.attention.q_proj` ("current"); both are read, and files are written in the classic
@@ -35,6 +36,7 @@ from vitkit.formats.common import (
 from vitkit.formats.hf_families import (
     ACT_NAMES,
     FAMILIES,
+    config_count,
     hf_family,
     is_family,
     load_hf_family,
@@ -50,7 +52,8 @@ CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
 BIN_NAME = "pytorch_model.bin"
 PREPROCESSOR_NAME = "preprocessor_config.json"
-HF_MODEL_TYPES = ("vit", *FAMILIES)  # the config.json model_types read here and by hf_families.py
+HF_MODEL_TYPES = ("vit", "vit_msn", *FAMILIES)  # config.json model_types read here (ViTMSN is a plain ViT) and by
+# hf_families.py
 
 # Per-block module paths, relative to the block's prefix, for both layouts.
 BLOCK_KEYS: dict[str, dict[str, str]] = {
@@ -154,12 +157,12 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
     return ViTConfig(
         img_size=to_pair(doc.get("image_size", 224), f"{path}: image_size"),
         patch_size=ph,
-        in_chans=int(doc.get("num_channels", 3)),
+        in_chans=config_count(doc, "num_channels", 3, path),
         num_classes=int(state["classifier.weight"].shape[0]) if has_head else 0,
-        width=int(doc.get("hidden_size", 768)),
-        depth=int(doc.get("num_hidden_layers", 12)),
+        width=config_count(doc, "hidden_size", 768, path),
+        depth=config_count(doc, "num_hidden_layers", 12, path),
         num_heads=int(value("num_attention_heads", 12, "num_heads")),
-        mlp_dim=int(doc.get("intermediate_size", 3072)),
+        mlp_dim=config_count(doc, "intermediate_size", 3072, path),
         pooling="token",
         representation_size=rep,
         qkv_bias=bool(doc.get("qkv_bias", True)),
@@ -250,7 +253,7 @@ def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float |
 
 
 def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
-    """Load a transformers ViT folder (ViTModel or ViTForImageClassification), eval mode."""
+    """Load a transformers ViT folder (ViT[MSN]Model, ViT[MSN]ForImageClassification, or a family's), eval mode."""
     folder = Path(path)
     doc = _read_config(folder)
     if doc is None:
@@ -263,6 +266,8 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
         model.preprocess = _preprocess(folder, model.config, doc)
         return model.eval()
     base = "vit." if any(k.startswith("vit.") for k in state) else ""
+    if base and doc.get("model_type") == "vit_msn":  # transformers 5 writes ViTMSN's blocks outside `vit.`
+        state = {(base + k if k.startswith(("encoder.layer.", "layers.")) else k): v for k, v in state.items()}
     layout = "classic" if any(k.startswith(f"{base}encoder.layer.") for k in state) else "current"
     choices = Choices(wpath, hints)
     cfg = hf_to_vit_config(doc, state, base, wpath, choices)

@@ -138,7 +138,7 @@ def family_table(kind: str, cfg: ViTConfig, base: str = "", current: bool = Fals
     return [(ours, theirs, "same") for ours, theirs in pairs] + _block_table(cfg, prefix, names)
 
 
-def _count(vc: dict[str, Any], key: str, default: int, where: Path, kind: type = int) -> Any:
+def config_count(vc: dict[str, Any], key: str, default: int, where: Path, kind: type = int) -> Any:
     """config.json's `key`: a whole number (`kind` float: any positive number), or an error naming it."""
     v = vc.get(key, default)
     ok = isinstance(v, int) if kind is int else isinstance(v, (int, float)) and v > 0
@@ -164,16 +164,16 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
         raise ValueError(f"{wpath}: hidden_act {act!r} is not a GELU vitkit builds ({sorted(ACTS)})")
     if vc.get("use_swiglu_ffn"):
         raise ValueError(f"{wpath}: use_swiglu_ffn (a SwiGLU MLP, DINOv2 giant) is not a model vitkit builds")
-    width, depth_cfg = _count(vc, "hidden_size", 768, wpath), vc.get("num_hidden_layers", 12)
+    width, depth_cfg = config_count(vc, "hidden_size", 768, wpath), vc.get("num_hidden_layers", 12)
     ph, pw = to_pair(vc.get("patch_size", 16), f"{wpath}: patch_size")
     if ph != pw:
         raise ValueError(f"{wpath}: non-square patches {ph}x{pw} are not supported")
     dino = kind.startswith("dinov2")
     common = dict(img_size=to_pair(vc.get("image_size", 224), f"{wpath}: image_size"), patch_size=ph,
-                  in_chans=_count(vc, "num_channels", 3, wpath), width=width,
-                  num_heads=_count(vc, "num_attention_heads", 12, wpath),
-                  mlp_dim=(int(width * _count(vc, "mlp_ratio", 4, wpath, float)) if dino
-                           else _count(vc, "intermediate_size", 3072, wpath)),
+                  in_chans=config_count(vc, "num_channels", 3, wpath), width=width,
+                  num_heads=config_count(vc, "num_attention_heads", 12, wpath),
+                  mlp_dim=(int(width * config_count(vc, "mlp_ratio", 4, wpath, float)) if dino
+                           else config_count(vc, "intermediate_size", 3072, wpath)),
                   qkv_bias=bool(vc.get("qkv_bias", True)),
                   gelu=choices.pick("gelu", ACTS[act]), name=kind)
     src = dict(state)
@@ -203,7 +203,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
             extra["layer_scale"] = float(choices.pick("layer_scale", vc.get("layerscale_value"), 1.0,
                                                       f"transformers' {kind} config default layerscale_value"))
             if kind == "dinov2_with_registers":  # its E_pos is resampled antialiased, Dinov2Model's not
-                extra.update(num_registers=_count(vc, "num_register_tokens", 4, wpath), posemb_resample="bicubic_antialias")
+                extra.update(num_registers=config_count(vc, "num_register_tokens", 4, wpath), posemb_resample="bicubic_antialias")
         else:  # vit_mae: the encoder; ViTMAEForPreTraining's decoder reconstructs pixels and is not a classifier
             ignore |= {k for k in src if k.startswith("decoder.")}
         eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-6 if dino else 1e-12,
