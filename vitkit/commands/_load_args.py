@@ -20,7 +20,7 @@ def add_load_arguments(p: argparse.ArgumentParser, img_size: bool = False) -> No
                    "assumed and logged; gap for one trained with global_pool='avg')")
     p.add_argument("--ln-eps", type=float, default=None,
                    help="LayerNorm eps, for a file that does not record it (default: the format's own)")
-    p.add_argument("--posemb", choices=["sincos2d_big_vision", "sincos2d", "none"], default=None,
+    p.add_argument("--posemb", choices=["sincos2d_big_vision", "none"], default=None,
                    help="position embeddings a file does not store (a big_vision .npz trained with fixed sin-cos ones: "
                    "sincos2d_big_vision, with its --img-size)")
     if img_size:

@@ -201,7 +201,6 @@ def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-
 def resample_warning(cfg: Any, how: str, target: str) -> None:
     """Log when `target` (a peer's model class) resamples E_pos to other input sizes otherwise (`how`, a
     `posemb_resample` value) than the model does; at the model's own size the outputs are equal."""
@@ -209,6 +208,7 @@ def resample_warning(cfg: Any, how: str, target: str) -> None:
         logging.getLogger("vitkit").warning(
             "%s resamples the position embeddings to other input sizes by %r, this model by %r: outputs at other "
             "sizes differ slightly (the model's own size is exact)", target, how, cfg.posemb_resample)
+
 
 # (vitkit key, file key, layout kind); a vitkit key `base#c` is chunk c of 3 of `base` (q, k, v of qkv).
 KeyTable = list[tuple[str, str, str]]
