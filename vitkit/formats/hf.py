@@ -39,6 +39,7 @@ from vitkit.formats.hf_families import (
     config_count,
     hf_family,
     is_family,
+    label_fields,
     load_hf_family,
     write_family,
 )
@@ -286,12 +287,6 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
 
 
 # ----------------------------------------------------------------------------- writing
-def _labels(model: VisionTransformer) -> list[str]:
-    """The class names for config.json's id2label: the model's own, or transformers' LABEL_i."""
-    labels = list(model.preprocess.labels)
-    return labels if len(labels) == model.config.num_classes else [f"LABEL_{i}" for i in range(model.config.num_classes)]
-
-
 def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
     """config.json for transformers; raises if the model has parts HF's ViT cannot express."""
     cfg = model.config
@@ -308,7 +303,6 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
     if problems:
         raise ValueError("cannot save as a Hugging Face ViT: " + "; ".join(problems))
     h, w = cfg.img_size
-    labels = _labels(model)
     doc: dict[str, Any] = {
         "architectures": ["ViTForImageClassification" if cfg.num_classes > 0 else "ViTModel"],
         "model_type": "vit",
@@ -330,9 +324,7 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
     }
     if cfg.representation_size:
         doc.update(pooler_output_size=cfg.representation_size, pooler_act="tanh")
-    if cfg.num_classes > 0:
-        doc["id2label"] = {str(i): lab for i, lab in enumerate(labels)}
-        doc["label2id"] = {lab: i for i, lab in enumerate(labels)}
+    doc.update(label_fields(model))
     return doc
 
 
@@ -343,7 +335,7 @@ def save_hf(model: VisionTransformer, out: Path) -> Path:
     others as `ViT[Model|ForImageClassification]`; a model neither holds is refused, naming what does not fit."""
     cfg = model.config
     if hf_family(cfg) is not None:
-        doc, tensors = write_family(model, _labels(model))
+        doc, tensors = write_family(model)
     else:
         doc = vit_to_hf_config(model)
         own = {k: v.detach().cpu() for k, v in model.state_dict().items()}

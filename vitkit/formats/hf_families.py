@@ -313,12 +313,24 @@ def family_problems(kind: str, model: VisionTransformer) -> list[str]:
     return out
 
 
-def family_config(kind: str, cfg: ViTConfig, labels: list[str]) -> dict[str, Any]:
-    """config.json of transformers' class for a `kind` model shaped as `cfg` (`family_problems` empty)."""
+def label_fields(model: VisionTransformer) -> dict[str, Any]:
+    """config.json's id2label / label2id of a classifier: the model's class names, or transformers' LABEL_i."""
+    k = model.config.num_classes
+    if not k:
+        return {}
+    labels = list(model.preprocess.labels)
+    labels = labels if len(labels) == k else [f"LABEL_{i}" for i in range(k)]
+    return {"id2label": {str(i): lab for i, lab in enumerate(labels)}, "label2id": {lab: i for i, lab in enumerate(labels)}}
+
+
+def family_config(kind: str, model: VisionTransformer) -> dict[str, Any]:
+    """config.json of transformers' class for a `kind` model (`family_problems` empty)."""
+    cfg = model.config
+    h, w = cfg.img_size  # square except for DeiT (family_problems)
     doc: dict[str, Any] = {
         "architectures": [_class_name(kind, cfg)], "model_type": kind, "hidden_size": cfg.width,
         "num_hidden_layers": cfg.depth, "num_attention_heads": cfg.num_heads, "hidden_act": ACT_NAMES[cfg.gelu],
-        "layer_norm_eps": cfg.ln_eps, "image_size": cfg.img_size[0] if kind != "deit" else list(cfg.img_size),
+        "layer_norm_eps": cfg.ln_eps, "image_size": h if h == w else [h, w],
         "patch_size": cfg.patch_size, "num_channels": cfg.in_chans, "initializer_range": 0.02, "torch_dtype": "float32"}
     if kind.startswith("dinov2"):
         doc.update(mlp_ratio=cfg.mlp_dim // cfg.width, qkv_bias=cfg.qkv_bias, layerscale_value=cfg.layer_scale,
@@ -329,12 +341,7 @@ def family_config(kind: str, cfg: ViTConfig, labels: list[str]) -> dict[str, Any
     elif kind == "deit":
         doc.update(intermediate_size=cfg.mlp_dim, qkv_bias=cfg.qkv_bias, hidden_dropout_prob=0.0,
                    attention_probs_dropout_prob=0.0, encoder_stride=cfg.patch_size, pooler_output_size=cfg.width,
-                   pooler_act="tanh")
-        if cfg.img_size[0] == cfg.img_size[1]:
-            doc["image_size"] = cfg.img_size[0]
-        if cfg.num_classes:
-            doc["id2label"] = {str(i): lab for i, lab in enumerate(labels)}
-            doc["label2id"] = {lab: i for i, lab in enumerate(labels)}
+                   pooler_act="tanh", **label_fields(model))
     else:
         doc.update(intermediate_size=cfg.mlp_dim, attention_dropout=0.0)
         if kind == "clip_vision_model":
@@ -344,7 +351,7 @@ def family_config(kind: str, cfg: ViTConfig, labels: list[str]) -> dict[str, Any
     return doc
 
 
-def write_family(model: VisionTransformer, labels: list[str]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def write_family(model: VisionTransformer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """config.json and the tensors (transformers' keys and shapes) of `model` as its family's transformers class
     (`hf_family`); refused with every reason when the class cannot hold it."""
     cfg = model.config
@@ -372,5 +379,5 @@ def write_family(model: VisionTransformer, labels: list[str]) -> tuple[dict[str,
             out[f"{h}attention.in_proj_{p}"] = torch.cat([out.pop(f"{h}q.{p}"), out.pop(f"{h}kv.{p}")])
     how = "bicubic_antialias" if kind == "dinov2_with_registers" else "bicubic"
     resample_warning(cfg, how, f"transformers' {_class_name(kind, cfg)}")
-    return family_config(kind, cfg, labels), {k: v.contiguous() for k, v in out.items()}
+    return family_config(kind, model), {k: v.contiguous() for k, v in out.items()}
 
