@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +43,7 @@ SINCOS = ("sincos2d", "sincos2d_big_vision")
 # table learned per layer and added before each block, or one table added before every block
 Placement = Literal["input", "every_layer", "every_layer_shared"]
 PosembResample = Literal["bicubic", "bicubic_antialias", "bicubic_dino"]
-POSEMB_RESAMPLE = ("bicubic", "bicubic_antialias", "bicubic_dino")
+POSEMB_RESAMPLE: tuple[str, ...] = get_args(PosembResample)
 BlockKind = Literal["global", "axial"]  # global self-attention, or Axial-ViT's row + column blocks (D.7)
 Gelu = Literal["tanh", "exact", "quick"]
 # GELU flavour -> torch's `approximate` argument: the original JAX code's tanh formula, or the exact erf; "quick" is
