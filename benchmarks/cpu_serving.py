@@ -2,7 +2,7 @@
 
 For ViT-Ti/S/B/16 at 224 px (1000 classes, exact GELU on every side), batch 1 and 8, it times:
   peers    timm eager fp32, timm eager under bf16 autocast, HF (sdpa) fp32, HF (sdpa) bf16 autocast;
-  vitkit   every `vitkit.runtime` path, built exactly as `vitkit predict` builds it: torch eager / compiled
+  vitkit   every `vitkit.inference.runtime` path, built exactly as `vitkit predict` builds it: torch eager / compiled
            (inductor, frozen weights) in fp32 and bf16, onnxruntime fp32 and int8, OpenVINO fp32 and bf16.
 It reports each median with its spread, the ratio to timm eager of the same precision, the ratio of int8 to
 fp32, and the matmul FLOP/s each path reaches as a share of this CPU's measured matmul peak (the profile
@@ -33,8 +33,8 @@ import vitkit
 from vitkit.bench.machine import machine_info, matmul_peak
 from vitkit.bench.peers import PeerUnavailable, build_hf, build_timm
 from vitkit.bench.timing import time_interleaved
+from vitkit.inference.runtime import build_predictor, runtime_available
 from vitkit.models.flops import vit_flops
-from vitkit.runtime import build_predictor, runtime_available
 
 #: (label, runtime, precision, compile) of the vitkit paths, as `vitkit predict --runtime R --precision P`
 PATHS = [

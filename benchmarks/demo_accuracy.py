@@ -14,7 +14,7 @@ import torch
 import vitkit
 from vitkit.bench import compare_precisions
 from vitkit.data.digits import load_digits_split
-from vitkit.export import export_onnx, onnx_logits, ort_session, quantize_int8
+from vitkit.inference.export import export_onnx, onnx_logits, ort_session, quantize_int8
 
 
 def main(ckpt: str = "runs/demo/model") -> int:

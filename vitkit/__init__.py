@@ -1,6 +1,7 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., 2021)."""
 
 from vitkit.formats import load_pretrained, save_pretrained
+from vitkit.inference.runtime import Predictor, build_predictor
 from vitkit.models import (
     VisionTransformer,
     ViTConfig,
@@ -10,7 +11,6 @@ from vitkit.models import (
     resample_posemb,
 )
 from vitkit.models.preprocess import PreprocessConfig
-from vitkit.runtime import Predictor, build_predictor
 
 __version__ = "0.1.0"
 

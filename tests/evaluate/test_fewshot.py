@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from vitkit.cli import main
-from vitkit.fewshot import BIAS_CONSTANT, fewshot_accuracy, fewshot_table, fit_linear, sample_shots
+from vitkit.inference.fewshot import BIAS_CONSTANT, fewshot_accuracy, fewshot_table, fit_linear, sample_shots
 
 
 def _independent_ridge(x: np.ndarray, y: np.ndarray, k: int, l2: float) -> np.ndarray:

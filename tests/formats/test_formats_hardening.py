@@ -145,7 +145,7 @@ def test_non_finite_or_foreign_weights_and_preprocessing_are_refused(tmp_path: P
             vitkit.load_pretrained(tmp_path / "std")
     img = tmp_path / "x.png"
     img.write_bytes(png_bytes())
-    from vitkit.evaluate import check_finite
+    from vitkit.inference.evaluate import check_finite
 
     with pytest.raises(FloatingPointError, match="non-finite logits .* for 1 of the inputs"):
         check_finite(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]), "logits")
@@ -219,7 +219,7 @@ def test_formats_without_a_place_for_preprocessing_carry_it_beside_or_inside(tmp
     assert "an .npz stores no preprocessing" in bare.config.extra["assumed"]["preprocess"]
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
-    from vitkit.export import export_onnx, export_openvino, exported_preprocess, quantize_int8
+    from vitkit.inference.export import export_onnx, export_openvino, exported_preprocess, quantize_int8
 
     onnx_file = export_onnx(m, tmp_path / "m.onnx")
     assert exported_preprocess(onnx_file) == m.preprocess

@@ -17,8 +17,8 @@ from vitkit.cli import main
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
 from vitkit.data.glyphs import glyph_test_size, glyphs
-from vitkit.evaluate import eval_loader
-from vitkit.fewshot import extract_features, fewshot_table
+from vitkit.inference.evaluate import eval_loader
+from vitkit.inference.fewshot import extract_features, fewshot_table
 from vitkit.models import create_model
 from vitkit.models.flops import model_flops, vit_flops
 from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS, SMOKE

@@ -13,7 +13,7 @@ from vitkit.data.digits import load_digits_split
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from vitkit.export import check_parity, export_onnx, onnx_logits, ort_session, quantize_int8  # noqa: E402
+from vitkit.inference.export import check_parity, export_onnx, onnx_logits, ort_session, quantize_int8  # noqa: E402
 
 
 def _tiny() -> vitkit.VisionTransformer:

@@ -16,7 +16,7 @@ import vitkit
 from tests.helpers import digits_model, trained_digits_vit
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
-from vitkit.runtime import AUTO_MIN_IMAGES, build_predictor, resolve_runtime, runtime_available
+from vitkit.inference.runtime import AUTO_MIN_IMAGES, build_predictor, resolve_runtime, runtime_available
 from vitkit.utils.precision import resolve as resolve_precision
 
 pytest.importorskip("onnxruntime")
@@ -145,7 +145,7 @@ def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None
     model = trained_digits_vit()
     vitkit.save_pretrained(model, tmp_path / "m")
     formats = ["aoti"] + (["openvino"] if OPENVINO else [])
-    from vitkit.export import exported_runner
+    from vitkit.inference.export import exported_runner
 
     x = model.preprocess(load_digits_split()[1].images[:37])
     with torch.no_grad():
@@ -165,13 +165,13 @@ def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None
 def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     """A model the exporter cannot handle: `--runtime auto` says so and predicts in torch; an explicit runtime, or
     int8 (which only onnxruntime runs), is refused with the reason, as one line."""
-    import vitkit.runtime
+    import vitkit.inference.runtime
 
     vitkit.save_pretrained(trained_digits_vit(), tmp_path / "m")
     _, test = load_digits_split()
     from PIL import Image
 
-    monkeypatch.setattr(vitkit.runtime, "AUTO_MIN_IMAGES", 4)  # a job big enough for auto to export
+    monkeypatch.setattr(vitkit.inference.runtime, "AUTO_MIN_IMAGES", 4)  # a job big enough for auto to export
     for i in range(6):
         f = tmp_path / "imgs" / f"{i:03d}.png"
         f.parent.mkdir(exist_ok=True)
@@ -180,8 +180,8 @@ def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Pat
     def refuse(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("Exporting the operator 'aten::made_up' to ONNX opset version 17 is not supported")
 
-    monkeypatch.setattr(vitkit.runtime, "export_onnx", refuse)
-    monkeypatch.setattr(vitkit.runtime, "runtime_available", lambda name: True)
+    monkeypatch.setattr(vitkit.inference.runtime, "export_onnx", refuse)
+    monkeypatch.setattr(vitkit.inference.runtime, "runtime_available", lambda name: True)
     base = ["predict", str(tmp_path / "imgs"), "--model", str(tmp_path / "m"), "--no-progress",
             "--output", str(tmp_path / "p.csv")]
     assert main([*base, "--precision", "fp32"]) == 0
@@ -196,7 +196,7 @@ def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Pat
 def test_a_predictor_stays_in_inference_mode_after_an_evaluation() -> None:
     """`evaluate_batches` puts a model back in the mode it found it in; a Predictor is found in eval mode, so its
     model's dropout stays off afterwards (it was switched on when the Predictor started in training mode)."""
-    from vitkit.evaluate import evaluate_batches
+    from vitkit.inference.evaluate import evaluate_batches
 
     model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32, dropout=0.5)
     net = build_predictor(model, "fp32", "torch")

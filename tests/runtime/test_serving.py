@@ -17,7 +17,7 @@ from tests.helpers import digits_model
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
 from vitkit.data.preprocess import load_image
-from vitkit.runtime import inference_model
+from vitkit.inference.runtime import inference_model
 from vitkit.utils.precision import input_dtype
 from vitkit.utils.precision import resolve as resolve_precision
 

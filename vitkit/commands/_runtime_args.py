@@ -8,7 +8,7 @@ import sys
 
 from torch import nn
 
-from vitkit.runtime import RUNTIMES, Predictor, build_predictor
+from vitkit.inference.runtime import RUNTIMES, Predictor, build_predictor
 from vitkit.utils.precision import CHOICES
 
 

@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.data.datasets import DataConfig, open_splits
-    from vitkit.evaluate import align_classes, eval_loader, evaluate_loader
     from vitkit.formats import load_pretrained
+    from vitkit.inference.evaluate import align_classes, eval_loader, evaluate_loader
     from vitkit.utils import check_int
 
     check_int("--batch-size", args.batch_size)

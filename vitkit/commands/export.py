@@ -9,7 +9,7 @@ from pathlib import Path
 from vitkit.commands._load_args import add_load_arguments, load_hints
 
 HELP = "export a model to ONNX (optional int8), OpenVINO IR or an AOTInductor package, checked against PyTorch"
-SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}  # vitkit.export.EXPORT_SUFFIXES
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}  # vitkit.inference.export.EXPORT_SUFFIXES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,8 +47,14 @@ def _load(source: str, hints: dict):  # noqa: ANN202
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.bench.exports import bench_exports
-    from vitkit.export import check_export, check_parity, export_model, output_paths, refuse_overwriting_inputs
+    from vitkit.bench.backends import bench_exports
+    from vitkit.inference.export import (
+        check_export,
+        check_parity,
+        export_model,
+        output_paths,
+        refuse_overwriting_inputs,
+    )
     from vitkit.utils import check_int
 
     check_export(args.format, args.int8)
@@ -92,7 +98,7 @@ def _eval_digits(model, paths: dict[str, Path]) -> None:  # noqa: ANN001
     import torch
 
     from vitkit.data.digits import load_digits_split
-    from vitkit.evaluate import compare_exports
+    from vitkit.inference.evaluate import compare_exports
 
     _, test = load_digits_split()
     pre = model.preprocess

@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from vitkit.data.datasets import DataConfig, open_splits
-    from vitkit.evaluate import eval_loader
-    from vitkit.fewshot import DEFAULT_L2, describe_representation, extract_features, fewshot_table
     from vitkit.formats import load_pretrained
+    from vitkit.inference.evaluate import eval_loader
+    from vitkit.inference.fewshot import DEFAULT_L2, describe_representation, extract_features, fewshot_table
 
     try:
         shots = [int(s) for s in args.shots.split(",") if s]

@@ -7,7 +7,7 @@ are needed to match training), with a progress bar. Any PIL-readable file in any
 unreadable file is named and skipped, the others still run, and the exit code is 1. `--output` writes a
 CSV or JSONL table (path, top-k labels, probabilities). `--precision auto` runs bf16 only where the
 hardware multiplies bf16 natively; `--runtime auto` runs the fastest installed CPU runtime for that
-precision (`vitkit.runtime`); both say what they chose.
+precision (`vitkit.inference.runtime`); both say what they chose.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.data.preprocess import max_image_pixels
     from vitkit.distributed import check_device
     from vitkit.formats import load_pretrained
-    from vitkit.predict import check_output, expand_inputs, predict_files, write_predictions
+    from vitkit.inference.predict import check_output, expand_inputs, predict_files, write_predictions
     from vitkit.utils import check_int
 
     check_int("--topk", args.topk)

@@ -18,8 +18,8 @@ from torch import nn
 from vitkit.data.base import Dataset, holdout
 from vitkit.data.digits import load_digits_split
 from vitkit.data.lfw import load_lfw_subset
-from vitkit.evaluate import eval_loader
-from vitkit.fewshot import extract_features, fewshot_table
+from vitkit.inference.evaluate import eval_loader
+from vitkit.inference.fewshot import extract_features, fewshot_table
 
 
 def transfer_sets(limit: int = 0) -> dict[str, dict[str, Dataset]]:

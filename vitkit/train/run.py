@@ -26,7 +26,7 @@ from vitkit.data.config import DataConfig
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
 from vitkit.data.transforms import TrainTransform
-from vitkit.evaluate import eval_loader, evaluate_loader
+from vitkit.inference.evaluate import eval_loader, evaluate_loader
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.registry import create_model
 from vitkit.models.vit import VisionTransformer, ViTConfig

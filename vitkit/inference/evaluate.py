@@ -4,7 +4,7 @@ Used by `vitkit eval`, `fewshot`, `predict`, `sweep` and by the training engine'
 nothing here imports the training package. Also: the evaluation loader
 (resize without crop, paper §4.1 / the original code), and `align_classes`, which maps a data
 set's class names onto a model's stored labels so a folder of some of the classes is scored correctly.
-How a model runs for inference (runtime, precision) is `vitkit.runtime`.
+How a model runs for inference (runtime, precision) is `vitkit.inference.runtime`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def compare_exports(model: nn.Module, paths: dict[str, Any], images: torch.Tenso
                     labels: torch.Tensor) -> dict[str, dict[str, float]]:
     """Top-1 accuracy of `model` (fp32, "pytorch") and of each exported file of `paths` on normalised `images`, with
     each export's top-1 agreement and largest logit difference against the model."""
-    from vitkit.export import exported_runner
+    from vitkit.inference.export import exported_runner
 
     ref = model(images)
     out = {"pytorch": {"accuracy": (ref.argmax(-1) == labels).float().mean().item()}}

@@ -19,7 +19,7 @@ from torch import nn
 
 from vitkit.data.base import FileDataset
 from vitkit.data.folders import IMAGE_EXTENSIONS
-from vitkit.evaluate import check_finite, eval_loader
+from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.atomic import atomic_path
 

@@ -4,7 +4,7 @@
 |---------------|-------------------|------------------------------------------------------------------------|
 | `torch`       | fp32, bf16,       | the model, eager or `torch.compile`d (inductor, weights frozen)        |
 |               | bf16-autocast     |                                                                        |
-| `onnxruntime` | fp32, int8        | the ONNX export (`vitkit.export`); int8 = dynamic quantisation of      |
+| `onnxruntime` | fp32, int8        | the ONNX export (`vitkit.inference.export`); int8 = dynamic quantisation of      |
 |               |                   | every MatMul/Gemm (weights int8, activations quantised per call)       |
 | `openvino`    | fp32, bf16        | the same ONNX graph compiled by OpenVINO for this CPU                  |
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitkit.export import export_onnx, export_openvino, exported_runner, quantize_int8
+from vitkit.inference.export import export_onnx, export_openvino, exported_runner, quantize_int8
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.hardware import set_threads
 from vitkit.utils.precision import PRECISIONS

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitkit.evaluate import check_finite
+from vitkit.inference.evaluate import check_finite
 from vitkit.models.resnet import ResNetV2
 
 DEFAULT_L2 = 2.0**10
