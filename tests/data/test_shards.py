@@ -122,7 +122,7 @@ def test_i21k_recipe_trains_on_shards(tmp_path: Path) -> None:
     cfg = load_config("pretrain_i21k_b16", [
         "model.img_size=16", "model.patch_size=8", "model.width=16", "model.depth=1", "model.num_heads=2",
         "model.mlp_dim=32", "model.representation_size=16", "model.num_classes=10", "train.tensorboard=false",
-        "schedule.steps=2", "schedule.warmup_steps=1", "train.batch_size=8", "train.bf16=false", "data.num_workers=1",
+        "schedule.steps=2", "schedule.warmup_steps=1", "train.batch_size=8", "train.precision=\"fp32\"", "data.num_workers=1",
         f"data.path={tmp_path}/s/train-{{000000..000002}}.tar", f"data.test_path={tmp_path}/s/test-000000.tar",
     ])
     res = run_experiment(cfg, tmp_path / "run", progress=False)

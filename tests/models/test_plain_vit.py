@@ -112,6 +112,6 @@ def test_plain_vit_recipe_loads_checks_and_dry_runs(tmp_path: Path) -> None:
     assert cfg.train.batch_size == 1024 and cfg.train.mixup == 0.2
     assert cfg.data.randaugment == [2, 10] and cfg.train.warmup_steps == 10000
     check_config(cfg)
-    small = load_config("plain_vit_s16_i1k", ["model.img_size=32", "train.bf16=false"])
+    small = load_config("plain_vit_s16_i1k", ["model.img_size=32", "train.precision=\"fp32\""])
     res = run_experiment(small, tmp_path / "dry", dry_run=2, progress=False)
     assert res["steps"] == 2

@@ -125,7 +125,7 @@ def test_deit_recipes_load_carry_the_paper_values_and_dry_run(name: str, tmp_pat
     assert cfg.data.randaugment == [2, 9] and cfg.data.random_erasing == 0.25
     assert (cfg.train.mixup, cfg.train.cutmix) == (0.8, 1.0) and cfg.model.arch["drop_path"] == 0.1
     assert cfg.model.name == "vit_" + name.split("_")[1]  # deit_s16_i1k -> vit_s16
-    small = load_config(name, ["model.img_size=32", "train.bf16=false"])
+    small = load_config(name, ["model.img_size=32", "train.precision=\"fp32\""])
     assert run_experiment(small, tmp_path / "dry", dry_run=1, progress=False)["steps"] == 1
 
 
@@ -136,6 +136,6 @@ def test_distilled_deit_recipe_needs_a_teacher_and_dry_runs_with_one(tmp_path: P
     save_pretrained(teacher, tmp_path / "teacher")
     cfg = load_config("deit_b16_distilled_i1k", [
         f"train.teacher={tmp_path / 'teacher'}", "model.name=vit_ti16", "model.img_size=32", "model.num_classes=10",
-        "train.bf16=false"])
+        "train.precision=\"fp32\""])
     res = run_experiment(cfg, tmp_path / "dry", dry_run=2, progress=False)
     assert res["steps"] == 2

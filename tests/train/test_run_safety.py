@@ -82,7 +82,7 @@ def test_finetune_takes_channels_from_an_rgb_checkpoint(tmp_path: Path, capsys) 
             Image.new("RGB", (20, 20), colour).save(tmp_path / "data" / c / f"{i}.png")
     rc = main(["finetune", "--model", str(tmp_path / "rgb"), "--data", str(tmp_path / "data"), "--img-size", "32",
                "--steps", "2", "--out", str(tmp_path / "ft"), "--no-progress", "--set", "train.batch_size=8",
-               "--set", "train.bf16=false", "--set", "data.num_workers=0", "--set", "train.eval_every=0",
+               "--set", "train.precision=\"fp32\"", "--set", "data.num_workers=0", "--set", "train.eval_every=0",
                "--set", "data.holdout=0.25"])
     assert rc == 0
     out = capsys.readouterr().out

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vitkit.utils.options import TORCH_PRECISIONS
 from vitkit.utils.precision import autocast, get, input_dtype
 
-BENCH_PRECISIONS = ("fp32", "bf16", "bf16-autocast")  # the torch precisions `vitkit bench` times
+BENCH_PRECISIONS = TORCH_PRECISIONS  # the torch precisions `vitkit bench` times
 
 
 @torch.inference_mode()

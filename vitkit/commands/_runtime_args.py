@@ -9,15 +9,13 @@ import sys
 from torch import nn
 
 from vitkit.inference.runtime import RUNTIMES, Predictor, build_predictor
-from vitkit.utils.precision import CHOICES
+from vitkit.utils.options import PRECISION_CHOICES, precision_help
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | None, default_precision: str) -> None:
     """`default_runtime=None`: torch (the reference numbers), except for int8, which only onnxruntime runs."""
-    p.add_argument("--precision", default=default_precision, choices=CHOICES,
-                   help="auto: bf16 where the CPU has AVX512_BF16 / AMX or the GPU supports it, else fp32; bf16: bf16 "
-                   "weights; bf16-autocast: fp32 weights, bf16 matmuls (torch); int8: dynamic quantisation on "
-                   f"onnxruntime (default: {default_precision})")
+    p.add_argument("--precision", default=default_precision, choices=PRECISION_CHOICES,
+                   help=precision_help(PRECISION_CHOICES, default_precision))
     p.add_argument("--runtime", default=default_runtime, choices=RUNTIMES,
                    help="torch, onnxruntime or openvino; auto: the fastest installed CPU runtime for the precision "
                    "(BENCHMARKS.md), torch for small jobs and on a GPU (default: "

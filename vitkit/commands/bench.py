@@ -9,6 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
+from vitkit.utils.options import IMG_SIZE_METAVAR, TORCH_PRECISIONS, img_sizes_arg, precision_list_arg
+
 HELP = "benchmark inference/training speed against HF and timm (table of ratios)"
 
 
@@ -16,13 +18,26 @@ def _csv(kind: type = str):  # noqa: ANN202
     return lambda s: [kind(v) for v in s.split(",") if v]
 
 
+def _square_sizes(sizes: list) -> list[int]:
+    """The benchmark's resolutions: square sides (an `HxW` with H != W is refused, naming it)."""
+    out = []
+    for s in sizes:
+        h, w = (s, s) if isinstance(s, int) else s
+        if h != w:
+            raise ValueError(f"--img-size {h}x{w}: the benchmark times square images; give one side")
+        out.append(h)
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a ~1-minute smoke subset (ViT-Ti only)")
     p.add_argument("--models", type=_csv(), help="comma list, e.g. vit_ti16,vit_b16 (replaces the default suite)")
-    p.add_argument("--img-size", type=_csv(int), default=None, help="comma list of resolutions (default 224)")
+    p.add_argument("--img-size", type=img_sizes_arg, default=None, metavar=f"{IMG_SIZE_METAVAR},...",
+                   help="comma list of square resolutions (default 224)")
     p.add_argument("--batch", type=_csv(int), default=None, help="comma list of batch sizes (default 1,8)")
     p.add_argument("--mode", type=_csv(), default=None, help="infer,train (default infer)")
-    p.add_argument("--precision", type=_csv(), default=None, help="fp32,bf16,bf16-autocast (default fp32)")
+    p.add_argument("--precision", type=precision_list_arg, default=None,
+                   help=f"comma list of {', '.join(TORCH_PRECISIONS)} (default fp32)")
     p.add_argument("--peers", type=_csv(), default=None, help="hf-sdpa,hf-eager,timm or 'none' (default all)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile(vitkit) (compiles once per case)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
@@ -45,7 +60,7 @@ def run_data(args: argparse.Namespace) -> int:
     from vitkit.data.datasets import DataConfig, open_splits
 
     batch = (args.batch or [64])[0]
-    img = (args.img_size or [224])[0]
+    img = _square_sizes(args.img_size or [224])[0]
     ds = open_splits(DataConfig.from_flag(args.data, 3))["train"]
     info = machine_info()
     print("  ".join(f"{k}: {v}" for k, v in info.items()))
@@ -84,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     precisions = args.precision or ["fp32"]
     if args.models or args.img_size or args.batch or args.mode or args.precision:
         cases = grid_cases(
-            args.models or ["vit_b16"], args.img_size or [224], args.batch or [1, 8], args.mode or ["infer"], precisions
+            args.models or ["vit_b16"], _square_sizes(args.img_size or [224]), args.batch or [1, 8], args.mode or ["infer"], precisions
         )
     else:
         cases = default_cases(quick=args.quick)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.utils.options import add_img_size_argument, legacy_img_size
 
 HELP = "convert a checkpoint between the vitkit, hf, timm and npz formats"
 FORMATS = ("vitkit", "hf", "timm", "npz")
@@ -19,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dst", help="where to write: a folder, or a .npz / .safetensors file for npz / timm")
     parser.add_argument("--to", required=True, choices=FORMATS, dest="to", help="format to write")
     parser.add_argument("--num-classes", type=int, default=None, help="replace the head by a zero K-way head")
-    parser.add_argument("--img-size", type=int, nargs="+", default=None, help="resample E_pos to H [W] (paper §3.2)")
+    add_img_size_argument(parser, "resample E_pos to this size (paper §3.2); the old `H W` still reads, with a note",
+                          legacy_pair=True)
     parser.add_argument("--overwrite", action="store_true",
                         help="write into an existing folder or file (also onto the source itself)")
     add_load_arguments(parser)
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
                                   "replace its files: choose another destination, or --overwrite")
         if dst.is_file() or (dst.is_dir() and any(dst.iterdir())):
             raise FileExistsError(f"{args.dst} already exists; choose another destination, or --overwrite")
-    img = None if args.img_size is None else tuple(args.img_size) if len(args.img_size) == 2 else args.img_size[0]
+    img = legacy_img_size(args.img_size)
     model = load_pretrained(args.src, num_classes=args.num_classes, img_size=img, **load_hints(args))
     out = save_pretrained(model, args.dst, format=args.to)
     print(f"{args.src} ({src_fmt}) -> {out} ({args.to})")

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.utils.options import add_img_size_argument
 
 HELP = "export a model to ONNX (optional int8), OpenVINO IR or an AOTInductor package, checked against PyTorch"
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}  # vitkit.inference.export.EXPORT_SUFFIXES
@@ -19,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "compiled for this CPU; minutes for a large model) (default: onnx)")
     p.add_argument("--out", type=Path, default=None,
                    help="output file (default: model.onnx / model.xml / model.pt2 next to the checkpoint)")
-    p.add_argument("--img-size", type=int, default=None, help="export at this resolution (E_pos resampled)")
+    add_img_size_argument(p, "export at this resolution (E_pos resampled)")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17; SDPA needs >= 14)")
     p.add_argument("--int8", action="store_true",
                    help="onnx: also write <out>.int8.onnx (onnxruntime dynamic quantisation)")

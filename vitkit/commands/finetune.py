@@ -12,6 +12,7 @@ import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._run_args import add_run_arguments, prepare, report
+from vitkit.utils.options import add_img_size_argument
 
 HELP = "fine-tune a pretrained model (new head, resampled position embeddings) with the paper's recipe"
 
@@ -20,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="pretrained checkpoint (vitkit folder, HF folder, .npz, timm)")
     p.add_argument("--data", default=None,
                    help="digits | lfw | a folder (root/class/*.jpg) | a CIFAR folder | a list file (default: the recipe's)")
-    p.add_argument("--img-size", type=int, default=None, help="fine-tuning resolution (default: the recipe's)")
+    add_img_size_argument(p, "fine-tuning resolution (default: the recipe's, else the checkpoint's)")
     p.add_argument("--num-classes", type=int, default=None, help="K of the new head (default: the data's classes)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the recipe's)")

@@ -5,9 +5,10 @@ image path per line, relative to the list; anything after the path, such as a la
 are streamed in batches through the model's own preprocessing (stored with the checkpoint, so no flags
 are needed to match training), with a progress bar. Any PIL-readable file in any mode works; an
 unreadable file is named and skipped, the others still run, and the exit code is 1. `--output` writes a
-CSV or JSONL table (path, top-k labels, probabilities). `--precision auto` runs bf16 only where the
-hardware multiplies bf16 natively; `--runtime auto` runs the fastest installed CPU runtime for that
-precision (`vitkit.inference.runtime`); both say what they chose.
+CSV or JSONL table (path, top-k labels, probabilities). The default precision is fp32, the checkpoint's own
+answer; `--precision auto` runs bf16 where the hardware multiplies bf16 natively and says what that costs;
+`--runtime auto` (the default) runs the fastest installed CPU runtime for the precision
+(`vitkit.inference.runtime`); both say what they chose.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
+from vitkit.utils.options import INFERENCE_PRECISION
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
 
@@ -29,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write the predictions to this .csv or .jsonl file (path, labels, probabilities)")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default: 32)")
     p.add_argument("--workers", type=int, default=0, help="image-decoding processes (default: 0, in-process)")
-    add_runtime_arguments(p, default_runtime="auto", default_precision="auto")
+    add_runtime_arguments(p, default_runtime="auto", default_precision=INFERENCE_PRECISION)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")

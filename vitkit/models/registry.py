@@ -162,6 +162,12 @@ def canonical_name(name: str) -> str:
 _TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)")
 
 
+def name_img_size(name: str) -> int:
+    """The resolution a model name implies: a timm name's own (`vit_base_patch16_384`: 384), else the 224 px every
+    registered model is built at (the paper's pre-training resolution)."""
+    return name_overrides(name).get("img_size", 224)
+
+
 def name_overrides(name: str) -> dict[str, Any]:
     """What a name says beyond the registry entry it maps to: a timm name's resolution and GELU flavour."""
     m = _TIMM_NAME.fullmatch(name.strip().lower())

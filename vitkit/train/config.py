@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import math
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -31,16 +32,51 @@ from typing import Any
 
 from vitkit import distributed as dist
 from vitkit.data.config import AUGREG, DataConfig
+from vitkit.models.registry import name_img_size, name_overrides
 from vitkit.models.resnet import BiTConfig
 from vitkit.models.vit import ViTConfig
 from vitkit.train.distill import KINDS
 from vitkit.train.optim import SCHEDULES
 from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
+from vitkit.utils.options import TRAIN_PRECISION, TRAIN_PRECISIONS, parse_img_size
 from vitkit.utils.recipe import RecipeSection, closest, key
 
 MAX_LR = 100.0  # no schedule in use comes near; above it a run only makes NaNs
 COMPILE_BACKENDS = ("", "inductor", "aot_eager", "eager", "cudagraphs")
 OBJECTIVES = ("classify", "mpp")  # labels, or masked patch prediction (§4.6)
+
+
+def _bf16_precision(value: Any, where: str) -> str:
+    """The train.precision that the deprecated `train.bf16 = value` stands for."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: train.bf16 must be true or false, got {value!r} (train.bf16 is deprecated: write "
+                         "train.precision = \"fp32\" or \"bf16-autocast\")")
+    return "bf16-autocast" if value else "fp32"
+
+
+def upgrade_keys(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """A recipe layer (nested sections) with its deprecated keys written in their new names: train.bf16 -> train.precision,
+    with a FutureWarning naming the new key; both given and disagreeing is an error naming both."""
+    train = cfg.get("train")
+    if not isinstance(train, dict) or "bf16" not in train:
+        return cfg
+    new = _bf16_precision(train["bf16"], where)
+    if "precision" in train and train["precision"] != new:
+        raise ValueError(f"{where}: train.bf16 = {str(train['bf16']).lower()} disagrees with train.precision = "
+                         f"{train['precision']!r}; train.bf16 is deprecated: keep train.precision only")
+    warnings.warn(f"{where}: train.bf16 is deprecated: write train.precision = \"{new}\"", FutureWarning, stacklevel=3)
+    body = {k: v for k, v in train.items() if k != "bf16"}
+    body["precision"] = new
+    return {**cfg, "train": body}
+
+
+def upgrade_train_dict(d: dict[str, Any]) -> dict[str, Any]:
+    """A saved train_config.json / training state's options with the deprecated `bf16` as `precision` (quietly: a
+    run saved before the rename is read back the same)."""
+    d = dict(d)
+    if "bf16" in d:
+        d.setdefault("precision", _bf16_precision(d.pop("bf16"), "train_config"))
+    return d
 
 
 @dataclass
@@ -79,7 +115,8 @@ class TrainConfig(RecipeSection):
     train_blocks: int = key("optim.train_blocks", -1, "fine-tuning: -1 trains all; 0 the head alone (linear probe); "
                              "k the last k blocks, the final norm and the head")
     ema_decay: float | None = key("train.ema_decay", 0.0, "Polyak averaging factor; 0 or None = off")
-    bf16: bool = key("train.bf16", False, "bf16 autocast (the precision bf16-autocast: fp32 master weights)")
+    precision: str = key("train.precision", TRAIN_PRECISION, "fp32 | bf16-autocast (bf16 matmuls under autocast, fp32 "
+                         "master weights); replaces train.bf16")
     seed: int = key("train.seed", 0)
     log_every: int = key("train.log_every", 10)
     eval_every: int = key("train.eval_every", 0)
@@ -111,8 +148,9 @@ class TrainConfig(RecipeSection):
         check_choice("schedule", self.schedule, SCHEDULES)
         check_range("lr", self.lr, 0.0, MAX_LR, low_open=True, high_open=False)
         check_int("seed", self.seed, low=0, high=2**32 - 1)
-        if not isinstance(self.bf16, bool):
-            raise ValueError(f"bf16 must be true or false, got {self.bf16!r}")
+        if self.precision not in TRAIN_PRECISIONS:
+            hint = " (training keeps fp32 master weights: bf16-autocast)" if self.precision == "bf16" else ""
+            raise ValueError(f"precision must be one of {', '.join(TRAIN_PRECISIONS)}{hint}; got {self.precision!r}")
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_BACKENDS:
             raise ValueError(f"compile must be true, false or a torch.compile backend ({', '.join(COMPILE_BACKENDS[1:])}),"
                              f" got {self.compile!r}")
@@ -144,11 +182,6 @@ class TrainConfig(RecipeSection):
             raise ValueError("train.world_invariant works with parallel = ddp (FSDP reduces sharded gradients itself)")
         dist.check_device(self.device)
 
-    @property
-    def precision(self) -> str:
-        """The run's precision in vitkit's one vocabulary (`vitkit.utils.precision`)."""
-        return "bf16-autocast" if self.bf16 else "fp32"
-
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)
@@ -156,8 +189,8 @@ class TrainConfig(RecipeSection):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        d = upgrade_train_dict(d)
         check_fields(cls, d, "training options")
-        d = dict(d)
         if "betas" in d:
             d["betas"] = tuple(d["betas"])
         return cls(**d)
@@ -172,7 +205,8 @@ class ModelSpec(RecipeSection):
 
     name: str = key("model.name", "vit_b16", "registry name used when training from scratch")
     pretrained: str = key("model.pretrained", "", "checkpoint to fine-tune (any format vitkit reads)")
-    img_size: Any = key("model.img_size", 224)
+    img_size: Any = key("model.img_size", None, "S, [H, W] or \"HxW\"; default: the size the name implies (a timm name's "
+                        "resolution: vit_base_patch16_384 -> 384; else 224), or model.pretrained's own")
     num_classes: int = key("model.num_classes", 0, "0: the number of classes of the data")
     grad_checkpointing: bool = key("model.grad_checkpointing", False)
     require_pretrained: bool = key("model.require_pretrained", False, "fine-tuning recipes: refuse to start without "
@@ -186,7 +220,12 @@ class ModelSpec(RecipeSection):
         for k in ("name", "pretrained"):
             if not isinstance(getattr(self, k), str):
                 raise ValueError(f"model.{k} must be a string, got {getattr(self, k)!r}")
-        to_pair(self.img_size, "model.img_size")
+        if isinstance(self.img_size, str):
+            self.img_size = parse_img_size(self.img_size, "model.img_size")
+        if self.img_size is None and not self.pretrained:
+            self.img_size = name_img_size(self.name)  # what the name implies, never a generic default
+        if self.img_size is not None:
+            to_pair(self.img_size, "model.img_size")
         check_int("model.num_classes", self.num_classes, low=0)
         for k in ("grad_checkpointing", "require_pretrained"):
             if not isinstance(getattr(self, k), bool):
@@ -211,8 +250,18 @@ class ModelSpec(RecipeSection):
         return out
 
     @property
-    def size(self) -> tuple[int, int]:
-        return to_pair(self.img_size, "model.img_size")
+    def size(self) -> tuple[int, int] | None:
+        """(H, W) to train at; None: model.pretrained's own size."""
+        return None if self.img_size is None else to_pair(self.img_size, "model.img_size")
+
+    def size_note(self) -> str:
+        """A line for the run's header when model.img_size overrides the size the name implies (applied, as
+        `create_model(name, img_size=...)` applies it), else ''."""
+        implied = name_overrides(self.name).get("img_size")
+        if self.pretrained or implied is None or self.size == (implied, implied):
+            return ""
+        h, w = self.size
+        return f"note: model.img_size = {h}x{w} overrides the {implied} px that {self.name} implies (E_pos built for {h}x{w})"
 
     @property
     def in_chans(self) -> int | None:
@@ -302,6 +351,7 @@ class RunConfig(RecipeSection):
     def from_sections(cls, raw: dict[str, Any], where: str = "config") -> RunConfig:
         """A RunConfig from a recipe's nested dict over the defaults; unknown sections and keys are refused
         (with the closest valid name), a bad value names its key, an AugReg preset is written out."""
+        raw = upgrade_keys(raw, where)
         check_keys(raw, where)
         merged = merge(cls.defaults(), {k: v for k, v in raw.items() if k not in TOP_LEVEL})
         merged = apply_augreg(merged)
@@ -374,6 +424,7 @@ def load_config(ref: str | None = None, overrides: list[str] | tuple[str, ...] =
         if where in seen:
             raise ValueError(f"{where}: `extends` loops back to itself")
         seen.append(where)
+        raw = upgrade_keys(raw, where)
         check_keys(raw, where)
         layers.append(raw)
         ref = raw.get("extends")
@@ -381,11 +432,11 @@ def load_config(ref: str | None = None, overrides: list[str] | tuple[str, ...] =
     for raw in reversed(layers):
         cfg = merge(cfg, {k: v for k, v in raw.items() if k != "extends"})
     if values:
-        over = nest(values)
+        over = upgrade_keys(nest(values), "values")
         check_keys(over, "values")
         cfg = merge(cfg, over)
     for item in overrides:
-        over = parse_override(item)
+        over = upgrade_keys(parse_override(item), "--set")
         check_keys(over, "--set")
         cfg = merge(cfg, over)
     return RunConfig.from_sections(cfg, seen[0] if seen else "config")

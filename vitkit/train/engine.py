@@ -34,7 +34,7 @@ from vitkit.data.base import fingerprint
 from vitkit.data.loader import StepLoader, step_generator
 from vitkit.formats.common import check_tensor_values, pickle_refusal
 from vitkit.models.vit import TwoHeads
-from vitkit.train.config import TrainConfig
+from vitkit.train.config import TrainConfig, upgrade_train_dict
 from vitkit.train.distill import distillation_loss
 from vitkit.train.grads import world_invariant_grads
 from vitkit.train.metrics import metric_lines
@@ -167,7 +167,7 @@ class Trainer:
             raise ValueError(f"{path}: step {step!r} is not a step of this run (0..{self.cfg.steps})")
         self._check_resume_weights(st["model"], path)
         if not force and "train_config" in st:
-            saved = json.loads(st["train_config"])
+            saved = upgrade_train_dict(json.loads(st["train_config"]))
             now = self.cfg.to_dict()
             diff = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
                     if k not in self.RESUME_FREE and saved.get(k) != now.get(k)]

@@ -89,6 +89,9 @@ def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataCo
         vit = isinstance(model, VisionTransformer)
         grid, classes_before = model.config.grid_size if vit else None, model.config.num_classes
         model = adapt(model, num_classes=k, img_size=size).train()
+        if size is None and notes is not None:
+            h, w = model.config.img_size
+            notes.append(f"img_size: the checkpoint's own {h}x{w} (model.img_size not set)")
         if notes is not None:
             if vit and grid != model.config.grid_size:
                 (gh, gw), (nh, nw) = grid, model.config.grid_size
@@ -98,6 +101,8 @@ def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataCo
     else:
         model = _new_model(spec, k, channels)
         mean, std = None, None
+        if spec.size_note() and notes is not None:
+            notes.append(spec.size_note())
     if model.config.in_chans != channels:
         raise ValueError(f"the model takes {model.config.in_chans}-channel images, the data has {channels} channels")
     mean = mean or _per_channel(dcfg.mean, channels, "mean")
@@ -127,7 +132,8 @@ def _splits(cfg: RunConfig, dry_run: int) -> dict[str, Dataset]:
         return open_splits(cfg.data)
     k = cfg.model.num_classes or 10
     ch = cfg.model.in_chans or cfg.data.channels
-    return {"train": synthetic(k, cfg.model.size, ch, n=16), "test": synthetic(k, cfg.model.size, ch, n=8, seed=1)}
+    size = cfg.model.size or (32, 32)  # a checkpoint's own size: the images are resized to it anyway
+    return {"train": synthetic(k, size, ch, n=16), "test": synthetic(k, size, ch, n=8, seed=1)}
 
 
 def _eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: DataConfig) -> StepLoader:

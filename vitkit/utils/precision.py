@@ -1,4 +1,5 @@
-"""One precision vocabulary for every command (predict, eval, export's bench, bench, train).
+"""One precision vocabulary for every command (predict, eval, export's bench, bench, train): what each name of
+`vitkit.utils.options.PRECISIONS` means for a torch model, and how `auto` is resolved.
 
 | name            | weights | matmuls                    | where it runs                                        |
 |-----------------|---------|----------------------------|------------------------------------------------------|
@@ -10,7 +11,7 @@
 | `int8`          | int8    | int8 (dynamic quantisation)| inference on onnxruntime                             |
 
 `auto` resolves to bf16 only where the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with
-AVX512_BF16 or AMX, read from its flags), else fp32: elsewhere oneDNN emulates bf16 and it runs about 2x slower
+AVX512_BF16 or AMX, read from its flags), else fp32, and says what it costs (`options.PRECISION_COST`): elsewhere oneDNN emulates bf16 and it runs about 2x slower
 than fp32 (BENCHMARKS.md). int8 is never picked for you (it changes the numbers). `resolve` returns the choice
 with its reason, for the caller to print.
 """
@@ -25,9 +26,9 @@ import torch
 from torch import nn
 
 from vitkit.utils.hardware import cpu_has_native_bf16
+from vitkit.utils.options import PRECISION_CHOICES, PRECISION_COST, PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "bf16-autocast", "int8")
-CHOICES = ("auto", *PRECISIONS)
+CHOICES = PRECISION_CHOICES  # the names and their meaning are vitkit.utils.options'
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,13 @@ def resolve(name: str, device: str | torch.device = "cpu", flags: set[str] | Non
             raise ValueError(f"{flag} must be one of {', '.join(('auto', *allowed))}; got {name!r}")
         return name, "asked for"
     dev = torch.device(device)
+    cost = f"; cost: {PRECISION_COST[native]}" if native in PRECISION_COST else ""
     if dev.type == "cuda":
         ok = torch.cuda.is_bf16_supported()
-        return (native, "the GPU supports bf16") if ok else ("fp32", "the GPU has no bf16")
+        return (native, f"auto: the GPU supports bf16{cost}") if ok else ("fp32", "auto: the GPU has no bf16")
     if cpu_has_native_bf16(flags):
-        return native, "the CPU multiplies bf16 natively (AVX512_BF16 / AMX)"
-    return "fp32", "the CPU has no native bf16 (no AVX512_BF16 / AMX): bf16 would be emulated and slower"
+        return native, f"auto: the CPU multiplies bf16 natively (AVX512_BF16 / AMX){cost}"
+    return "fp32", "auto: the CPU has no native bf16 (no AVX512_BF16 / AMX): bf16 would be emulated and slower"
 
 
 def autocast(name: str, device: str | torch.device = "cpu") -> contextlib.AbstractContextManager:
