@@ -13,7 +13,8 @@ from vitkit.data.digits import load_digits_split
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from vitkit.inference.export import check_parity, export_onnx, onnx_logits, ort_session, quantize_int8  # noqa: E402
+from vitkit.inference.backends import check_parity  # noqa: E402
+from vitkit.inference.export import export_onnx, onnx_logits, ort_session, quantize_int8  # noqa: E402
 
 
 def _tiny() -> vitkit.VisionTransformer:

@@ -31,7 +31,7 @@ def test_export_never_overwrites_its_source(tmp_path: Path, capsys) -> None:  # 
 
 def test_export_bench_reports_spread_and_flags_noisy_timings(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     pytest.importorskip("onnxruntime")
-    import vitkit.bench.backends as bx
+    import vitkit.bench.exported as bx
     from vitkit.bench.timing import Timing
 
     def noisy(model, paths, batch=8, warmup=1, repeats=5):  # noqa: ANN001, ANN202 - a contended machine's samples

@@ -145,7 +145,7 @@ def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None
     model = trained_digits_vit()
     vitkit.save_pretrained(model, tmp_path / "m")
     formats = ["aoti"] + (["openvino"] if OPENVINO else [])
-    from vitkit.inference.export import exported_runner
+    from vitkit.inference.backends import exported_runner
 
     x = model.preprocess(load_digits_split()[1].images[:37])
     with torch.no_grad():
@@ -165,6 +165,7 @@ def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None
 def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     """A model the exporter cannot handle: `--runtime auto` says so and predicts in torch; an explicit runtime, or
     int8 (which only onnxruntime runs), is refused with the reason, as one line."""
+    import vitkit.inference.backends
     import vitkit.inference.runtime
 
     vitkit.save_pretrained(trained_digits_vit(), tmp_path / "m")
@@ -180,7 +181,7 @@ def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Pat
     def refuse(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("Exporting the operator 'aten::made_up' to ONNX opset version 17 is not supported")
 
-    monkeypatch.setattr(vitkit.inference.runtime, "export_onnx", refuse)
+    monkeypatch.setattr(vitkit.inference.backends, "export_onnx", refuse)
     monkeypatch.setattr(vitkit.inference.runtime, "runtime_available", lambda name: True)
     base = ["predict", str(tmp_path / "imgs"), "--model", str(tmp_path / "m"), "--no-progress",
             "--output", str(tmp_path / "p.csv")]

@@ -7,17 +7,18 @@ import argparse
 from pathlib import Path
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.inference.backends import EXPORT_SUFFIXES, FORMATS
 from vitkit.utils.options import add_img_size_argument
 
 HELP = "export a model to ONNX (optional int8), OpenVINO IR or an AOTInductor package, checked against PyTorch"
-SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}  # vitkit.inference.export.EXPORT_SUFFIXES
+SUFFIX = EXPORT_SUFFIXES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="checkpoint path (any format vitkit reads) or a registry name (random weights)")
-    p.add_argument("--format", choices=list(SUFFIX), default="onnx",
-                   help="onnx (onnxruntime), openvino (IR .xml + .bin) or aoti (torch.export + AOTInductor .pt2, "
-                   "compiled for this CPU; minutes for a large model) (default: onnx)")
+    p.add_argument("--format", choices=list(FORMATS), default="onnx",
+                   help="; ".join(f"{n} ({b.suffix}, run by {b.name}): {b.description}" for n, b in FORMATS.items())
+                   + " (default: onnx)")
     p.add_argument("--out", type=Path, default=None,
                    help="output file (default: model.onnx / model.xml / model.pt2 next to the checkpoint)")
     add_img_size_argument(p, "export at this resolution (E_pos resampled)")
@@ -48,8 +49,8 @@ def _load(source: str, hints: dict):  # noqa: ANN202
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.bench.backends import bench_exports
-    from vitkit.inference.export import (
+    from vitkit.bench.exported import bench_exports
+    from vitkit.inference.backends import (
         check_export,
         check_parity,
         export_model,

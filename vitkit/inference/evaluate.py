@@ -139,7 +139,7 @@ def compare_exports(model: nn.Module, paths: dict[str, Any], images: torch.Tenso
                     labels: torch.Tensor) -> dict[str, dict[str, float]]:
     """Top-1 accuracy of `model` (fp32, "pytorch") and of each exported file of `paths` on normalised `images`, with
     each export's top-1 agreement and largest logit difference against the model."""
-    from vitkit.inference.export import exported_runner
+    from vitkit.inference.backends import exported_runner
 
     ref = model(images)
     out = {"pytorch": {"accuracy": (ref.argmax(-1) == labels).float().mean().item()}}

@@ -1,7 +1,7 @@
 """Deployment formats, each with a dynamic batch axis and checked against PyTorch: ONNX (fp32, optional
 int8 dynamic quantisation, run by onnxruntime), OpenVINO IR (converted from the ONNX graph) and the
 PyTorch-native `torch.export` + AOTInductor package (`.pt2`: compiled C++ for this CPU, loaded without
-the model's Python code). `vitkit.bench.backends` times them beside PyTorch; `vitkit.inference.runtime` serves them.
+the model's Python code). `vitkit.bench.exported` times them beside PyTorch; `vitkit.inference.runtime` serves them.
 
 The resolution is fixed in the exported graph: resampling the position embeddings for another
 grid is Python-level shape logic that tracing records at the export resolution. To serve another
@@ -14,7 +14,6 @@ import copy
 import json
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -189,36 +188,6 @@ def export_openvino(onnx_path: str | Path, path: str | Path) -> Path:
     return path
 
 
-EXPORT_SUFFIXES = {"onnx": ".onnx", "openvino": ".xml", "aoti": ".pt2"}
-
-
-def output_paths(fmt: str, out: str | Path, int8: bool = False) -> list[Path]:
-    """Every file an export of format `fmt` to `out` writes: the OpenVINO IR's `.bin` beside its `.xml`, and the
-    int8 ONNX file beside the fp32 one."""
-    out = Path(out)
-    paths = [out] + ([out.with_suffix(".bin")] if fmt == "openvino" else [])
-    return paths + ([out.with_suffix(".int8.onnx")] if int8 else [])
-
-
-def _earlier_export(f: Path) -> bool:
-    """A file an earlier export wrote (so writing it again destroys no input)."""
-    return f.suffix in EXPORT_SUFFIXES.values() or (f.suffix == ".bin" and f.with_suffix(".xml").is_file()
-                                                    and f.with_suffix(".xml").read_bytes()[:200].lstrip().startswith(b"<?xml"))
-
-
-def refuse_overwriting_inputs(outputs: list[Path], source: Path | None) -> None:
-    """A ValueError when an output would replace the source checkpoint or one of its files (never allowed, with or
-    without --overwrite): a source file itself, or a file of a source folder that no earlier export wrote."""
-    if source is None or not source.exists():
-        return
-    inputs = [source] if source.is_file() else [f for f in source.iterdir() if f.is_file() and not _earlier_export(f)]
-    for out in outputs:
-        for f in inputs:
-            if out.resolve() == f.resolve():
-                raise ValueError(f"the export would write {out}, which is the checkpoint's own file {f}: an export "
-                                 "never replaces its input; choose another --out")
-
-
 def export_aoti(model: nn.Module, path: str | Path, *, img_size: int | tuple[int, int] | None = None,
                 max_batch: int = 1024) -> Path:
     """`torch.export` of `model` (eval, fp32; batch 1..`max_batch` dynamic) compiled ahead of time by
@@ -251,49 +220,6 @@ def onnx_logits(session, images: torch.Tensor, batch_size: int = 256) -> torch.T
     return torch.from_numpy(np.concatenate(outs))
 
 
-@dataclass
-class ParityReport:
-    batch_sizes: tuple[int, ...]
-    max_abs_diff: float
-    max_abs_logit: float
-    top1_agreement: float
-
-
-def exported_runner(path: str | Path, precision: str = "fp32",
-                    threads: int | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """fp32 images -> fp32 logits through an exported file: `.onnx` (onnxruntime; int8 if the file is),
-    `.xml` (OpenVINO IR, computing in `precision`) or `.pt2` (AOTInductor); `threads` intra-op threads."""
-    path = Path(path)
-    if path.suffix == ".pt2":
-        return load_aoti(path)
-    if path.suffix == ".xml":
-        compiled = openvino_compile(path, precision, threads)
-        return lambda x: torch.from_numpy(np.asarray(compiled(x.float().cpu().numpy())[0]))
-    sess = ort_session(path, threads=threads, spin=False)
-    return lambda x: onnx_logits(sess, x.cpu())
-
-
-@torch.no_grad()
-def check_parity(
-    model: nn.Module, path: str | Path, batch_sizes: tuple[int, ...] = (1, 3), seed: int = 0
-) -> ParityReport:
-    """Run random inputs of several batch sizes through PyTorch and the exported file; compare logits."""
-    run = exported_runner(path)
-    cfg = model.config
-    gen = torch.Generator().manual_seed(seed)
-    model = model.eval()
-    worst, scale, agree, n = 0.0, 0.0, 0, 0
-    for b in batch_sizes:
-        x = torch.randn(b, cfg.in_chans, *cfg.img_size, generator=gen)
-        ref = model(x.to(next(model.parameters()).dtype)).float()
-        got = run(x)
-        worst = max(worst, (got - ref).abs().max().item())
-        scale = max(scale, ref.abs().max().item())
-        agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
-        n += b
-    return ParityReport(tuple(batch_sizes), worst, scale, agree / n)
-
-
 def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     """onnxruntime dynamic quantisation: int8 weights of MatMul/Gemm, activations quantised per call.
     The graph is first shape-inferred and optimised (onnxruntime's `quant_pre_process`), which made the
@@ -317,31 +243,3 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
         pre.unlink(missing_ok=True)
     _tag_onnx(dst, _onnx_doc(src))  # quantisation keeps the graph, not always its metadata
     return dst
-
-
-def check_export(fmt: str, int8: bool = False) -> None:
-    """A ValueError for an export vitkit does not write (checked before a model is loaded)."""
-    if fmt not in EXPORT_SUFFIXES:
-        raise ValueError(f"export format must be one of {', '.join(EXPORT_SUFFIXES)}, got {fmt!r}")
-    if int8 and fmt != "onnx":
-        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
-
-
-def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False) -> dict[str, Path]:
-    """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` (onnx) its dynamic
-    quantisation beside; returns {"<fmt> fp32": path, "onnx int8": path}."""
-    import tempfile
-
-    check_export(fmt, int8)
-    out = Path(out)
-    if fmt == "onnx":
-        export_onnx(model, out, opset=opset)
-    elif fmt == "openvino":
-        with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
-            export_openvino(export_onnx(model, Path(tmp) / "model.onnx", opset=opset), out)
-    else:
-        export_aoti(model, out)
-    paths = {f"{fmt} fp32": out}
-    if int8:
-        paths["onnx int8"] = quantize_int8(out, out.with_suffix(".int8.onnx"))
-    return paths

@@ -1,12 +1,7 @@
 """Inference runtimes: one `Predictor` (fp32 images in, fp32 logits out) for every way vitkit runs a model.
 
-| runtime       | precisions        | what runs                                                              |
-|---------------|-------------------|------------------------------------------------------------------------|
-| `torch`       | fp32, bf16,       | the model, eager or `torch.compile`d (inductor, weights frozen)        |
-|               | bf16-autocast     |                                                                        |
-| `onnxruntime` | fp32, int8        | the ONNX export (`vitkit.inference.export`); int8 = dynamic quantisation of      |
-|               |                   | every MatMul/Gemm (weights int8, activations quantised per call)       |
-| `openvino`    | fp32, bf16        | the same ONNX graph compiled by OpenVINO for this CPU                  |
+The runtimes, the precisions each runs, the packages they need and how a model is exported for them are the
+served rows of one table, `vitkit.inference.backends.BACKENDS` (torch, onnxruntime, openvino).
 
 Precisions are vitkit's one vocabulary (`vitkit.utils.precision`: fp32, bf16, bf16-autocast, int8, and auto).
 `resolve_runtime("auto")` picks, on a CPU, the fastest runtime that is installed for that precision by
@@ -18,7 +13,6 @@ choice is logged with its reason. The optional runtimes are extras: `pip install
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,22 +21,20 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitkit.inference.export import export_onnx, export_openvino, exported_runner, quantize_int8
+from vitkit.inference.backends import BACKENDS, RUNTIMES
+from vitkit.inference.export import quantize_int8
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.hardware import set_threads
 from vitkit.utils.precision import PRECISIONS
 
-RUNTIMES = ("auto", "torch", "onnxruntime", "openvino")
 #: precisions each runtime runs; the order of runtimes is auto's preference on a CPU (BENCHMARKS.md)
-SUPPORTED: dict[str, tuple[str, ...]] = {"openvino": ("fp32", "bf16"), "onnxruntime": ("fp32", "int8"),
-                                         "torch": ("fp32", "bf16", "bf16-autocast")}
-PACKAGES = {"onnxruntime": ("onnxruntime", "onnx"), "openvino": ("openvino", "onnx")}
-EXTRAS = {"onnxruntime": "vitkit[onnx]", "openvino": "vitkit[openvino]"}
+SUPPORTED: dict[str, tuple[str, ...]] = {b.name: b.precisions for b in BACKENDS.values() if b.served}
+EXTRAS = {b.name: b.extra for b in BACKENDS.values() if b.extra}
 
 
 def runtime_available(runtime: str) -> bool:
     """Whether the packages `runtime` needs are importable (torch always is)."""
-    return all(importlib.util.find_spec(p) is not None for p in PACKAGES.get(runtime, ()))
+    return BACKENDS[runtime].available()
 
 
 #: below this many images `auto` keeps fp32 / bf16 in torch: the export and graph compilation of another
@@ -158,13 +150,12 @@ def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device
     if compile:
         raise ValueError(f"--compile applies to the torch runtime; {runtime} compiles the graph itself")
     t0 = time.perf_counter()
+    backend = BACKENDS[runtime]
     with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
-        path = export_onnx(model, Path(tmp) / "model.onnx")  # exports an fp32 copy
+        path = backend.export(model, Path(tmp) / f"model{backend.suffix}", 17)  # exports an fp32 copy
         if precision == "int8":
             path = quantize_int8(path, Path(tmp) / "model.int8.onnx")
-        if runtime == "openvino":
-            path = export_openvino(path, Path(tmp) / "model.xml")
-        run = exported_runner(path, precision, threads or torch.get_num_threads())
+        run = backend.runner(path, precision, threads or torch.get_num_threads())
     say(f"{runtime}: exported and compiled the model in {time.perf_counter() - t0:.1f} s")
     what = "int8 (dynamic quantisation of MatMul/Gemm)" if precision == "int8" else precision
     return Predictor(run, runtime, precision, f"{runtime}, {what}")

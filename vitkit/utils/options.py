@@ -81,7 +81,7 @@ def add_img_size_argument(p: argparse.ArgumentParser, help: str, dest: str | Non
     if legacy_pair:
         kw["nargs"] = "+"
     p.add_argument("--img-size", type=img_size_arg, default=None, metavar=IMG_SIZE_METAVAR,
-                   help=f"{help} ({IMG_SIZE_METAVAR})", **kw)
+                   help=help, **kw)
 
 
 # ---------------------------------------------------------------------------------------------------------------

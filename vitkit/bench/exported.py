@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from vitkit.bench.timing import Timing, time_interleaved
-from vitkit.inference.export import exported_runner
+from vitkit.inference.backends import exported_runner
 
 
 def bench_exports(

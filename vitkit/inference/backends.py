@@ -1,0 +1,187 @@
+"""The inference backends, one table: each row names a runtime, the file format it runs, the file's suffix, the pip
+extra it needs, the precisions it runs, how a model is exported for it and how the exported file is run.
+
+| backend       | format     | suffix  | extra              | precisions                | served by `--runtime`    |
+|---------------|------------|---------|--------------------|---------------------------|--------------------------|
+| `openvino`    | `openvino` | `.xml`  | `vitkit[openvino]` | fp32, bf16                | yes                      |
+| `onnxruntime` | `onnx`     | `.onnx` | `vitkit[onnx]`     | fp32, int8                | yes                      |
+| `torch`       | —          | —       | —                  | fp32, bf16, bf16-autocast | yes (the model itself)   |
+| `aoti`        | `aoti`     | `.pt2`  | —                  | fp32                      | no (`vitkit export` only)|
+
+The rows' order is `--runtime auto`'s preference on a CPU (fastest measured first, BENCHMARKS.md "Serving on CPUs").
+`vitkit.inference.runtime` chooses among the served rows, `vitkit export` writes any row's format
+(`export_model`), `vitkit.bench.exported` times the exported files (`exported_runner`). A new runtime is one row
+here: its exporter (model -> file) and runner (file -> fp32 logits) are functions of `vitkit.inference.export`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitkit.inference.export import (
+    export_aoti,
+    export_onnx,
+    export_openvino,
+    load_aoti,
+    onnx_logits,
+    openvino_compile,
+    ort_session,
+    quantize_int8,
+)
+from vitkit.utils.options import TORCH_PRECISIONS
+
+Runner = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One way vitkit runs a model. `export(model, path, opset)` writes the file (None: the torch model runs
+    itself); `runner(path, precision, threads)` returns fp32 images -> fp32 logits through the file."""
+
+    name: str  # the runtime name (--runtime, Predictor.runtime)
+    format: str | None  # the export format name (vitkit export --format); None: no file
+    suffix: str | None
+    extra: str | None  # pip extra of the packages it needs
+    packages: tuple[str, ...]
+    precisions: tuple[str, ...]
+    served: bool  # a runtime `build_predictor` runs (aoti: an export format only; compiling takes minutes)
+    description: str
+    export: Callable[[nn.Module, Path, int], Path] | None = None
+    runner: Callable[[Path, str, int | None], Runner] | None = None
+
+    def available(self) -> bool:
+        """Whether the packages this backend needs are importable (torch always is)."""
+        return all(importlib.util.find_spec(p) is not None for p in self.packages)
+
+
+def _export_openvino(model: nn.Module, out: Path, opset: int = 17) -> Path:
+    with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
+        return export_openvino(export_onnx(model, Path(tmp) / "model.onnx", opset=opset), out)
+
+
+def _run_openvino(path: Path, precision: str = "fp32", threads: int | None = None) -> Runner:
+    compiled = openvino_compile(path, precision, threads)
+    return lambda x: torch.from_numpy(np.asarray(compiled(x.float().cpu().numpy())[0]))
+
+
+def _run_onnx(path: Path, precision: str = "fp32", threads: int | None = None) -> Runner:
+    sess = ort_session(path, threads=threads, spin=False)  # int8 if the file is
+    return lambda x: onnx_logits(sess, x.cpu())
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    Backend("openvino", "openvino", ".xml", "vitkit[openvino]", ("openvino", "onnx"), ("fp32", "bf16"), True,
+            "the ONNX graph compiled by OpenVINO for this CPU (IR .xml + .bin)", _export_openvino, _run_openvino),
+    Backend("onnxruntime", "onnx", ".onnx", "vitkit[onnx]", ("onnxruntime", "onnx"), ("fp32", "int8"), True,
+            "the ONNX export run by onnxruntime; int8 = dynamic quantisation of every MatMul/Gemm",
+            lambda model, out, opset=17: export_onnx(model, out, opset=opset), _run_onnx),
+    Backend("torch", None, None, None, (), TORCH_PRECISIONS, True,
+            "the model itself, eager or torch.compile'd (inductor, weights frozen)"),
+    Backend("aoti", "aoti", ".pt2", None, (), ("fp32",), False,
+            "torch.export + AOTInductor: compiled C++ for this CPU, loaded without vitkit's code",
+            lambda model, out, opset=17: export_aoti(model, out), lambda path, precision="fp32", threads=None:
+            load_aoti(path)),
+)}
+#: the runtimes `build_predictor` serves, in auto's order of preference, and the export formats by name
+RUNTIMES = ("auto", *(b.name for b in BACKENDS.values() if b.served))
+FORMATS: dict[str, Backend] = {b.format: b for b in BACKENDS.values() if b.format}
+EXPORT_SUFFIXES = {name: b.suffix for name, b in FORMATS.items()}
+
+
+def backend_of_file(path: str | Path) -> Backend:
+    """The backend that runs an exported file, by its suffix."""
+    suffix = Path(path).suffix
+    for b in FORMATS.values():
+        if b.suffix == suffix:
+            return b
+    raise ValueError(f"{path}: not an exported model ({', '.join(EXPORT_SUFFIXES.values())})")
+
+
+def exported_runner(path: str | Path, precision: str = "fp32", threads: int | None = None) -> Runner:
+    """fp32 images -> fp32 logits through an exported file: `.onnx` (onnxruntime; int8 if the file is),
+    `.xml` (OpenVINO IR, computing in `precision`) or `.pt2` (AOTInductor); `threads` intra-op threads."""
+    return backend_of_file(path).runner(Path(path), precision, threads)
+
+
+def output_paths(fmt: str, out: str | Path, int8: bool = False) -> list[Path]:
+    """Every file an export of format `fmt` to `out` writes: the OpenVINO IR's `.bin` beside its `.xml`, and the
+    int8 ONNX file beside the fp32 one."""
+    out = Path(out)
+    paths = [out] + ([out.with_suffix(".bin")] if fmt == "openvino" else [])
+    return paths + ([out.with_suffix(".int8.onnx")] if int8 else [])
+
+
+def _earlier_export(f: Path) -> bool:
+    """A file an earlier export wrote (so writing it again destroys no input)."""
+    return f.suffix in EXPORT_SUFFIXES.values() or (f.suffix == ".bin" and f.with_suffix(".xml").is_file()
+                                                    and f.with_suffix(".xml").read_bytes()[:200].lstrip().startswith(b"<?xml"))
+
+
+def refuse_overwriting_inputs(outputs: list[Path], source: Path | None) -> None:
+    """A ValueError when an output would replace the source checkpoint or one of its files (never allowed, with or
+    without --overwrite): a source file itself, or a file of a source folder that no earlier export wrote."""
+    if source is None or not source.exists():
+        return
+    inputs = [source] if source.is_file() else [f for f in source.iterdir() if f.is_file() and not _earlier_export(f)]
+    for out in outputs:
+        for f in inputs:
+            if out.resolve() == f.resolve():
+                raise ValueError(f"the export would write {out}, which is the checkpoint's own file {f}: an export "
+                                 "never replaces its input; choose another --out")
+
+
+@dataclass
+class ParityReport:
+    batch_sizes: tuple[int, ...]
+    max_abs_diff: float
+    max_abs_logit: float
+    top1_agreement: float
+
+
+@torch.no_grad()
+def check_parity(
+    model: nn.Module, path: str | Path, batch_sizes: tuple[int, ...] = (1, 3), seed: int = 0
+) -> ParityReport:
+    """Run random inputs of several batch sizes through PyTorch and the exported file; compare logits."""
+    run = exported_runner(path)
+    cfg = model.config
+    gen = torch.Generator().manual_seed(seed)
+    model = model.eval()
+    worst, scale, agree, n = 0.0, 0.0, 0, 0
+    for b in batch_sizes:
+        x = torch.randn(b, cfg.in_chans, *cfg.img_size, generator=gen)
+        ref = model(x.to(next(model.parameters()).dtype)).float()
+        got = run(x)
+        worst = max(worst, (got - ref).abs().max().item())
+        scale = max(scale, ref.abs().max().item())
+        agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
+        n += b
+    return ParityReport(tuple(batch_sizes), worst, scale, agree / n)
+
+
+def check_export(fmt: str, int8: bool = False) -> None:
+    """A ValueError for an export vitkit does not write (checked before a model is loaded)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"export format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if int8 and fmt != "onnx":
+        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
+
+
+def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False) -> dict[str, Path]:
+    """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` (onnx) its dynamic
+    quantisation beside; returns {"<fmt> fp32": path, "onnx int8": path}."""
+    check_export(fmt, int8)
+    out = Path(out)
+    FORMATS[fmt].export(model, out, opset)
+    paths = {f"{fmt} fp32": out}
+    if int8:
+        paths["onnx int8"] = quantize_int8(out, out.with_suffix(".int8.onnx"))
+    return paths
