@@ -37,3 +37,38 @@ def test_eval_takes_every_precision_from_one_flag(tmp_path, capsys) -> None:  # 
     assert abs(tops["bf16-autocast"] - tops["fp32"]) <= 2.0 and abs(tops["bf16"] - tops["fp32"]) <= 2.0
     with pytest.raises(SystemExit):  # --bf16 is folded into --precision: argparse refuses it
         main(["eval", "--model", str(tmp_path / "m"), "--bf16"])
+
+
+def test_predict_and_eval_answer_in_fp32_by_default_even_where_bf16_is_native(tmp_path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    """The default is the checkpoint's own answer (fp32, the same rows as --precision fp32), also on a CPU with native
+    bf16 (forced here, so that the test means the same on any machine); `--precision auto` picks bf16 there, says
+    what it costs, and its rows differ."""
+    import csv
+
+    from PIL import Image
+
+    from vitkit.data.digits import load_digits_split
+
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda flags=None: True)
+    model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
+    save_pretrained(model, tmp_path / "m")
+    images = load_digits_split()[1].images[:3]
+    for i, im in enumerate(images):
+        Image.fromarray((im[0].numpy() * 255).round().astype("uint8")).save(tmp_path / f"{i}.png")
+    base = ["predict", *(str(tmp_path / f"{i}.png") for i in range(3)), "--model", str(tmp_path / "m"),
+            "--no-progress", "--topk", "10"]
+    rows = {}
+    for name, extra in (("default", []), ("fp32", ["--precision", "fp32"]), ("auto", ["--precision", "auto"])):
+        assert main([*base, *extra, "--output", str(tmp_path / f"{name}.csv")]) == 0
+        err = capsys.readouterr().err
+        rows[name] = list(csv.reader(open(tmp_path / f"{name}.csv")))[1:]
+        if name == "default":
+            assert "precision: fp32 (the default: the checkpoint's own answer" in err
+        if name == "auto":
+            assert "precision: bf16 (auto: the CPU multiplies bf16 natively" in err
+            assert "cost: answers are no longer fp32's" in err and "--precision fp32 gives the checkpoint's" in err
+    assert rows["default"] == rows["fp32"]
+    assert rows["auto"] != rows["fp32"]  # bf16 answers differ in the printed probabilities: not the default's
+    assert main(["eval", "--model", str(tmp_path / "m")]) == 0
+    assert "precision: fp32 (the default" in capsys.readouterr().err
+

@@ -9,13 +9,15 @@ import sys
 from torch import nn
 
 from vitkit.inference.runtime import RUNTIMES, Predictor, build_predictor
-from vitkit.utils.options import PRECISION_CHOICES, precision_help
+from vitkit.utils.options import INFERENCE_PRECISION, PRECISION_CHOICES, precision_help
 
 
-def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | None, default_precision: str) -> None:
-    """`default_runtime=None`: torch (the reference numbers), except for int8, which only onnxruntime runs."""
+def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | None,
+                          default_precision: str | None = None) -> None:
+    """`default_runtime=None`: torch (the reference numbers), except for int8, which only onnxruntime runs;
+    `default_precision=None`: fp32, the checkpoint's own answer (`vitkit.utils.options.INFERENCE_PRECISION`)."""
     p.add_argument("--precision", default=default_precision, choices=PRECISION_CHOICES,
-                   help=precision_help(PRECISION_CHOICES, default_precision))
+                   help=precision_help(PRECISION_CHOICES, default_precision or INFERENCE_PRECISION))
     p.add_argument("--runtime", default=default_runtime, choices=RUNTIMES,
                    help="torch, onnxruntime or openvino; auto: the fastest installed CPU runtime for the precision "
                    "(BENCHMARKS.md), torch for small jobs and on a GPU (default: "

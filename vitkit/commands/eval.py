@@ -11,7 +11,6 @@ import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
-from vitkit.utils.options import INFERENCE_PRECISION
 
 HELP = "top-1 / top-5 accuracy of a model on a data split (default: the digits test split)"
 
@@ -24,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "e.g. a folder with no train/val sub-folders)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0, in-process)")
-    add_runtime_arguments(p, default_runtime=None, default_precision=INFERENCE_PRECISION)
+    add_runtime_arguments(p, default_runtime=None, default_precision=None)
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
     add_load_arguments(p, img_size=True)

@@ -18,7 +18,6 @@ import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
-from vitkit.utils.options import INFERENCE_PRECISION
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
 
@@ -31,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write the predictions to this .csv or .jsonl file (path, labels, probabilities)")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default: 32)")
     p.add_argument("--workers", type=int, default=0, help="image-decoding processes (default: 0, in-process)")
-    add_runtime_arguments(p, default_runtime="auto", default_precision=INFERENCE_PRECISION)
+    add_runtime_arguments(p, default_runtime="auto", default_precision=None)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitkit.data.glyphs import STREAM_MAX_IMAGES
-from vitkit.data.transforms import AUGMENTS
+from vitkit.data.transforms import AUGMENTS, TrainTransform
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils import check_choice, check_int, check_range
 from vitkit.utils.recipe import RecipeSection, key
 
@@ -48,7 +49,8 @@ class DataConfig(RecipeSection):
     dev_fraction: float = key("data.dev_fraction", 0.0, "a dev split carved from train (evaluation during "
                               "training, sweeps)")
     eval_split: str = key("data.eval_split", "dev", "the split evaluated every train.eval_every steps: dev | test")
-    augment: str = key("data.augment", "inception", "inception | affine | none")
+    augment: str = key("data.augment", "inception", "inception | affine | none (vitkit.data.transforms.AUGMENTS; "
+                       "register_augment adds one)")
     area: list[float] = key("data.area", [0.05, 1.0])
     ratio: list[float] = key("data.ratio", [0.75, 1.3333333333333333])
     flip: bool = key("data.flip", True)
@@ -85,7 +87,7 @@ class DataConfig(RecipeSection):
         check_range("data.holdout", self.holdout, 0.0, 1.0, low_open=True)
         check_range("data.dev_fraction", self.dev_fraction, 0.0, 1.0)
         check_choice("data.eval_split", self.eval_split, ("dev", "test"))
-        check_choice("data.augment", self.augment, AUGMENTS)
+        check_choice("data.augment", self.augment, tuple(AUGMENTS))
         for k, lo, hi in (("area", 0.0, 1.0), ("ratio", 0.0, math.inf)):
             pair = getattr(self, k)
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
@@ -130,6 +132,11 @@ class DataConfig(RecipeSection):
         check_range("data.random_erasing", self.random_erasing, 0.0, 1.0, high_open=False)
         if self.augreg and self.augreg not in AUGREG:
             raise ValueError(f"data.augreg must be one of {', '.join(AUGREG)} (or empty), got {self.augreg!r}")
+
+    def train_transform(self, preprocess: PreprocessConfig) -> TrainTransform:
+        """The training transform this section describes, for a model's preprocessing (its size and normalisation)."""
+        return TrainTransform(preprocess, self.augment, tuple(self.area), tuple(self.ratio), self.flip,
+                              tuple(self.randaugment), float(self.random_erasing))
 
     @property
     def pixel_limit(self) -> int | None:

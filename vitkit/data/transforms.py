@@ -1,4 +1,5 @@
-"""Per-image transforms in the paper's style, each a picklable callable `(image, generator) -> tensor`.
+"""Per-image transforms in the paper's style, each a picklable callable `(image, generator) -> tensor`, and the
+registry of training augmentations by name (`data.augment`; add one with `register_augment`).
 
 Training: Inception crop (area 5-100%, aspect 3/4-4/3) or a small affine jitter, optional horizontal
 flip, resize to the training resolution, optional RandAugment, normalisation, optional random erasing. Evaluation: the model's stored
@@ -8,6 +9,7 @@ flip, resize to the training resolution, optional RandAugment, normalisation, op
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +18,45 @@ from vitkit.data.augment import horizontal_flip, inception_crop, random_affine
 from vitkit.data.randaugment import rand_augment, random_erasing
 from vitkit.models.preprocess import PreprocessConfig
 
-AUGMENTS = ("inception", "affine", "none")
+
+@dataclass(frozen=True)
+class Augment:
+    """A geometric training augmentation: `one(img, gen, t)` takes one (C, H, W) image in [0, 1] to the training size
+    of TrainTransform `t`; `many(x, gens, t)` does the same to a (B, C, H, W) batch of same-size images, image i
+    drawing from gens[i] exactly as `one` would (None: one image at a time only); `crops`: it keeps a part of the
+    image, so files are decoded larger (the smallest crop keeps full resolution)."""
+
+    one: Callable[[torch.Tensor, torch.Generator, TrainTransform], torch.Tensor]
+    many: Callable[[torch.Tensor, list[torch.Generator], TrainTransform], torch.Tensor] | None = None
+    crops: bool = False
+
+
+#: data.augment's names -> what they do (a table, as timm's register_model; workers see the module's own)
+AUGMENTS: dict[str, Augment] = {}
+
+
+def register_augment(name: str, one: Callable, many: Callable | None = None, crops: bool = False) -> None:
+    """Make `name` a value of data.augment (see `Augment` for `one`, `many`, `crops`)."""
+    if name in AUGMENTS:
+        raise ValueError(f"augmentation {name!r} is registered already")
+    AUGMENTS[name] = Augment(one, many, crops)
+
+
+def _inception(img: torch.Tensor, gen: torch.Generator, t: TrainTransform) -> torch.Tensor:
+    return inception_crop(img, gen, t.preprocess.img_size, t.area, t.ratio)
+
+
+def _affine(x: torch.Tensor, gens: torch.Generator | list[torch.Generator], t: TrainTransform) -> torch.Tensor:
+    return random_affine(x, gens, out_size=t.preprocess.img_size)
+
+
+def _resize(x: torch.Tensor, gens: torch.Generator | list[torch.Generator], t: TrainTransform) -> torch.Tensor:
+    return t.preprocess.resize(x)
+
+
+register_augment("inception", _inception, crops=True)  # Inception crop, area 5-100%, aspect 3/4-4/3 (§B.1)
+register_augment("affine", lambda img, gen, t: _affine(img[None], gen, t)[0], _affine)  # small rotations/shifts/zooms
+register_augment("none", lambda img, gen, t: _resize(img[None], gen, t)[0], _resize)  # a resize only
 
 
 @dataclass
@@ -31,7 +71,7 @@ class TrainTransform:
 
     def __post_init__(self) -> None:
         if self.augment not in AUGMENTS:
-            raise ValueError(f"unknown augmentation {self.augment!r}; choose one of {AUGMENTS}")
+            raise ValueError(f"unknown augmentation {self.augment!r}; choose one of {tuple(AUGMENTS)}")
         self.randaugment = (int(self.randaugment[0]), float(self.randaugment[1]))
 
     def _finish(self, x: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
@@ -47,7 +87,7 @@ class TrainTransform:
 
     def decode_size(self) -> tuple[int, int]:
         """The least size a file must be decoded at so that the smallest crop keeps full resolution."""
-        if self.augment != "inception":
+        if not AUGMENTS[self.augment].crops:
             return self.preprocess.decode_size()
         f = 1.0 / math.sqrt(max(self.area[0], 1e-4))
         return (math.ceil(self.preprocess.img_size[0] * f), math.ceil(self.preprocess.img_size[1] * f))
@@ -56,25 +96,16 @@ class TrainTransform:
         """The transform of many same-size images at once, bitwise equal to calling it on each (every image
         draws from its own generator, in the same order); None where only the one-by-one path applies
         (Inception crops differ in size per image)."""
-        if self.augment == "inception" or len({tuple(i.shape) for i in imgs}) != 1:
+        many = AUGMENTS[self.augment].many
+        if many is None or len({tuple(i.shape) for i in imgs}) != 1:
             return None
-        x = torch.stack(imgs)
-        if self.augment == "affine":
-            x = random_affine(x, gens, out_size=self.preprocess.img_size)
-        else:
-            x = self.preprocess.resize(x)
+        x = many(torch.stack(imgs), gens, self)
         if self.flip:
             x = horizontal_flip(x, gens)
         return self._finish(x, gens)
 
     def __call__(self, img: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        size = self.preprocess.img_size
-        if self.augment == "inception":
-            x = inception_crop(img, gen, size, self.area, self.ratio)
-        elif self.augment == "affine":
-            x = random_affine(img[None], gen, out_size=size)[0]
-        else:
-            x = self.preprocess.resize(img[None])[0]
+        x = AUGMENTS[self.augment].one(img, gen, self)
         if self.flip:
             x = horizontal_flip(x[None], gen)[0]
         return self._finish(x[None], [gen])[0]

@@ -113,7 +113,7 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
     return Predictor(run, "torch", precision, f"torch {how}, {precision}", module=net)
 
 
-def build_predictor(model: nn.Module, precision: str = "fp32", runtime: str | None = "torch", compile: bool = False,
+def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: str | None = "torch", compile: bool = False,
                     device: str | torch.device = "cpu", threads: int | None = None,
                     log: Callable[[str], None] | None = None, n_images: int | None = None) -> Predictor:
     """`model` as a `Predictor` on `runtime` in `precision`: the one place where both are decided. "auto" for either

@@ -25,7 +25,6 @@ from vitkit import distributed as dist
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
-from vitkit.data.transforms import TrainTransform
 from vitkit.inference.evaluate import eval_loader, evaluate_loader
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.registry import create_model
@@ -346,8 +345,7 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     tcfg, d = cfg.train, cfg.data
     if header and dist.rank() == 0:
         print(describe_run(model, splits, cfg, notes, bool(dry_run)), flush=True)
-    tf = TrainTransform(model.preprocess, d.augment, tuple(d.area), tuple(d.ratio), d.flip, tuple(d.randaugment),
-                        float(d.random_erasing))
+    tf = d.train_transform(model.preprocess)
     loader = StepLoader(train, tcfg.batch_size, tf, tcfg.seed, rank=dist.rank(), world=dist.world_size(),
                         num_workers=d.num_workers, pin_memory=torch.device(tcfg.device).type == "cuda")
     holder: list[Trainer] = []  # the periodic evaluation logs through the trainer built below

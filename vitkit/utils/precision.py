@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from vitkit.utils.hardware import cpu_has_native_bf16
-from vitkit.utils.options import PRECISION_CHOICES, PRECISION_COST, PRECISIONS
+from vitkit.utils.options import INFERENCE_PRECISION, PRECISION_CHOICES, PRECISION_COST, PRECISIONS
 
 CHOICES = PRECISION_CHOICES  # the names and their meaning are vitkit.utils.options'
 
@@ -66,10 +66,14 @@ def get(name: str, allowed: tuple[str, ...] = PRECISIONS, flag: str = "precision
     return _TABLE[name]
 
 
-def resolve(name: str, device: str | torch.device = "cpu", flags: set[str] | None = None,
+def resolve(name: str | None, device: str | torch.device = "cpu", flags: set[str] | None = None,
             native: str = "bf16", allowed: tuple[str, ...] = PRECISIONS, flag: str = "--precision") -> tuple[str, str]:
     """(precision to run, why) for a name of `CHOICES`. `auto` is `native` (bf16 for inference, bf16-autocast for
-    training) where the hardware multiplies bf16 natively, else fp32 (see the module docstring)."""
+    training) where the hardware multiplies bf16 natively, else fp32 (see the module docstring). None: the
+    default of the commands that answer with a model, fp32 (the checkpoint's own answer)."""
+    if name is None:
+        return INFERENCE_PRECISION, ("the default: the checkpoint's own answer (--precision auto: bf16 where the "
+                                     "hardware multiplies it natively)")
     if name != "auto":
         if name not in allowed:
             raise ValueError(f"{flag} must be one of {', '.join(('auto', *allowed))}; got {name!r}")

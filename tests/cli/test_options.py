@@ -1,0 +1,80 @@
+"""One parser per user-facing value (vitkit.utils.options): the image size is `S` or `HxW` in every command and
+recipe, with errors that name the option and the value; convert's old `H W` still reads, with a note."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import digits_model
+from vitkit.cli import build_parser, main
+from vitkit.formats import load_pretrained, save_pretrained
+from vitkit.utils.options import (
+    LOAD_HINTS,
+    PRECISIONS,
+    img_size_arg,
+    img_sizes_arg,
+    legacy_img_size,
+    parse_img_size,
+    precision_list_arg,
+)
+from vitkit.utils.precision import CHOICES
+
+
+def test_one_image_size_syntax() -> None:
+    assert parse_img_size("384") == 384 and parse_img_size(" 384x512 ") == (384, 512)
+    assert parse_img_size("384X512") == (384, 512) and parse_img_size(224) == 224 and parse_img_size([8, 16]) == (8, 16)
+    for bad in ("0", "-4", "abc", "1x2x3", "384,512", "", "4.5", True, [1, 2, 3]):
+        with pytest.raises(ValueError, match=r"--img-size: expected a size S or HxW in pixels \(e.g. 384 or 384x512\), got"):
+            parse_img_size(bad)
+    with pytest.raises(ValueError, match="model.img_size: expected"):
+        parse_img_size("x", "model.img_size")
+    with pytest.raises(argparse.ArgumentTypeError, match="got '0x3'"):
+        img_size_arg("0x3")
+    assert img_sizes_arg("224,384x512") == [224, (384, 512)]
+    with pytest.warns(FutureWarning, match="--img-size 24 32 is deprecated: write --img-size 24x32"):
+        assert legacy_img_size([24, 32]) == (24, 32)
+    with pytest.raises(ValueError, match="--img-size: expected"):
+        legacy_img_size([24, (3, 4)])
+    assert precision_list_arg("fp32,bf16") == ["fp32", "bf16"]
+    with pytest.raises(argparse.ArgumentTypeError, match="one of fp32, bf16, bf16-autocast, int8; got 'bf8'"):
+        precision_list_arg("fp32,bf8")
+    assert CHOICES == ("auto", *PRECISIONS)
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, dict[str, argparse.Action]]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: {s: a for a in p._actions for s in a.option_strings} for name, p in sub.choices.items()}
+
+
+def test_every_command_parses_a_value_with_its_one_parser() -> None:
+    """Every --img-size is the one syntax; every loading hint has one description; every --precision one list."""
+    seen = 0
+    for command, opts in _options(build_parser()).items():
+        if "--img-size" in opts:
+            assert opts["--img-size"].type in (img_size_arg, img_sizes_arg), command
+            seen += 1
+        for flag, (_, kw) in LOAD_HINTS.items():
+            if flag in opts:
+                assert opts[flag].help == kw["help"], (command, flag)
+        if "--precision" in opts and opts["--precision"].choices:
+            assert set(opts["--precision"].choices) <= set(CHOICES), command
+    assert seen >= 7  # bench, convert, eval, export, finetune, inspect, predict, ...
+
+
+def test_commands_take_hxw_and_refuse_a_bad_size_by_name(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), tmp_path / "m")
+    assert main(["convert", str(tmp_path / "m"), str(tmp_path / "a"), "--to", "vitkit", "--img-size", "24x32"]) == 0
+    assert load_pretrained(tmp_path / "a").config.img_size == (24, 32)
+    with pytest.warns(FutureWarning, match="write --img-size 24x32"):  # the README's old spelling still reads
+        assert main(["convert", str(tmp_path / "m"), str(tmp_path / "b"), "--to", "vitkit", "--img-size", "24", "32"]) == 0
+    assert load_pretrained(tmp_path / "b").config.img_size == (24, 32)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["export", str(tmp_path / "m"), "--img-size", "24y32"])
+    assert "argument --img-size: expected a size S or HxW in pixels (e.g. 384 or 384x512), got '24y32'" in \
+        capsys.readouterr().err
+    assert main(["bench", "--models", "vit_ti16", "--img-size", "32x16"]) == 2
+    assert "--img-size 32x16: the benchmark times square images" in capsys.readouterr().err
