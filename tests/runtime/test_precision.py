@@ -50,7 +50,9 @@ def test_predict_and_eval_answer_in_fp32_by_default_even_where_bf16_is_native(tm
     from vitkit.data.digits import load_digits_split
 
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda flags=None: True)
+    torch.manual_seed(0)
     model = digits_model(width=16, depth=1, num_heads=2, mlp_dim=32)
+    torch.nn.init.normal_(model.head.weight, std=1.0)  # a zero head would answer 0.1 everywhere, in any precision
     save_pretrained(model, tmp_path / "m")
     images = load_digits_split()[1].images[:3]
     for i, im in enumerate(images):

@@ -1,4 +1,5 @@
-"""Speed: timing harness, analytic FLOPs, matmul roofline, same-architecture peers, bf16 paths.
+"""Speed: timing harness, analytic FLOPs, matmul roofline, same-architecture peers, bf16 paths, exported files
+timed beside eager (exported.py).
 
 `vitkit bench` (vitkit/commands/bench.py) drives `run_suite`; see BENCHMARKS.md for results.
 """

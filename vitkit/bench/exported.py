@@ -1,4 +1,5 @@
-"""Exported files (ONNX, OpenVINO IR, AOTInductor packages) timed beside PyTorch eager, interleaved."""
+"""Exported files (ONNX, OpenVINO IR, AOTInductor packages: the formats of `vitkit.inference.backends`) timed
+beside PyTorch eager, interleaved."""
 
 from __future__ import annotations
 

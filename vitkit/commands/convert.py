@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.formats import SAVERS
 from vitkit.utils.options import add_img_size_argument, legacy_img_size
 
-HELP = "convert a checkpoint between the vitkit, hf, timm and npz formats"
-FORMATS = ("vitkit", "hf", "timm", "npz")
+FORMATS = tuple(SAVERS)  # the formats vitkit writes (vitkit.formats)
+HELP = f"convert a checkpoint between the {', '.join(FORMATS[:-1])} and {FORMATS[-1]} formats"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "re-run the paper's experiments at laptop scale (fig4 fig5 fig7 hires posemb mpp crossover, or --all)"
-NAMES = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "crossover")
+from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS
+
+NAMES = tuple(EXPERIMENTS)  # the library's experiments, in its order
+HELP = f"re-run the paper's experiments at laptop scale ({' '.join(NAMES)}, or --all)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: runs/reproduce, runs/reproduce-smoke with --smoke)")
     p.add_argument("--smoke", action="store_true", help="a seconds-long version that checks the plumbing, not the "
                    "findings (tiny data, a few steps)")
-    p.add_argument("--scale", choices=("laptop", "long"), default="laptop",
+    p.add_argument("--scale", choices=[s for s in CROSSOVER_SCALES if s != "smoke"], default="laptop",
                    help="the crossover's grid: laptop (1,000 and 4,000 steps on 4 data sizes up to 10^6 images; "
                    "about 40 min on 2 cores with --jobs 2) or long (laptop's runs, 12,000 steps on the two largest "
                    "sizes and 2 more seeds where the families meet; under 2 h on 2 cores)")
@@ -38,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from vitkit.reproduce import CROSSOVER_SCALES, SCALES, run_experiments
+    from vitkit.reproduce import SCALES, run_experiments
 
     names = list(NAMES) if args.all else list(dict.fromkeys(args.experiments))
     if not names:

@@ -1,7 +1,9 @@
 """Deployment formats, each with a dynamic batch axis and checked against PyTorch: ONNX (fp32, optional
 int8 dynamic quantisation, run by onnxruntime), OpenVINO IR (converted from the ONNX graph) and the
 PyTorch-native `torch.export` + AOTInductor package (`.pt2`: compiled C++ for this CPU, loaded without
-the model's Python code). `vitkit.bench.exported` times them beside PyTorch; `vitkit.inference.runtime` serves them.
+the model's Python code): the writers and readers of each format. The table of backends
+(`vitkit.inference.backends`) names them and dispatches by format (`export_model`, `exported_runner`);
+`vitkit.bench.exported` times them beside PyTorch; `vitkit.inference.runtime` serves them.
 
 The resolution is fixed in the exported graph: resampling the position embeddings for another
 grid is Python-level shape logic that tracing records at the export resolution. To serve another
