@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from vitkit.formats.hf_families import ACT_NAMES as HF_ACT_NAMES
+from vitkit.formats.common import ACT_NAMES as HF_ACT_NAMES
 from vitkit.models.vit import GELU_APPROXIMATE, VisionTransformer, ViTConfig
 
 

@@ -1,9 +1,11 @@
 """Checkpoint formats: detect, load and save. `load_pretrained` / `save_pretrained` are the public API.
 
-Each format lives in its own file: native.py (vitkit's folder format), hf.py (Hugging Face
+Each container format lives in its own file: native.py (vitkit's folder format), hf.py (Hugging Face
 folders), timm.py (timm state dicts), npz.py (the original vit_jax / big_vision files), bit.py (the
 BiT baseline's released .npz). README "Checkpoints" says what each reads and what it assumes.
 Loaders register in `LOADERS` as (name, detector, loader), tried in order; savers in `SAVERS`.
+The checkpoint families beyond the plain ViT (DeiT, DINOv2, CLIP, SigLIP, ...) are one file each in
+families/, whose `__init__.py` is their registry: a new family is added there, not here.
 """
 
 from __future__ import annotations

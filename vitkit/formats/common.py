@@ -94,9 +94,10 @@ def units_per_stage(keys: Iterable[str], stage_prefix: Callable[[int], str], uni
 
 
 # transformers' hidden_act values -> vitkit's GELU flavour ("gelu_new"/"gelu_fast"/"gelu_pytorch_tanh" are the tanh
-# formula); the ViT families read by hf_families.py also take CLIP's "quick_gelu"
+# formula); the families' transformers classes (formats/families/) also take CLIP's "quick_gelu"
 HF_ACTS = {"gelu": "exact", "gelu_python": "exact", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu_pytorch_tanh": "tanh",
            "gelu_python_tanh": "tanh"}
+ACT_NAMES = {"exact": "gelu", "tanh": "gelu_pytorch_tanh", "quick": "quick_gelu"}  # vitkit's GELU -> hidden_act
 # values a file's tensor shapes do not determine; the image size is one only where no E_pos table gives the grid
 HINTS = ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale", "posemb")
 GRID_HINTS = ("img_size",)  # read by a loader that needs it; elsewhere it is load_pretrained's resampling
@@ -152,6 +153,26 @@ class Choices:
         if self.assumed:
             cfg.extra = {**cfg.extra, "assumed": dict(self.assumed)}
         return cfg
+
+
+def config_count(vc: dict[str, Any], key: str, default: int, where: Path, kind: type = int) -> Any:
+    """A transformers config.json's `key`: a whole number (`kind` float: any positive number), or an error naming it."""
+    v = vc.get(key, default)
+    ok = isinstance(v, int) if kind is int else isinstance(v, (int, float)) and v > 0
+    if isinstance(v, bool) or not ok:
+        raise ValueError(f"{where}: config.json {key} is {v!r}, expected a {'whole' if kind is int else 'positive'} "
+                         "number")
+    return v
+
+
+def label_fields(model: Any) -> dict[str, Any]:
+    """A transformers config.json's id2label / label2id of a classifier: its class names, or transformers' LABEL_i."""
+    k = model.config.num_classes
+    if not k:
+        return {}
+    labels = list(model.preprocess.labels)
+    labels = labels if len(labels) == k else [f"LABEL_{i}" for i in range(k)]
+    return {"id2label": {str(i): lab for i, lab in enumerate(labels)}, "label2id": {lab: i for i, lab in enumerate(labels)}}
 
 
 def table1_heads(width: int) -> int | None:

@@ -1,6 +1,6 @@
 """Hugging Face `ViTModel` / `ViTForImageClassification` folders, read and written, and `ViTMSN[Model|
 ForImageClassification]` (a plain ViT: the same keys and head), read; the other ViT families HF has, DeiT, DINOv2,
-CLIP, SigLIP and ViTMAE, are read and written by hf_families.py.
+CLIP, SigLIP and ViTMAE, are read and written by hf_families.py with their files in formats/families/.
 
 A folder holds `config.json` (model_type "vit" or "vit_msn") and `model.safetensors` or `pytorch_model.bin`
 (read with `weights_only=True`), optionally `preprocessor_config.json`. Two key layouts exist:
@@ -22,27 +22,22 @@ import torch
 from safetensors.torch import save_file
 
 from vitkit.formats.common import (
+    ACT_NAMES,
     HF_ACTS,
     Choices,
     KeyTable,
     appendix_parts,
+    config_count,
     gather_state,
+    label_fields,
     load_state_checked,
     read_safetensors,
     resample_warning,
     split_chunks,
     torch_load_weights,
 )
-from vitkit.formats.hf_families import (
-    ACT_NAMES,
-    FAMILIES,
-    config_count,
-    hf_family,
-    is_family,
-    label_fields,
-    load_hf_family,
-    write_family,
-)
+from vitkit.formats.families import HF_FAMILY_TYPES
+from vitkit.formats.hf_families import hf_family, is_family, load_hf_family, write_family
 from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -53,8 +48,8 @@ CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
 BIN_NAME = "pytorch_model.bin"
 PREPROCESSOR_NAME = "preprocessor_config.json"
-HF_MODEL_TYPES = ("vit", "vit_msn", *FAMILIES)  # config.json model_types read here (ViTMSN is a plain ViT) and by
-# hf_families.py
+HF_MODEL_TYPES = ("vit", "vit_msn", *HF_FAMILY_TYPES)  # config.json model_types read here (ViTMSN is a plain ViT)
+# and by the families' classes (formats/families/)
 
 # Per-block module paths, relative to the block's prefix, for both layouts.
 BLOCK_KEYS: dict[str, dict[str, str]] = {
@@ -260,7 +255,7 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
     if doc is None:
         raise ValueError(f"{folder / CONFIG_NAME}: cannot read the model config")
     state, wpath = _weights(folder)
-    if is_family(doc):  # DeiT, DINOv2, CLIP, SigLIP, ViTMAE (vitkit.formats.hf_families)
+    if is_family(doc):  # DeiT, DINOv2, CLIP, SigLIP, ViTMAE (vitkit.formats.families)
         assumed = {} if (folder / PREPROCESSOR_NAME).exists() else {
             "preprocess": f"mean = std = 0.5, resize without crop: vitkit's default ({PREPROCESSOR_NAME} absent)"}
         model = load_hf_family(doc, state, wpath, hints, assumed)
@@ -331,7 +326,7 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
 def save_hf(model: VisionTransformer, out: Path) -> Path:
     """Write a folder `from_pretrained` loads: config.json, model.safetensors, preprocessor_config.json. A model
     of a family transformers has its own class for (LayerScale: Dinov2[WithRegisters]Model, a distillation token:
-    DeiT, pre_norm: CLIP's vision tower, MAP pooling: SigLIP's) is written as that class (hf_families.py), the
+    DeiT, pre_norm: CLIP's vision tower, MAP pooling: SigLIP's) is written as that class (formats/families/), the
     others as `ViT[Model|ForImageClassification]`; a model neither holds is refused, naming what does not fit."""
     cfg = model.config
     if hf_family(cfg) is not None:

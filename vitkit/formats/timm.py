@@ -14,7 +14,6 @@ paper's Table 1 sizes (64-wide heads otherwise). timm files use exact GELU and L
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -38,10 +37,11 @@ from vitkit.formats.common import (
     torch_load_weights,
     units_per_stage,
 )
+from vitkit.formats.families import FAMILIES
 from vitkit.models.posemb import square_side
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
-from vitkit.models.timm_api import POOL_FROM_TIMM, TIMM_POOL
+from vitkit.models.timm_api import GELU_ACTS, POOL_FROM_TIMM, TIMM_ACTS, TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 
@@ -53,7 +53,6 @@ META_KEY = "vitkit_config"
 # (`attn_pool`, SigLIP's MAP head) which is vitkit's `map_head` with the latent query as `probe`.
 RENAMES = (("pre_logits.fc.", "pre_logits.0."), ("attn_pool.latent", "map_head.probe"), ("attn_pool.", "map_head."))
 # timm parts vitkit's ViT has no equivalent for, with what they are (for the error message).
-TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}  # timm act_layer -> vitkit's GELU
 UNSUPPORTED = {
     "blocks.0.attn.q_norm.weight": "qk-norm",
     "blocks.0.attn.q_bias": "EVA's attention (separate q and v biases; EVA also rotates q and k with rotary position "
@@ -65,10 +64,9 @@ UNSUPPORTED = {
     "attn_pool.q_norm.weight": "qk-norm in the attention pooling",
     "attn_pool.pos_embed": "position embeddings in the attention pooling",
 }
-# What timm's builders of these families set in code (so a hub config's model_args does not repeat it), by a
-# substring of the architecture name: LayerScale's init (DeiT III 1e-6, DINOv2 1e-5), CLIP's GELU
-BUILDER_ARGS = (("deit3_", {"init_values": 1e-6}), ("_dinov2", {"init_values": 1e-5}),
-                ("_quickgelu_", {"act_layer": "quick_gelu"}))
+# What timm's builders of the families set in code (so a hub config's model_args does not repeat it), by a
+# substring of the architecture name (each family's `timm_builder_args`: LayerScale's init, CLIP's GELU)
+BUILDER_ARGS = tuple(args for fam in FAMILIES for args in fam.timm_builder_args)
 LAYER_SCALE_INIT = 1e-5  # timm's DINOv2 / DeiT III init_values: used only to re-initialise, the file holds gamma
 
 
@@ -113,67 +111,6 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
             meta.setdefault("vitkit", json.loads(md[META_KEY]))
         return state, meta, path
     return torch_load_weights(path), meta, path
-
-
-# OpenAI's / OpenCLIP's CLIP state dicts: `visual.*` image-tower names -> timm's (what timm's own converter maps)
-CLIP_VISUAL = (("visual.conv1.", "patch_embed.proj."), ("visual.ln_pre.", "norm_pre."), ("visual.ln_post.", "norm."),
-               ("visual.transformer.resblocks.", "blocks."), (".ln_1.", ".norm1."), (".ln_2.", ".norm2."),
-               (".attn.in_proj_", ".attn.qkv."), (".attn.out_proj.", ".attn.proj."), (".mlp.c_fc.", ".mlp.fc1."),
-               (".mlp.c_proj.", ".mlp.fc2."))
-
-
-def from_dinov2(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path, choices: Choices
-                ) -> tuple[dict[str, torch.Tensor], dict[str, Any], str]:
-    """A backbone in facebookresearch/dinov2's own layout (its torch hub's `dinov2_*_pretrain.pth`: timm's names
-    but `register_tokens`, a `mask_token` that only masked training uses, blocks maybe in chunks
-    `blocks.C.I.`) as a timm state dict, the builder values its hub sets in code (LayerScale's init 1.0, nn.GELU),
-    and how it resamples E_pos, which the file does not say: the hub builds its register backbones antialiased
-    (offset 0), the others with DINO's offset 0.1 -- assumed and logged."""
-    out: dict[str, torch.Tensor] = {}
-    for k, v in state.items():
-        if k == "mask_token":
-            continue
-        k = "reg_token" if k == "register_tokens" else re.sub(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1.", k)
-        if k in out:
-            raise ValueError(f"{path}: {k!r} twice after un-chunking DINOv2's blocks: not a layout vitkit reads")
-        out[k] = v
-    how = "bicubic_antialias" if "reg_token" in out else "bicubic_dino"
-    choices.assumed["posemb_resample"] = (
-        f"{how}: DINOv2's hub builds its {'register' if 'reg_token' in out else 'plain'} backbones so "
-        "(interpolate_antialias, interpolate_offset); the file does not say, and it matters only at other input sizes")
-    # DINOv2's classification evaluation (dinov2/data/transforms.py): bicubic resize to 256, centre crop 224
-    # (crop_pct 0.875), ImageNet mean and std -- not in the file either
-    choices.assumed["preprocess"] = ("ImageNet mean / std, bicubic, centre crop 0.875: DINOv2's evaluation "
-                                     "transform (resize 256, crop 224); the file stores no preprocessing")
-    pretrained = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
-                  "crop_pct": 0.875, "crop_mode": "center"}
-    meta = {**meta, "architecture": "dinov2", "global_pool": "token", "pretrained_cfg": pretrained,
-            "model_args": {"init_values": 1.0, "act_layer": "gelu", **(meta.get("model_args") or {})}}
-    return out, meta, how
-
-
-def from_clip_visual(state: dict[str, torch.Tensor], path: Path, choices: Choices) -> dict[str, torch.Tensor]:
-    """A CLIP checkpoint in OpenAI's / OpenCLIP's layout (`visual.conv1`, `visual.transformer.resblocks.N`,
-    `visual.proj`) as a timm image tower: the text tower is left out, `visual.proj` (width x embed) becomes a
-    bias-free head. Its GELU is not in the file (OpenAI's CLIP: QuickGELU, most OpenCLIP models: exact) and must
-    be given; heads are CLIP's 64 wide unless given."""
-    out: dict[str, torch.Tensor] = {}
-    for k, v in state.items():
-        if not k.startswith("visual."):
-            continue  # the text tower, logit_scale
-        if k == "visual.class_embedding":
-            out["cls_token"] = v.reshape(1, 1, -1)
-        elif k == "visual.positional_embedding":
-            out["pos_embed"] = v[None]
-        elif k == "visual.proj":
-            out["head.weight"], out["head.bias"] = v.t().contiguous(), v.new_zeros(v.shape[1])
-        else:
-            for old, new in CLIP_VISUAL:  # (in_proj_weight -> qkv.weight: q, k, v stacked as timm's fused qkv)
-                k = k.replace(old, new)
-            out[k] = v
-    if "patch_embed.proj.weight" not in out:
-        raise ValueError(f"{path}: a CLIP state dict without visual.conv1.weight")
-    return out
 
 
 def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path, choices: Choices) -> ViTConfig:
@@ -328,17 +265,10 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     src = Path(path)
     state, meta, wpath = _read(src)
     choices = Choices(wpath, hints)
-    if "visual.conv1.weight" in state:  # OpenAI's / OpenCLIP's CLIP layout
-        state = from_clip_visual(state, wpath, choices)
-        heads = choices.pick("num_heads", None, state["patch_embed.proj.weight"].shape[0] // 64,
-                             "CLIP's image towers use 64-wide heads")
-        gelu = choices.pick("gelu", None, None, "a CLIP state dict does not record its GELU: OpenAI's CLIP uses "
-                            "QuickGELU (gelu='quick'), most OpenCLIP models the exact one (gelu='exact')")
-        meta = {**meta, "architecture": "vit_base_patch16_clip_224",  # pre-norm, nn.LayerNorm's eps 1e-5
-                "global_pool": "token", "model_args": {"num_heads": heads, "act_layer": GELU_ACTS[gelu]}}
     how = None
-    if "mask_token" in state and "patch_embed.proj.weight" in state:  # facebookresearch/dinov2's own layout
-        state, meta, how = from_dinov2(state, meta, wpath, choices)
+    family = next((fam for fam in FAMILIES if fam.is_own_layout(state)), None)
+    if family is not None:  # a family's own repository's layout (OpenAI's CLIP, facebookresearch/dinov2)
+        state, meta, how = family.from_own_layout(state, meta, wpath, choices)
     state = _without_register_posemb(state, wpath)
     cfg = infer_config(state, meta, wpath, choices)
     if how is not None:
@@ -382,7 +312,6 @@ def _preprocess(meta: dict[str, Any], pre: PreprocessConfig, cfg: ViTConfig) -> 
 
 
 # ----------------------------------------------------------------------------- writing
-GELU_ACTS = {v: k for k, v in TIMM_ACTS.items()}  # vitkit's GELU -> timm's act_layer
 
 
 def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]:
@@ -437,13 +366,7 @@ def _no_embed_class_out(model: VisionTransformer) -> bool:
 
 def _architecture(cfg: ViTConfig) -> str:
     """The timm builder whose defaults the model_args complete (its norm layer and eps come from the builder)."""
-    if cfg.distill_token:
-        return "deit_base_distilled_patch16_224"
-    if cfg.pooling == "map":
-        return "vit_base_patch16_siglip_224"
-    if cfg.pre_norm:
-        return "vit_base_patch16_clip_quickgelu_224" if cfg.gelu == "quick" else "vit_base_patch16_clip_224"
-    return "vit_base_patch16_224"
+    return next((a for fam in FAMILIES if (a := fam.timm_architecture(cfg)) is not None), "vit_base_patch16_224")
 
 
 def save_timm(model: VisionTransformer, out: Path) -> Path:

@@ -19,6 +19,8 @@ from torch import nn
 # timm's global_pool names for vitkit's pooling (the one map: the registry and the timm format use it too)
 TIMM_POOL = {"token": "token", "gap": "avg", "map": "map"}
 POOL_FROM_TIMM = {timm: ours for ours, timm in TIMM_POOL.items()}  # timm's global_pool -> vitkit's pooling
+TIMM_ACTS = {"gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}  # timm's act_layer -> vitkit's GELU
+GELU_ACTS = {v: k for k, v in TIMM_ACTS.items()}  # vitkit's GELU -> timm's act_layer
 
 
 def take_indices(depth: int, indices: int | list[int] | tuple[int, ...] | None) -> list[int]:

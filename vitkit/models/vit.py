@@ -61,8 +61,16 @@ MAX_PARAMETERS = 10**11
 
 @dataclass
 class ViTConfig:
-    """Plain-data description of a ViT; round-trips through JSON (`to_dict` / `from_dict`)."""
+    """Plain-data description of a ViT; round-trips through JSON (`to_dict` / `from_dict`).
 
+    The fields come in the order a reader of the paper meets them: the model of §3.1 with Table 1's sizes and the
+    original code's numerics, its pooling and head, position embeddings, the hybrid stem, the block (appendix
+    D.7), regularisation, and last the options later families added (vitkit/formats/families/ names the family
+    each marks). The JSON keys are the field names, in any order.
+    `__post_init__` checks each group with its own method, so a bad config fails before any work, naming the field.
+    """
+
+    # --- the paper's model (§3.1, eq. 1-4; Table 1's sizes) ----------------------------------------------------
     img_size: tuple[int, int] = (224, 224)
     patch_size: int = 16
     in_chans: int = 3
@@ -71,43 +79,73 @@ class ViTConfig:
     depth: int = 12  # L, the number of encoder blocks
     num_heads: int = 12
     mlp_dim: int = 3072
+    # its numerics: the original code's q, k, v biases, LayerNorm eps 1e-6 and tanh GELU ("exact": the erf form,
+    # "quick": CLIP's QuickGELU)
+    qkv_bias: bool = True
+    ln_eps: float = 1e-6
+    gelu: Gelu = "tanh"
+
+    # --- pooling and head (§3.1: the class token, the pre-training head; appendix D.3: global average pooling) ---
     pooling: Pooling = "token"  # class token (paper default), global average pooling (appendix D.3), or "map"
     # (multi-head attention pooling: a learned query attends over the patch tokens, big_vision's MAPHead)
-    posemb: PosEmb = "learn1d"  # appendix D.4: none, learned 1D / 2D (absolute), relative (in the attention);
-    # "sincos2d": fixed 2-D sine-cosine ("Better plain ViT baselines", Beyer et al. 2022); "sincos2d_big_vision":
-    # big_vision's exact formula (other frequencies and channel order, models/posemb.py)
-    num_registers: int = 0  # register tokens (Darcet et al. 2024): learned, no E_pos, dropped at the output
-    distill_token: bool = False  # DeiT's distillation token (Touvron et al. 2021): a second class token with its
-    # own head, trained towards a teacher; the two heads' logits are averaged at inference
     class_token: bool | None = None  # a class token in the sequence; None: exactly when pooling = "token". With
     # pooling "gap" a class token is carried but not pooled (timm's global_pool="avg" beside a class token)
     fc_norm: bool = False  # the final LayerNorm after pooling instead of before it (timm's fc_norm: MAE, BEiT)
+    representation_size: int | None = None  # "pre_logits" Dense + tanh (pre-training head)
+    head_bias_init: float = 0.0  # the paper's 21k pre-training used -10 with sigmoid cross-entropy
+
+    # --- position embeddings (§3.1; appendix D.4; other resolutions §3.2) ---------------------------------------
+    posemb: PosEmb = "learn1d"  # appendix D.4: none, learned 1D / 2D (absolute), relative (in the attention);
+    # "sincos2d": fixed 2-D sine-cosine ("Better plain ViT baselines", Beyer et al. 2022); "sincos2d_big_vision":
+    # big_vision's exact formula (other frequencies and channel order, models/posemb.py)
+    posemb_placement: Placement = "input"  # appendix D.4, for learn1d / learn2d
+    posemb_resample: PosembResample = "bicubic"  # how a learned 1D E_pos is resampled to another grid (§3.2):
+    # "bicubic" to the grid's size (transformers' classes); "bicubic_antialias" (timm's resample_abs_pos_embed, DINOv2's
+    # register backbones); "bicubic_dino": scale factors (g + 0.1) / g_old, DINO's and DINOv2's plain backbones
+    dynamic_img_size: bool = False  # accept other resolutions by resampling E_pos on the fly (§3.2)
+
+    # --- the hybrid (§3.1 "Hybrid Architecture"): a BiT ResNet stem whose feature map is the patch grid -----------
+    resnet_layers: tuple[int, ...] | None = None
+    resnet_width: float = 1  # width factor of the hybrid's ResNet: the root conv has 64 x this channels
+
+    # --- the block (appendix D.7) --------------------------------------------------------------------------------
+    block: BlockKind = "global"  # "axial": Axial-ViT, GAP pooling, 2-D patch grid
+
+    # --- regularisation (training; appendix B.1) -----------------------------------------------------------------
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    drop_path: float = 0.0
+
+    # --- later families' options (vitkit/formats/families/ says which option marks which family) ---------------
+    num_registers: int = 0  # register tokens (Darcet et al. 2024): learned, no E_pos, dropped at the output
+    distill_token: bool = False  # DeiT's distillation token (Touvron et al. 2021): a second class token with its
+    # own head, trained towards a teacher; the two heads' logits are averaged at inference
     layer_scale: float | None = None  # LayerScale (Touvron et al. 2021, "Going deeper"): a learned per-channel
     # scale on each residual branch, initialised to this value (DeiT III, DINOv2); None: none
     pre_norm: bool = False  # a LayerNorm on z_0 before the first block (CLIP's ln_pre, timm's norm_pre)
     patch_bias: bool = True  # the patch embedding's bias (CLIP has none)
-    posemb_placement: Placement = "input"  # appendix D.4, for learn1d / learn2d
-    block: BlockKind = "global"  # "axial": Axial-ViT (appendix D.7), GAP pooling, 2-D patch grid
-    representation_size: int | None = None  # "pre_logits" Dense + tanh (pre-training head)
-    dropout: float = 0.0
-    attn_dropout: float = 0.0
-    drop_path: float = 0.0
-    qkv_bias: bool = True
-    ln_eps: float = 1e-6
-    gelu: Gelu = "tanh"
-    head_bias_init: float = 0.0  # the paper's 21k pre-training used -10 with sigmoid cross-entropy
-    dynamic_img_size: bool = False  # accept other resolutions by resampling E_pos on the fly (§3.2)
-    posemb_resample: PosembResample = "bicubic"  # how a learned 1D E_pos is resampled to another grid (§3.2):
-    # "bicubic" to the grid's size (transformers' classes); "bicubic_antialias" (timm's resample_abs_pos_embed, DINOv2's
-    # register backbones); "bicubic_dino": scale factors (g + 0.1) / g_old, DINO's and DINOv2's plain backbones
-    # Hybrid (§3.1 "Hybrid Architecture"): a BiT ResNet stem whose feature map is the patch grid.
-    resnet_layers: tuple[int, ...] | None = None
-    resnet_width: float = 1  # width factor of the hybrid's ResNet: the root conv has 64 x this channels
+
+    # --- bookkeeping ---------------------------------------------------------------------------------------------
     name: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. "assumed": what a loader took as given (logged)
 
     def __post_init__(self) -> None:
-        """Every value is checked here, so a bad config fails before any work, naming the field."""
+        """Every value is checked here, group by group, so a bad config fails before any work, naming the field."""
+        self._check_model()
+        self._check_regularisation()
+        self._check_hybrid()
+        self._check_pooling()
+        self._check_family_options()
+        self._check_posemb()
+        self._check_block()
+        for side in self.img_size:
+            if side % self.total_stride:
+                raise ValueError(
+                    f"image size {self.img_size} is not divisible by the patch stride {self.total_stride}"
+                )
+
+    def _check_model(self) -> None:
+        """The paper's model: sizes within vitkit's sanity bounds, heads that divide the width, its numerics."""
         self.img_size = to_pair(self.img_size, "img_size")
         check_int("img_size", min(self.img_size))
         check_int("img_size", max(self.img_size), high=MAX_SIZES["img_size"])
@@ -120,17 +158,26 @@ class ViTConfig:
         if est > MAX_PARAMETERS:
             raise ValueError(f"depth {self.depth} x width {self.width} (MLP {self.mlp_dim}) makes ~{est:.2e} encoder "
                              f"parameters, over vitkit's sanity bound of {MAX_PARAMETERS:.0e} (ViT-22B has 2.2e10)")
+        check_range("ln_eps", self.ln_eps, 0.0, 1.0, low_open=True)
+        if self.width % self.num_heads:
+            raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
+        if self.gelu not in GELUS:
+            raise ValueError(f"gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
+
+    def _check_regularisation(self) -> None:
         for key in ("dropout", "attn_dropout", "drop_path"):
             check_range(key, getattr(self, key), 0.0, 1.0)
-        check_range("ln_eps", self.ln_eps, 0.0, 1.0, low_open=True)
+
+    def _check_hybrid(self) -> None:
         if self.resnet_layers is not None:
             if not isinstance(self.resnet_layers, (list, tuple)) or not self.resnet_layers:
                 raise ValueError(f"resnet_layers must be a list of unit counts per stage, got {self.resnet_layers!r}")
             self.resnet_layers = tuple(check_int("resnet_layers[]", n) for n in self.resnet_layers)
             check_range("resnet_width", self.resnet_width, 0.0, math.inf, low_open=True)
             root_width(self.resnet_width)  # a factor whose root width GroupNorm cannot split is refused here
-        if self.width % self.num_heads:
-            raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
+
+    def _check_pooling(self) -> None:
+        """Pooling and the class token (resolved here when not given); the boolean switches."""
         check_choice("pooling", self.pooling, ("token", "gap", "map"))
         if self.class_token is None:
             self.class_token = self.pooling == "token"
@@ -142,38 +189,40 @@ class ViTConfig:
         if self.class_token and self.pooling == "map":
             raise ValueError("attention pooling (pooling='map') pools the patches; a class token beside it is not a "
                              "model vitkit builds")
+
+    def _check_family_options(self) -> None:
         if self.layer_scale is not None:
             check_range("layer_scale", self.layer_scale, 0.0, math.inf, low_open=True)
-        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", *SINCOS))
         check_int("num_registers", self.num_registers, low=0, high=MAX_SIZES["num_registers"])
+        if self.distill_token and (self.pooling != "token" or self.representation_size or self.fc_norm):
+            raise ValueError("a distillation token sits beside the class token: it needs pooling='token', no "
+                             "representation_size and no fc_norm")
+
+    def _check_posemb(self) -> None:
+        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", *SINCOS))
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
-        check_choice("block", self.block, ("global", "axial"))
         check_choice("posemb_resample", self.posemb_resample, POSEMB_RESAMPLE)
         if self.posemb_placement != "input" and self.posemb not in ("learn1d", "learn2d"):
             raise ValueError(f"posemb_placement {self.posemb_placement!r} applies to learned 1D / 2D position "
                              f"embeddings, not posemb={self.posemb!r}")
-        if self.block == "axial" and (self.pooling != "gap" or self.class_token):
-            raise ValueError("Axial-ViT keeps the patch grid 2-D and has no class token: use pooling='gap'")
-        if self.distill_token and (self.pooling != "token" or self.representation_size or self.fc_norm):
-            raise ValueError("a distillation token sits beside the class token: it needs pooling='token', no "
-                             "representation_size and no fc_norm")
-        if self.block == "axial" and self.num_registers:
-            raise ValueError("Axial-ViT's row and column attention sees only the patch grid: it takes no registers")
         if self.posemb in SINCOS and (self.width % 4 or (self.posemb == "sincos2d_big_vision" and self.width < 8)):
             also = " (>= 8 for big_vision's formula)" if self.posemb == "sincos2d_big_vision" else ""
             raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4{also}, got {self.width}")
-        if self.block == "axial" and self.posemb == "relative":
-            raise ValueError("relative position embeddings are 1-D over the whole sequence; Axial-ViT's row and "
-                             "column attention does not take them (use learn1d or learn2d)")
-        if self.gelu not in GELUS:
-            raise ValueError(f"gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
         if self.posemb == "learn2d" and self.width % 2:
             raise ValueError("learned 2D position embeddings need an even width")
-        for side in self.img_size:
-            if side % self.total_stride:
-                raise ValueError(
-                    f"image size {self.img_size} is not divisible by the patch stride {self.total_stride}"
-                )
+
+    def _check_block(self) -> None:
+        """Axial-ViT (appendix D.7) keeps the patch grid 2-D: GAP, no class token, no registers, no 1-D biases."""
+        check_choice("block", self.block, ("global", "axial"))
+        if self.block != "axial":
+            return
+        if self.pooling != "gap" or self.class_token:
+            raise ValueError("Axial-ViT keeps the patch grid 2-D and has no class token: use pooling='gap'")
+        if self.num_registers:
+            raise ValueError("Axial-ViT's row and column attention sees only the patch grid: it takes no registers")
+        if self.posemb == "relative":
+            raise ValueError("relative position embeddings are 1-D over the whole sequence; Axial-ViT's row and "
+                             "column attention does not take them (use learn1d or learn2d)")
 
     @property
     def total_stride(self) -> int:

@@ -1,0 +1,72 @@
+"""DeiT (Touvron et al. 2021, "Training data-efficient image transformers"): the distilled ViT.
+
+A distillation token beside the class token, each with its own head, the two heads' logits averaged at inference
+(`ViTConfig.distill_token`). Layouts: timm's (`deit_*_distilled_*`: `dist_token`, `head_dist`, read from the
+shapes by formats/timm.py) and transformers' `DeiTForImageClassificationWithTeacher` / `DeiTModel`. DeiT's
+undistilled models are plain ViTs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitkit.formats.common import Choices, KeyTable, label_fields
+from vitkit.formats.families.family import Family, HFRead, intermediate_size, vit_style_read, vit_style_table
+from vitkit.models.vit import VisionTransformer, ViTConfig
+
+
+class DeiT(Family):
+    name = "DeiT (distilled)"
+    paper = "Touvron et al. 2021"
+    marks = "`distill_token`"
+    timm_names = "`deit_*_distilled_*`"
+    hf_model_types = ("deit",)
+    hf_shapes = {"deit": {"distill_token": True}}
+    hf_square_only = False  # DeiTConfig's image_size may be [h, w]
+
+    def timm_architecture(self, cfg: ViTConfig) -> str | None:
+        return "deit_base_distilled_patch16_224" if cfg.distill_token else None
+
+    def hf_read(self, kind: str, vc: dict[str, Any], src: dict[str, torch.Tensor], common: dict[str, Any],
+                choices: Choices, wpath: Path) -> HFRead:
+        base, current, depth = vit_style_read(src)
+        if "classifier.weight" in src:
+            raise ValueError(f"{wpath}: DeiTForImageClassification classifies from the class token alone beside a "
+                             "distillation token; vitkit's distilled ViT averages two heads "
+                             "(DeiTForImageClassificationWithTeacher)")
+        classes = int(src["cls_classifier.weight"].shape[0]) if "cls_classifier.weight" in src else 0
+        eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-12, f"transformers' {kind} config default "
+                           "layer_norm_eps")
+        cfg = ViTConfig(**common, mlp_dim=intermediate_size(vc, wpath), depth=depth, num_classes=classes,
+                        pooling="token", ln_eps=float(eps), distill_token=True)
+        return HFRead(cfg, base, current, {f"{base}pooler.dense.{p}" for p in ("weight", "bias")})  # a pooler no
+        # classifier uses
+
+    def hf_table(self, kind: str, cfg: ViTConfig, base: str = "", current: bool = False) -> KeyTable:
+        pairs = [("dist_token", f"{base}embeddings.distillation_token")]
+        if cfg.num_classes:
+            pairs += [(f"head.{p}", f"cls_classifier.{p}") for p in ("weight", "bias")]
+            pairs += [(f"head_dist.{p}", f"distillation_classifier.{p}") for p in ("weight", "bias")]
+        return vit_style_table(cfg, base, current, pairs)
+
+    def hf_kind(self, cfg: ViTConfig) -> str | None:
+        # with LayerScale the model is Dinov2Model's to write, which names the distillation token it cannot hold
+        return "deit" if cfg.distill_token and cfg.layer_scale is None else None
+
+    def hf_class_name(self, kind: str, cfg: ViTConfig) -> str:
+        return "DeiTForImageClassificationWithTeacher" if cfg.num_classes else "DeiTModel"
+
+    def hf_write_base(self, kind: str, cfg: ViTConfig) -> str:
+        return "deit." if cfg.num_classes else ""
+
+    def hf_config(self, kind: str, model: VisionTransformer) -> dict[str, Any]:
+        cfg = model.config
+        return {"intermediate_size": cfg.mlp_dim, "qkv_bias": cfg.qkv_bias, "hidden_dropout_prob": 0.0,
+                "attention_probs_dropout_prob": 0.0, "encoder_stride": cfg.patch_size, "pooler_output_size": cfg.width,
+                "pooler_act": "tanh", **label_fields(model)}
+
+
+FAMILY = DeiT()

@@ -1,0 +1,133 @@
+"""DINOv2 (Oquab et al. 2024), with registers (Darcet et al. 2024): LayerScale, register tokens, no head.
+
+Three layouts: timm's (`vit_*_patch14_dinov2`, `*_reg4_dinov2`: LayerScale's init 1e-5 set by timm's builder),
+transformers' `Dinov2Model` / `Dinov2WithRegistersModel`, and facebookresearch/dinov2's own torch hub files
+(`dinov2_*_pretrain.pth`: timm's names but `register_tokens`, `mask_token`, blocks maybe in chunks), whose
+builder values (LayerScale 1.0, nn.GELU), E_pos resampling and evaluation preprocessing are this file's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitkit.formats.common import Choices, KeyTable, config_count
+from vitkit.formats.families.family import (
+    Family,
+    HFRead,
+    block_table,
+    vit_style_embeddings,
+    vit_style_read,
+)
+from vitkit.models.vit import VisionTransformer, ViTConfig
+
+# transformers' Dinov2 block names (relative to the block prefix) -> vitkit's
+DINO_BLOCK = {"norm1": "norm1", "attention.attention.query": "q", "attention.attention.key": "k",
+              "attention.attention.value": "v", "attention.output.dense": "attn.proj", "norm2": "norm2",
+              "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2", "layer_scale1": "ls1", "layer_scale2": "ls2"}
+# DINOv2's classification evaluation (dinov2/data/transforms.py): bicubic resize to 256, centre crop 224
+# (crop_pct 0.875), ImageNet mean and std -- not in its files
+EVAL_PREPROCESS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
+                   "crop_pct": 0.875, "crop_mode": "center"}
+
+
+class DINOv2(Family):
+    name = "DINOv2"
+    paper = "Oquab et al. 2024; registers: Darcet et al. 2024"
+    marks = "`layer_scale`, `num_registers`"
+    timm_names = "`*_dinov2`, `*_reg4_dinov2`"
+    own_layout = "facebookresearch/dinov2's torch hub `dinov2_*_pretrain.pth`"
+    hf_model_types = ("dinov2", "dinov2_with_registers")
+    timm_builder_args = (("_dinov2", {"init_values": 1e-5}),)
+    hf_shapes = {"dinov2": {"layer_scale": None, "num_classes": 0},
+                 "dinov2_with_registers": {"layer_scale": None, "num_registers": None, "num_classes": 0}}
+
+    # --- its own layout
+    def is_own_layout(self, state: dict[str, torch.Tensor]) -> bool:
+        return "mask_token" in state and "patch_embed.proj.weight" in state
+
+    def from_own_layout(self, state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path, choices: Choices
+                        ) -> tuple[dict[str, torch.Tensor], dict[str, Any], str | None]:
+        """A backbone in facebookresearch/dinov2's own layout as a timm state dict, the builder values its hub sets
+        in code (LayerScale's init 1.0, nn.GELU), and how it resamples E_pos, which the file does not say: the hub
+        builds its register backbones antialiased (offset 0), the others with DINO's offset 0.1 -- assumed and
+        logged, as is its evaluation preprocessing."""
+        out: dict[str, torch.Tensor] = {}
+        for k, v in state.items():
+            if k == "mask_token":
+                continue
+            k = "reg_token" if k == "register_tokens" else re.sub(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1.", k)
+            if k in out:
+                raise ValueError(f"{path}: {k!r} twice after un-chunking DINOv2's blocks: not a layout vitkit reads")
+            out[k] = v
+        how = "bicubic_antialias" if "reg_token" in out else "bicubic_dino"
+        choices.assumed["posemb_resample"] = (
+            f"{how}: DINOv2's hub builds its {'register' if 'reg_token' in out else 'plain'} backbones so "
+            "(interpolate_antialias, interpolate_offset); the file does not say, and it matters only at other input "
+            "sizes")
+        choices.assumed["preprocess"] = ("ImageNet mean / std, bicubic, centre crop 0.875: DINOv2's evaluation "
+                                         "transform (resize 256, crop 224); the file stores no preprocessing")
+        meta = {**meta, "architecture": "dinov2", "global_pool": "token", "pretrained_cfg": dict(EVAL_PREPROCESS),
+                "model_args": {"init_values": 1.0, "act_layer": "gelu", **(meta.get("model_args") or {})}}
+        return out, meta, how
+
+    # --- transformers' layout
+    def hf_read(self, kind: str, vc: dict[str, Any], src: dict[str, torch.Tensor], common: dict[str, Any],
+                choices: Choices, wpath: Path) -> HFRead:
+        if vc.get("use_swiglu_ffn"):
+            raise ValueError(f"{wpath}: use_swiglu_ffn (a SwiGLU MLP, DINOv2 giant) is not a model vitkit builds")
+        base, _, depth = vit_style_read(src, classic_only=True)
+        if "classifier.weight" in src:
+            raise ValueError(f"{wpath}: {kind} image classification's classifier reads [class token, mean of the "
+                             "patches] (2 x hidden_size): not a head vitkit's ViT has; load the backbone model")
+        extra: dict[str, Any] = {}
+        extra["layer_scale"] = float(choices.pick("layer_scale", vc.get("layerscale_value"), 1.0,
+                                                  f"transformers' {kind} config default layerscale_value"))
+        if kind == "dinov2_with_registers":  # its E_pos is resampled antialiased, Dinov2Model's not
+            extra.update(num_registers=config_count(vc, "num_register_tokens", 4, wpath),
+                         posemb_resample="bicubic_antialias")
+        eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-6, f"transformers' {kind} config default "
+                           "layer_norm_eps")
+        mlp = int(common["width"] * config_count(vc, "mlp_ratio", 4, wpath, float))
+        cfg = ViTConfig(**common, mlp_dim=mlp, depth=depth, num_classes=0, pooling="token", ln_eps=float(eps), **extra)
+        return HFRead(cfg, base, ignore={f"{base}embeddings.mask_token"})  # used only by masked pre-training
+
+    def hf_table(self, kind: str, cfg: ViTConfig, base: str = "", current: bool = False) -> KeyTable:
+        pairs = [("reg_token", f"{base}embeddings.register_tokens")] if cfg.num_registers else []
+        return ([(o, t, "same") for o, t in vit_style_embeddings(cfg, base) + pairs]
+                + block_table(cfg, f"{base}encoder.layer.", DINO_BLOCK))
+
+    def hf_kind(self, cfg: ViTConfig) -> str | None:
+        if cfg.layer_scale is None:
+            return None
+        return "dinov2_with_registers" if cfg.num_registers else "dinov2"
+
+    def hf_class_name(self, kind: str, cfg: ViTConfig) -> str:
+        return "Dinov2WithRegistersModel" if kind == "dinov2_with_registers" else "Dinov2Model"
+
+    def hf_problems(self, kind: str, model: VisionTransformer) -> list[str]:
+        cfg = model.config
+        if cfg.mlp_dim % cfg.width:
+            return [f"mlp_dim={cfg.mlp_dim} is not a whole multiple of width={cfg.width} (Dinov2Config's mlp_ratio)"]
+        return []
+
+    def hf_config(self, kind: str, model: VisionTransformer) -> dict[str, Any]:
+        cfg = model.config
+        doc = {"mlp_ratio": cfg.mlp_dim // cfg.width, "qkv_bias": cfg.qkv_bias, "layerscale_value": cfg.layer_scale,
+               "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "drop_path_rate": 0.0,
+               "use_swiglu_ffn": False}
+        if cfg.num_registers:
+            doc["num_register_tokens"] = cfg.num_registers
+        return doc
+
+    def hf_tensors(self, kind: str, cfg: ViTConfig, base: str, out: dict[str, torch.Tensor]) -> None:
+        out[f"{base}embeddings.mask_token"] = torch.zeros(1, cfg.width)  # masked pre-training only; unused here
+
+    def hf_resample(self, kind: str) -> str:
+        return "bicubic_antialias" if kind == "dinov2_with_registers" else "bicubic"
+
+
+FAMILY = DINOv2()
