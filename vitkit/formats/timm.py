@@ -176,14 +176,10 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     if img is None:
         img = square_grid(n, path, "pos_embed")[0] * stride
     rep = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else None
-    if pre_norm and ("clip" in arch or args.get("pre_norm")):
-        eps_file, eps_rule = 1e-5, ""  # CLIP's towers (timm's *_clip_* builders) use nn.LayerNorm's own eps
-    elif arch == "dinov2" and not pre_norm:
-        eps_file, eps_rule = 1e-6, ""  # facebookresearch/dinov2's code: LayerNorm(eps=1e-6)
-    else:
-        eps_file = None
-        eps_rule = ("a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)" if pre_norm else
-                    "timm's ViT LayerNorm eps")
+    # the LayerNorm eps a family's builder sets in code (CLIP's nn.LayerNorm 1e-5, DINOv2's own 1e-6)
+    eps_file = next((e for fam in FAMILIES if (e := fam.timm_ln_eps(arch, args, pre_norm)) is not None), None)
+    eps_rule = "" if eps_file is not None else (
+        "a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)" if pre_norm else "timm's ViT LayerNorm eps")
     return ViTConfig(
         img_size=img,
         patch_size=P,
