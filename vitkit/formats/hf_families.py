@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from vitkit.formats import families
 from vitkit.formats.common import (
     ACT_NAMES,
     Choices,
@@ -28,7 +29,7 @@ from vitkit.formats.common import (
     resample_warning,
     split_chunks,
 )
-from vitkit.formats.families import FAMILIES, family_of_hf_type
+from vitkit.formats.families import family_of_hf_type
 from vitkit.formats.families.family import ACTS, PLAIN, Family
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -100,7 +101,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
 # ----------------------------------------------------------------------------- writing
 def _writer(cfg: ViTConfig) -> tuple[Family, str] | None:
     """The family and model_type a vitkit ViT is written as: the first family whose option marks it."""
-    return next(((f, k) for f in FAMILIES if (k := f.hf_kind(cfg)) is not None), None)
+    return next(((f, k) for f in families.FAMILIES if (k := f.hf_kind(cfg)) is not None), None)
 
 
 def hf_family(cfg: ViTConfig) -> str | None:
