@@ -8,7 +8,7 @@ does not have (Dinov2's classifier on [class, mean of patches], SwiGLU, DeiT's s
 by name. HF writes these families in its "classic" layout (`encoder.layer.N.attention.attention.query`, as
 transformers' save_pretrained does) or the CLIP-style `encoder.layers.N.self_attn.q_proj`; both are read.
 Written (`write_family`): the option that marks a family picks the class; what the class cannot hold is named. One
-key table per family (`family_table`) serves both directions.
+key table per family (its `hf_table`) serves both directions.
 """
 
 from __future__ import annotations
@@ -18,38 +18,30 @@ from typing import Any
 
 import torch
 
+from vitkit.formats import families
 from vitkit.formats.common import (
     ACT_NAMES,
     Choices,
-    KeyTable,
     config_count,
     gather_state,
     load_state_checked,
     resample_warning,
     split_chunks,
 )
-from vitkit.formats.families import FAMILIES, family_of_hf_type
 from vitkit.formats.families.family import ACTS, PLAIN, Family
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
 
 
 def is_family(doc: dict[str, Any]) -> bool:
-    return family_of_hf_type(doc.get("model_type")) is not None
+    return families.family_of_hf_type(doc.get("model_type")) is not None
 
 
 def _family(kind: str) -> Family:
-    fam = family_of_hf_type(kind)
+    fam = families.family_of_hf_type(kind)
     if fam is None:
         raise ValueError(f"{kind!r} is not the model_type of a family's transformers class")
     return fam
-
-
-def family_table(kind: str, cfg: ViTConfig, base: str = "", current: bool = False) -> KeyTable:
-    """(vitkit key, transformers key, kind) of every tensor of a `kind` model (a family's model_type) shaped as
-    `cfg`, its modules under `base` (e.g. "deit.", "vision_model."); `current`: transformers 5's
-    `layers.N.attention.q_proj` names for the ViT-style blocks (the family's `hf_table`)."""
-    return _family(kind).hf_table(kind, cfg, base, current)
 
 
 def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: Path, hints: dict[str, Any] | None,
@@ -100,7 +92,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
 # ----------------------------------------------------------------------------- writing
 def _writer(cfg: ViTConfig) -> tuple[Family, str] | None:
     """The family and model_type a vitkit ViT is written as: the first family whose option marks it."""
-    return next(((f, k) for f in FAMILIES if (k := f.hf_kind(cfg)) is not None), None)
+    return next(((f, k) for f in families.FAMILIES if (k := f.hf_kind(cfg)) is not None), None)
 
 
 def hf_family(cfg: ViTConfig) -> str | None:

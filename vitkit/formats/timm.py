@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from vitkit.formats import families
 from vitkit.formats.common import (
     Choices,
     KeyTable,
@@ -37,7 +38,6 @@ from vitkit.formats.common import (
     torch_load_weights,
     units_per_stage,
 )
-from vitkit.formats.families import FAMILIES
 from vitkit.models.posemb import square_side
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
@@ -64,9 +64,6 @@ UNSUPPORTED = {
     "attn_pool.q_norm.weight": "qk-norm in the attention pooling",
     "attn_pool.pos_embed": "position embeddings in the attention pooling",
 }
-# What timm's builders of the families set in code (so a hub config's model_args does not repeat it), by a
-# substring of the architecture name (each family's `timm_builder_args`: LayerScale's init, CLIP's GELU)
-BUILDER_ARGS = tuple(args for fam in FAMILIES for args in fam.timm_builder_args)
 LAYER_SCALE_INIT = 1e-5  # timm's DINOv2 / DeiT III init_values: used only to re-initialise, the file holds gamma
 
 
@@ -134,7 +131,10 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     if depth == 0:
         raise ValueError(f"{path}: missing tensor 'blocks.0.attn.qkv.weight'; not a timm VisionTransformer")
     arch = str(meta.get("architecture", ""))
-    args = {k: v for part, defaults in BUILDER_ARGS if part in arch for k, v in defaults.items()}
+    # what timm's builders of the families set in code (a hub config's model_args does not repeat it), by a
+    # substring of the architecture name (each family's `timm_builder_args`: LayerScale's init, CLIP's GELU)
+    args = {k: v for fam in families.FAMILIES for part, defaults in fam.timm_builder_args if part in arch
+            for k, v in defaults.items()}
     args.update(meta.get("model_args") or {})  # the file's own model_args first
     if args.get("pool_include_prefix") or args.get("final_norm") is False:
         raise ValueError(f"{path}: model_args pool_include_prefix / final_norm=False are not a model vitkit builds")
@@ -176,14 +176,11 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     if img is None:
         img = square_grid(n, path, "pos_embed")[0] * stride
     rep = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else None
-    if pre_norm and ("clip" in arch or args.get("pre_norm")):
-        eps_file, eps_rule = 1e-5, ""  # CLIP's towers (timm's *_clip_* builders) use nn.LayerNorm's own eps
-    elif arch == "dinov2" and not pre_norm:
-        eps_file, eps_rule = 1e-6, ""  # facebookresearch/dinov2's code: LayerNorm(eps=1e-6)
-    else:
-        eps_file = None
-        eps_rule = ("a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)" if pre_norm else
-                    "timm's ViT LayerNorm eps")
+    # the LayerNorm eps a family's builder sets in code (CLIP's nn.LayerNorm 1e-5, DINOv2's own 1e-6)
+    eps_file = next((e for fam in families.FAMILIES if (e := fam.timm_ln_eps(arch, args, pre_norm)) is not None),
+                    None)
+    eps_rule = "" if eps_file is not None else (
+        "a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)" if pre_norm else "timm's ViT LayerNorm eps")
     return ViTConfig(
         img_size=img,
         patch_size=P,
@@ -266,7 +263,7 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     state, meta, wpath = _read(src)
     choices = Choices(wpath, hints)
     how = None
-    family = next((fam for fam in FAMILIES if fam.is_own_layout(state)), None)
+    family = next((fam for fam in families.FAMILIES if fam.is_own_layout(state)), None)
     if family is not None:  # a family's own repository's layout (OpenAI's CLIP, facebookresearch/dinov2)
         state, meta, how = family.from_own_layout(state, meta, wpath, choices)
     state = _without_register_posemb(state, wpath)
@@ -366,7 +363,8 @@ def _no_embed_class_out(model: VisionTransformer) -> bool:
 
 def _architecture(cfg: ViTConfig) -> str:
     """The timm builder whose defaults the model_args complete (its norm layer and eps come from the builder)."""
-    return next((a for fam in FAMILIES if (a := fam.timm_architecture(cfg)) is not None), "vit_base_patch16_224")
+    return next((a for fam in families.FAMILIES if (a := fam.timm_architecture(cfg)) is not None),
+                "vit_base_patch16_224")
 
 
 def save_timm(model: VisionTransformer, out: Path) -> Path:

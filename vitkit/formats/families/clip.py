@@ -47,6 +47,10 @@ class CLIP(Family):
             return None
         return "vit_base_patch16_clip_quickgelu_224" if cfg.gelu == "quick" else "vit_base_patch16_clip_224"
 
+    def timm_ln_eps(self, arch: str, args: dict[str, Any], pre_norm: bool) -> float | None:
+        # timm's *_clip_* builders (and a pre-norm model_args) use nn.LayerNorm's own eps
+        return 1e-5 if pre_norm and ("clip" in arch or args.get("pre_norm")) else None
+
     # --- its own layout
     def is_own_layout(self, state: dict[str, torch.Tensor]) -> bool:
         return "visual.conv1.weight" in state

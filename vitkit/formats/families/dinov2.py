@@ -45,6 +45,10 @@ class DINOv2(Family):
     hf_shapes = {"dinov2": {"layer_scale": None, "num_classes": 0},
                  "dinov2_with_registers": {"layer_scale": None, "num_registers": None, "num_classes": 0}}
 
+    def timm_ln_eps(self, arch: str, args: dict[str, Any], pre_norm: bool) -> float | None:
+        # a file in DINOv2's own layout (`from_own_layout` names its architecture "dinov2"): LayerNorm(eps=1e-6)
+        return 1e-6 if arch == "dinov2" and not pre_norm else None
+
     # --- its own layout
     def is_own_layout(self, state: dict[str, torch.Tensor]) -> bool:
         return "mask_token" in state and "patch_embed.proj.weight" in state

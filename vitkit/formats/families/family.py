@@ -74,6 +74,11 @@ class Family:
         """The timm builder a hub folder of `cfg` names when it is of this family (None: not this family's)."""
         return None
 
+    def timm_ln_eps(self, arch: str, args: dict[str, Any], pre_norm: bool) -> float | None:
+        """The LayerNorm eps the family's builder sets in code, for a file of timm architecture `arch` with
+        `model_args` `args` (None: not this family's file, or timm's default)."""
+        return None
+
     # --- the family's own repository's layout (a state dict read through timm's loader) ---------------------------
     def is_own_layout(self, state: dict[str, torch.Tensor]) -> bool:
         return False
