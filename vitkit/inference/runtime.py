@@ -76,7 +76,8 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
     return runtime, "asked for"
 
 
-def inference_model(model: nn.Module, precision: str = "fp32", compile: bool = False) -> nn.Module:
+def inference_model(model: nn.Module, precision: str | precision_mod.Precision = "fp32",
+                    compile: bool = False) -> nn.Module:
     """`model` ready to predict in torch: eval mode, bf16 weights for "bf16", optionally compiled by inductor
     with the weights frozen as constants (folded and prepacked for oneDNN; valid under no_grad / inference).
     Feed it inputs of `input_dtype(precision)` (and run it under the precision's autocast context). The caller's
@@ -102,8 +103,8 @@ class Predictor(nn.Module):
 
 
 def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: str | torch.device) -> Predictor:
-    net = inference_model(model.to(device), precision, compile)
-    prec = precision_mod.get(precision)
+    prec = precision_mod.get(precision)  # looked up once; the model and its inputs follow it
+    net = inference_model(model.to(device), prec, compile)
 
     def run(x: torch.Tensor) -> torch.Tensor:
         with prec.context(device):

@@ -59,8 +59,11 @@ _TABLE = {"fp32": Precision("fp32", torch.float32), "bf16": Precision("bf16", to
           "int8": Precision("int8", torch.float32)}
 
 
-def get(name: str, allowed: tuple[str, ...] = PRECISIONS, flag: str = "precision") -> Precision:
-    """The `Precision` called `name` (not "auto": see `resolve`), if `allowed` here; else a ValueError."""
+def get(name: str | Precision, allowed: tuple[str, ...] = PRECISIONS, flag: str = "precision") -> Precision:
+    """The `Precision` called `name` (not "auto": see `resolve`), if `allowed` here; else a ValueError. A
+    `Precision` already looked up is returned as it is (a choice is resolved once)."""
+    if isinstance(name, Precision) and name.name in allowed:
+        return name
     if name not in allowed:
         raise ValueError(f"{flag} must be one of {', '.join(allowed)}; got {name!r}")
     return _TABLE[name]
