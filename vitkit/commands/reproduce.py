@@ -34,12 +34,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(small models leave a GPU or several cores idle)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--redraw", metavar="JSON_DIR", default=None, help="train nothing: redraw the figures and "
+                   "SUMMARY.md from the result JSON in JSON_DIR (e.g. benchmarks/results/reproduce)")
+    p.add_argument("--figures", metavar="DIR", default=None, help="with --redraw: where the figures go "
+                   "(default: JSON_DIR)")
 
 
 def run(args: argparse.Namespace) -> int:
 
-    from vitkit.reproduce import CROSSOVER_SCALES, SCALES, run_experiments
+    from vitkit.reproduce import CROSSOVER_SCALES, SCALES, redraw, run_experiments
 
+    if args.redraw is not None:
+        if args.experiments or args.all:
+            raise ValueError("--redraw trains nothing: give it no experiment names and no --all")
+        for name, figs in redraw(args.redraw, args.figures).items():
+            print(f"{name}: " + ", ".join(figs))
+        print(f"summary: {args.redraw}/SUMMARY.md")
+        return 0
+    if args.figures is not None:
+        raise ValueError("--figures goes with --redraw")
     names = list(NAMES) if args.all else list(dict.fromkeys(args.experiments))
     if not names:
         raise ValueError(f"name the experiments to run ({', '.join(NAMES)}) or pass --all")

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from vitkit.reproduce import plots
 from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
 from vitkit.reproduce.runs import Workbench, unit_steps
 
@@ -276,8 +275,8 @@ def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any])
             g = res["by_data"][f"{t}/{m}"]
             gaps = ", ".join(f"{100 * v:+.1f}" for v in g["gap"])
             lines.append(f"| {title} | {t:,} | {gaps} | {_cross_text(g, 'images')} |")
-    lines += ["", "**At matched compute** (each family's best over data sizes at each schedule length; both frontiers "
-              "interpolated in log FLOPs where both are measured, never extrapolated)", "",
+    lines += ["", "**Each family's best over data sizes, against compute** (descriptive only: the maximum over data "
+              "sizes is taken on the test metric, so no verdict uses it; the rule reads fixed points, rules.py)", "",
               "| measure | pre-training FLOPs | gap (points) | crossing |", "|---|---|---|---|"]
     for m, title in names.items():
         g = res["by_compute"][m]
@@ -327,8 +326,7 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
     finally:
         wb.close()
     res = analyse(cs, summaries, extra)
-    figs = [plots.crossover_data(res, cs.schedules, out / "crossover_data.png"),
-            plots.crossover_compute(res, out / "crossover_compute.png")]
+    k = cs.scale.select_shots
     return {"crossover_scale": cs.to_dict(), "device": device, "lr": {f"{f} {t}": v for (f, t), v in lrs.items()},
-            "lr_from": {str(t): u for t, u in cs.lr_from.items()}, "lr_sweeps": sweeps, **res, "figures": figs,
-            "markdown": markdown(cs, res, sweeps)}
+            "lr_from": {str(t): u for t, u in cs.lr_from.items()}, "lr_sweeps": sweeps, **res,
+            "check_rows": [_row(s, k) for s in extra], "markdown": markdown(cs, res, sweeps)}

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitkit.reproduce.stats import MIN_SEEDS, Estimate, from_summary, mean_ci, paired, welch
+from vitkit.reproduce.plan import SCALES
+from vitkit.reproduce.stats import MIN_SEEDS, Estimate, mean_ci, paired, stored, welch
 
 KINDS = ("greater", "less", "equivalent")
 
@@ -198,28 +199,20 @@ def _hires(res: dict[str, Any]) -> Evidence:
                              str(r["32px"]["accs"])])
 
 
-def _scale_seeds(res: dict[str, Any], attr: str) -> int:
-    from vitkit.reproduce.plan import SCALES  # the scale a legacy result ran at says how many seeds it averaged
-
+def legacy_seeds(res: dict[str, Any], attr: str) -> int:
+    """How many seeds a legacy [mean, std] entry averaged: the `attr` seeds of the scale the result ran at."""
     return len(getattr(SCALES[res["scale"]], attr))
 
 
-def _estimate(v: Any, n: int) -> Estimate:
-    """A JSON entry: per-seed values (a list of numbers longer than 2 or a {"values": [...]}) or a legacy
-    (mean, population std) pair over n seeds."""
-    if isinstance(v, dict):
-        return mean_ci(v["values"])
-    return from_summary(float(v[0]), float(v[1]), n)
-
-
 def _diff(res_a: Any, res_b: Any, n: int) -> Estimate:
+    """a - b: paired by seed where both entries keep their seeds, else Welch on the summaries."""
     if isinstance(res_a, dict) and isinstance(res_b, dict):
         return paired_by_seed(dict(enumerate(res_a["values"])), dict(enumerate(res_b["values"])))
-    return welch(_estimate(res_a, n), _estimate(res_b, n))
+    return welch(stored(res_a, n), stored(res_b, n))
 
 
 def _posemb(res: dict[str, Any]) -> Evidence:
-    r, n, m = res["results"], _scale_seeds(res, "posemb_seeds"), "digits_test_5shot"
+    r, n, m = res["results"], legacy_seeds(res, "posemb_seeds"), "digits_test_5shot"
     parts = {"none_worse": _diff(r["none"][m], r["learn1d"][m], n),
              "2d_same": _diff(r["learn2d"][m], r["learn1d"][m], n),
              "relative_same": _diff(r["relative"][m], r["learn1d"][m], n)}
@@ -229,7 +222,7 @@ def _posemb(res: dict[str, Any]) -> Evidence:
 
 
 def _mpp(res: dict[str, Any]) -> Evidence:
-    n = _scale_seeds(res, "finetune_seeds")
+    n = legacy_seeds(res, "finetune_seeds")
     longest = max(res["mpp"], key=int)
     parts = {"beats_scratch": _diff(res["mpp"][longest], res["equal_budget_scratch"][longest]["top1"], n),
              "behind_supervised": _diff(res["mpp"][longest], res["supervised"], n)}
@@ -250,13 +243,13 @@ def bracketed(sweep: list[dict[str, float]], key: str = "dev") -> bool:
     return len(lrs) >= 3 and lrs[0] < best < lrs[-1]
 
 
-def _crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every run's row; a legacy file keeps the seed check's runs only as per-seed gaps (handled by the caller)."""
+def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every run's row of a crossover result; a legacy file keeps the seed check's runs only as per-seed gaps."""
     return list(res["rows"]) + list(res.get("check_rows", []))
 
 
 def _crossover(res: dict[str, Any]) -> Evidence:
-    rows, m = _crossover_rows(res), "digits_test_5shot"
+    rows, m = crossover_rows(res), "digits_test_5shot"
     sizes = sorted({r["images"] for r in rows})
     big, small = sizes[-1], sizes[0]
 

@@ -111,3 +111,18 @@ def welch(a: Estimate, b: Estimate) -> Estimate:
     df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
     lo, hi = _interval(m, se, df)
     return Estimate(min(a.n, b.n), m, math.nan, lo, hi, _p_two_sided(m, se, df))
+
+
+def stored(v: Any, n: int) -> Estimate:
+    """An entry of a result JSON: per-seed values ({"values": [...]}) or a legacy [mean, population std] pair over
+    n seeds (the seeds themselves not kept)."""
+    if isinstance(v, dict):
+        return mean_ci(v["values"])
+    return from_summary(float(v[0]), float(v[1]), n)
+
+
+def seeded(values: Sequence[float]) -> dict[str, Any]:
+    """Per-seed values as a result JSON keeps them: the values, their mean and 95% t-interval (None for 1 seed)."""
+    e = mean_ci(values)
+    ok = not math.isnan(e.lo)
+    return {"values": list(e.values), "mean": e.mean, "lo": e.lo if ok else None, "hi": e.hi if ok else None}
