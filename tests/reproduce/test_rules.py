@@ -128,3 +128,57 @@ def test_every_committed_result_gets_a_verdict_by_its_rule(name: str) -> None:
         "posemb": "not established (fewer than 3 seeds)", "mpp": "partly reproduces",
         "crossover": "not established (precondition not met: lr grids bracketed)"}
     assert j.verdict == expected[name]
+
+
+def _fig4_result(small_gap: float, large_gap: float) -> dict:
+    rng = np.random.default_rng(1)
+    rows = []
+    for s in range(3):
+        for n, gap in ((1000, small_gap), (100_000, large_gap)):
+            base = 0.7 + rng.normal(0, 0.01)  # a seed shifts both families alike: pairing removes it
+            rows += [{"family": "ResNet", "images": n, "seed": s, "digits_test_5shot": base},
+                     {"family": "ViT", "images": n, "seed": s, "digits_test_5shot": base + gap + rng.normal(0, 0.002)}]
+    return {"rows": rows}
+
+
+def test_a_seeded_run_gets_a_verdict_by_the_rule() -> None:
+    assert verdict("fig4", _fig4_result(-0.1, 0.03))[2].verdict == "reproduces"
+    assert verdict("fig4", _fig4_result(-0.1, -0.03))[2].verdict == "partly reproduces"
+    assert verdict("fig4", _fig4_result(0.05, -0.03))[2].verdict == "does not reproduce"
+    _, ev, j = verdict("fig4", _fig4_result(-0.1, 0.0))
+    assert j.outcomes == {"small": "holds", "large": "inconclusive"} and ev.parts["small"].n == 3
+
+
+def _crossover_result(sweep_devs: tuple[float, float, float]) -> dict:
+    rows = []
+    flops = {"ViT": 1.46, "ResNet": 1.0}
+    for s in range(3):
+        for fam in ("ViT", "ResNet"):
+            for n in (1000, 100_000):
+                for t in (1000, 4000, 12000):
+                    acc = 0.6 + 0.1 * (t / 12000) + (0.05 if fam == "ViT" and n > 1000 else -0.03 if fam == "ViT" else 0)
+                    rows.append({"family": fam, "images": n, "steps": t, "seed": s, "train_flops": flops[fam] * t * 1e9,
+                                 "digits_test_5shot": acc + 0.001 * s, "glyph_test_top1": acc})
+    sweep = [{"lr": lr, "dev": d} for lr, d in zip((3e-3, 6e-3, 1.2e-2), sweep_devs)]
+    return {"rows": [r for r in rows if r["seed"] == 0], "check_rows": [r for r in rows if r["seed"] > 0],
+            "lr_sweeps": {f"{f} {t} steps": sweep for f in ("ViT", "ResNet") for t in (1000, 4000, 12000)},
+            "lr_from": {}}
+
+
+def test_the_crossover_rule_reads_fixed_points_matched_flops_and_the_lr_precondition() -> None:
+    rule, ev, j = verdict("crossover", _crossover_result((0.7, 0.8, 0.75)))
+    assert {k: e.n for k, e in ev.parts.items()} == {"small_data": 3, "large_data_steps": 3, "large_data_flops": 3}
+    assert ev.parts["small_data"].mean == pytest.approx(-0.03) and ev.parts["large_data_steps"].mean == pytest.approx(0.05)
+    # matched FLOPs: the ViT's 4,000 steps (5.84e12) against the ResNet between its 4,000 and 12,000 steps
+    x = 1.46 * 4000e9
+    res_at = 0.6 + 0.1 * (4000 + (12000 - 4000) * math.log10(x / 4e12) / math.log10(3)) / 12000
+    assert ev.parts["large_data_flops"].mean == pytest.approx(0.6 + 0.1 / 3 + 0.05 - res_at)
+    assert j.verdict == "reproduces"
+    # at matched FLOPs a smaller lead is gone (the ViT pays 1.46x per step): that part fails, the verdict is partial
+    weak = _crossover_result((0.7, 0.8, 0.75))
+    for r in weak["rows"] + weak["check_rows"]:
+        if r["family"] == "ViT" and r["images"] > 1000:
+            r["digits_test_5shot"] -= 0.03
+    assert verdict("crossover", weak)[2].outcomes["large_data_flops"] == "fails"
+    capped = verdict("crossover", _crossover_result((0.7, 0.8, 0.85)))[2]  # the grid's upper edge wins
+    assert capped.verdict == "not established (precondition not met: lr grids bracketed)"

@@ -61,7 +61,7 @@ def _ci(a: dict[str, Any], b: dict[str, Any] | None = None) -> str:
 # -- 1. data size (Fig. 3-4) ---------------------------------------------------------------------------
 
 def _fig4_units(scale: Scale) -> list[Unit]:
-    runs = [Pretrain(f, "B", images=n) for f in FAMILIES for n in scale.sizes]
+    runs = [Pretrain(f, "B", images=n, seed=s) for f in FAMILIES for n in scale.sizes for s in scale.pretrain_seeds]
     return [u for r in runs for u in (r, Finetune(r))]
 
 
@@ -90,23 +90,25 @@ def random_init_fewshot(wb: Workbench, family: str) -> dict[str, float]:
 
 def _fig4_run(wb: Workbench, out: Path) -> dict[str, Any]:
     sc = wb.scale
-    rows = [_transfer_row(wb, Pretrain(f, "B", images=n)) for f in FAMILIES for n in sc.sizes]
+    rows = [_transfer_row(wb, Pretrain(f, "B", images=n, seed=s)) for f in FAMILIES for n in sc.sizes
+            for s in sc.pretrain_seeds]
     k = sc.select_shots
     untrained = {f: random_init_fewshot(wb, f) for f in FAMILIES}
     glyph_samples(sc, out / "glyph_samples.png")
-    lines = ["| family | pre-training images | fine-tuned digits | "
+    lines = ["| family | pre-training images | seed | fine-tuned digits | "
              f"{k}-shot digits | {k}-shot lfw | glyph test (upstream) | best step |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['images']:,} | {_pct(r['finetune_top1'])} | "
+        lines.append(f"| {r['family']} | {r['images']:,} | {r['seed']} | {_pct(r['finetune_top1'])} | "
                      f"{_pct(r[f'digits_test_{k}shot'], r[f'digits_test_{k}shot_std'])} | "
                      f"{_pct(r[f'lfw_test_{k}shot'], r[f'lfw_test_{k}shot_std'])} | {_pct(r['glyph_test_top1'])} | "
                      f"{r['best_step']} |")
-    gaps = {}
+    gaps = {}  # mean over seeds of the ViT - ResNet difference, paired by seed
     for n in sc.sizes:
-        by = {r["family"]: r for r in rows if r["images"] == n}
-        gaps[n] = {key: by["ViT"][key] - by["ResNet"][key] for key in ("finetune_top1", f"digits_test_{k}shot",
-                                                                       f"avg_{k}shot")}
+        by = {(r["family"], r["seed"]): r for r in rows if r["images"] == n}
+        gaps[n] = {key: paired([by["ViT", s][key] for s in sc.pretrain_seeds],
+                               [by["ResNet", s][key] for s in sc.pretrain_seeds]).mean
+                   for key in ("finetune_top1", f"digits_test_{k}shot", f"avg_{k}shot")}
     lines += ["", f"Untrained networks (random init, {k}-shot digits / lfw): " + "; ".join(
         f"{f} {_pct(u[f'digits_test_{k}shot'])} / {_pct(u[f'lfw_test_{k}shot'])}" for f, u in untrained.items())]
     lines += ["", "ViT minus ResNet (points): " + "; ".join(
@@ -126,17 +128,18 @@ def glyph_samples(scale: Scale, path: Path) -> str:
 # -- 2. compute (Fig. 5) --------------------------------------------------------------------------------
 
 def _fig5_units(scale: Scale) -> list[Unit]:
-    runs = [Pretrain(f, s) for f in FAMILIES for s in ("S", "B", "L")]
+    runs = [Pretrain(f, s, seed=seed) for f in FAMILIES for s in ("S", "B", "L") for seed in scale.pretrain_seeds]
     return [u for r in runs for u in (r, Finetune(r))]
 
 
 def _fig5_run(wb: Workbench, out: Path) -> dict[str, Any]:
-    rows = [_transfer_row(wb, Pretrain(f, s)) for f in FAMILIES for s in ("S", "B", "L")]
+    rows = [_transfer_row(wb, Pretrain(f, s, seed=seed)) for f in FAMILIES for s in ("S", "B", "L")
+            for seed in wb.scale.pretrain_seeds]
     k = wb.scale.select_shots
-    lines = ["| family | size | parameters | forward FLOPs / image | pre-training FLOPs | fine-tuned digits | "
-             f"{k}-shot (digits, lfw mean) | pre-training time |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| family | size | seed | parameters | forward FLOPs / image | pre-training FLOPs | fine-tuned digits | "
+             f"{k}-shot (digits, lfw mean) | pre-training time |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['size']} | {r['params'] / 1e3:.0f}k | "
+        lines.append(f"| {r['family']} | {r['size']} | {r['seed']} | {r['params'] / 1e3:.0f}k | "
                      f"{r['forward_flops_per_image'] / 1e6:.2f}M | {r['train_flops']:.2e} | {_pct(r['finetune_top1'])} "
                      f"| {_pct(r[f'avg_{k}shot'])} | {r['train_s']:.0f} s |")
     return {"rows": rows, "markdown": "\n".join(lines)}
@@ -145,20 +148,29 @@ def _fig5_run(wb: Workbench, out: Path) -> dict[str, Any]:
 # -- 3. what the model learns (Fig. 7) ----------------------------------------------------------------
 
 def _fig7_units(scale: Scale) -> list[Unit]:
-    return [Pretrain("ViT", "L")]
+    return [Pretrain("ViT", "L", seed=seed) for seed in scale.pretrain_seeds]
 
 
 def _fig7_run(wb: Workbench, out: Path) -> dict[str, Any]:
-    run = Pretrain("ViT", "L")
+    """The measures of every pre-training seed (the figures: seed 0's); the result's top level is seed 0's, and
+    `per_seed` holds each seed's measures (rules.py reads them)."""
+    per_seed = [_fig7_model(wb, seed, out) for seed in wb.scale.pretrain_seeds]
+    return {**per_seed[0], "per_seed": [{k: v for k, v in r.items() if k not in ("figures", "markdown")}
+                                        for r in per_seed]}
+
+
+def _fig7_model(wb: Workbench, seed: int, out: Path) -> dict[str, Any]:
+    run = Pretrain("ViT", "L", seed=seed)
     s = wb.pretrain(run)
     model = load_pretrained(s["model_dir"])
     test = glyphs(64, 1000, model.config.img_size[0], 0, "test")
     images = [InspectImage(f"glyph test #{i}", test.get(i)[0], test.classes[int(test.labels[i])]) for i in range(64)]
-    ins = out / "inspect"
+    ins = out / ("inspect" if seed == 0 else f"inspect_seed{seed}")
     summary = inspect_model(model, images, ins, name=f"ViT-L (glyphs, {s['images']:,} images)", progress=False)
     figures = []
     for f in ("embedding_filters.png", "position_embedding_similarity.png", "attention_distance.png"):
-        shutil.copyfile(ins / f, out / f"fig7_{f}")
+        if seed == wb.scale.pretrain_seeds[0]:
+            shutil.copyfile(ins / f, out / f"fig7_{f}")
         figures.append(f"fig7_{f}")
     # position embeddings: similarity to patches in the same row or column vs the others (Fig. 7 centre)
     sim = torch.tensor(json.loads((ins / "position_embedding_similarity.json").read_text())["similarity"])

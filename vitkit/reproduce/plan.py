@@ -68,6 +68,9 @@ class Scale:
     glyph_stream: bool = False  # glyphs drawn when loaded (data.glyph_stream: 10^6-10^8 images), not held
     evals_per_run: int = 0  # > 0: evaluate this many times in each run, whatever its length (not every eval_every)
     num_workers: int = 0  # loader processes of each pre-training run (drawing a glyph stream overlaps training)
+    # pre-training seeds of every point of experiments 1-3 (data size, compute, what the ViT learns): a verdict
+    # needs at least 3 (rules.py)
+    pretrain_seeds: tuple[int, ...] = (0,)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,8 +78,8 @@ class Scale:
 
 FULL = Scale(
     name="full", glyph_images=100_000, sizes=(1_563, 6_250, 25_000, 100_000), steps=1000, batch=128, eval_every=250,
-    finetune_steps=300, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2), posemb_seeds=(0, 1),
-    mpp_steps=(250, 1000, 3000),
+    finetune_steps=300, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
+    posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2),
 )
 # The smoke fine-tunes learn the digits (100 SGD steps at 0.05: 30-97% test top-1 against 10% chance; at least
 # twice chance is asserted by tests/reproduce/test_reproduce.py), so a broken fine-tune shows in the one-minute run.

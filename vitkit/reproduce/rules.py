@@ -199,9 +199,20 @@ def _hires(res: dict[str, Any]) -> Evidence:
                              str(r["32px"]["accs"])])
 
 
+# Result files written before per-seed values were kept (the full-scale runs of 2026-11-23/24) hold [mean,
+# population std] pairs; the seeds they averaged were the full scale's of that time (2 posemb pre-training seeds,
+# 3 fine-tuning seeds), the smoke scale's for a smoke run.
+LEGACY_SEEDS = {"full": {"posemb_seeds": 2, "finetune_seeds": 3}}
+
+
 def legacy_seeds(res: dict[str, Any], attr: str) -> int:
-    """How many seeds a legacy [mean, std] entry averaged: the `attr` seeds of the scale the result ran at."""
-    return len(getattr(SCALES[res["scale"]], attr))
+    """How many seeds a legacy [mean, std] entry of `res` averaged (`attr`: "posemb_seeds" or "finetune_seeds")."""
+    scale = res.get("scale")
+    if scale in LEGACY_SEEDS:
+        return LEGACY_SEEDS[scale][attr]
+    if scale in SCALES:
+        return len(getattr(SCALES[scale], attr))
+    raise ValueError(f"a result of scale {scale!r} keeps [mean, std] pairs: how many seeds they average is unknown")
 
 
 def _diff(res_a: Any, res_b: Any, n: int) -> Estimate:

@@ -35,6 +35,7 @@ from vitkit.utils.atomic import atomic_write_text
 
 UNIT_FILE = "unit.json"
 STATE_FILE = "reproduce.json"
+SEED_KEYS = ("pretrain_seeds", "posemb_seeds")  # Scale fields a folder may grow along
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,11 @@ class Workbench:
                 raise ValueError(f"{path}: not readable JSON ({e}); choose another --out") from e
             # a key a later vitkit added to Scale reads as its default in a folder written before it
             scale = {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}
-            if scale != json.loads(json.dumps(doc["scale"])):
+            want = json.loads(json.dumps(doc["scale"]))
+            for k in SEED_KEYS:  # more seeds only add units (each named by its seed): the folder's units still hold
+                scale.pop(k, None)
+                want.pop(k, None)
+            if scale != want:
                 raise ValueError(f"{self.out} holds a reproduction at scale {saved.get('scale', {}).get('name')!r} "
                                  f"with other settings; choose another --out (this run is {self.scale.name!r})")
             if saved.get("device", "cpu") != doc["device"]:
