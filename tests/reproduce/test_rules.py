@@ -117,7 +117,16 @@ def test_bracketing_and_matched_flops_interpolation() -> None:
     assert matched_flops_gap(rows, "A", "B", "m", 1e11) is None
 
 
-@pytest.mark.parametrize("name", sorted(RULES))
+COMMITTED = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "crossover")  # pooling (D.3) has not been run
+
+
+def test_every_experiment_has_a_rule() -> None:
+    from vitkit.reproduce import EXPERIMENTS
+
+    assert set(RULES) == set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
 def test_every_committed_result_gets_a_verdict_by_its_rule(name: str) -> None:
     res = json.loads((RESULTS / f"{name}.json").read_text())
     rule, ev, j = verdict(name, res)
@@ -182,3 +191,20 @@ def test_the_crossover_rule_reads_fixed_points_matched_flops_and_the_lr_precondi
     assert verdict("crossover", weak)[2].outcomes["large_data_flops"] == "fails"
     capped = verdict("crossover", _crossover_result((0.7, 0.8, 0.85)))[2]  # the grid's upper edge wins
     assert capped.verdict == "not established (precondition not met: lr grids bracketed)"
+
+
+def test_class_token_vs_gap_is_an_equivalence_with_each_rate_bracketed(tmp_path: Path) -> None:
+    from vitkit.reproduce import plots
+
+    def result(gap_shift: float, gap_sweep: tuple[float, float, float]) -> dict:
+        token = [0.80, 0.82, 0.81]
+        entry = {p: {"digits_test_5shot": {"values": [v + (gap_shift if p == "gap" else 0) for v in token]},
+                     "glyph_test_top1": {"values": [0.4, 0.41, 0.42]}} for p in ("token", "gap")}
+        sweep = {"token": [{"lr": lr, "dev": d} for lr, d in zip((3e-3, 6e-3, 1.2e-2), (0.7, 0.8, 0.75))],
+                 "gap": [{"lr": lr, "dev": d} for lr, d in zip((3e-3, 6e-3, 1.2e-2), gap_sweep)]}
+        return {"results": entry, "lr_sweeps": sweep, "lr": {"token": 6e-3, "gap": 6e-3}}
+
+    assert verdict("pooling", result(0.001, (0.7, 0.8, 0.75)))[2].verdict == "reproduces"
+    assert verdict("pooling", result(-0.05, (0.7, 0.8, 0.75)))[2].verdict == "does not reproduce"
+    assert verdict("pooling", result(0.001, (0.6, 0.7, 0.8)))[2].verdict.startswith("not established (precondition")
+    assert plots.draw("pooling", result(0.001, (0.7, 0.8, 0.75)), tmp_path) == ["pooling.png"]

@@ -226,6 +226,17 @@ def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
                            "supervised pre-training": stored(res["supervised"], seeds)})
 
 
+def pooling(res: dict[str, Any], path: Path) -> str:
+    """Appendix D.3: class token vs global average pooling, each at its own picked rate, and their paired difference."""
+    r = res["results"]
+    metrics = {"digits_test_5shot": "5-shot digits", "glyph_test_top1": "glyph test (upstream)"}
+    return bars([f"{p} (lr {res['lr'][p]:g})" for p in r], {name: [mean_ci(r[p][m]["values"]) for p in r]
+                                                            for m, name in metrics.items()},
+                "class token vs global average pooling (appendix D.3)", "accuracy (%)", path,
+                differences={f"gap − token, {name}": paired(r["gap"][m]["values"], r["token"][m]["values"])
+                             for m, name in metrics.items()}, difference_title="paired by pre-training seed")
+
+
 def samples(images: Any, labels: Any, classes: int, per_class: int, path: Path, title: str) -> str:
     """A grid of images (N, 1, H, W uint8): `per_class` examples (rows) of each of the first `classes` classes that
     have that many (columns): no empty cell."""
@@ -312,6 +323,8 @@ def draw(name: str, res: dict[str, Any], folder: Path) -> list[str]:
         return [posemb(res, folder / "posemb.png", legacy_seeds(res, "posemb_seeds"))]
     if name == "mpp":
         return [mpp(res, folder / "mpp.png", legacy_seeds(res, "finetune_seeds"))]
+    if name == "pooling":
+        return [pooling(res, folder / "pooling.png")]
     if name == "crossover":
         return [crossover_data(res, folder / "crossover_data.png"), crossover_compute(res, folder / "crossover_compute.png")]
     if name == "fig7":

@@ -278,11 +278,8 @@ def _crossover(res: dict[str, Any]) -> Evidence:
     t_match, x_match = inside[-1]
     parts = {"small_data": gap_at(longest_at[small], small), "large_data_steps": gap_at(longest_at[big], big),
              "large_data_flops": matched_flops_gap(rows, "ViT", "ResNet", m, x_match, images=big)}
-    bad = [f"{key}: " + ", ".join(f"{s['lr']:g} → {100 * s['dev']:.1f}" for s in sweep)
-           for key, sweep in res.get("lr_sweeps", {}).items() if not bracketed(sweep)]
-    bad += [f"{int(t):,} steps: not tuned (took the {u:,}-step picks)" for t, u in res.get("lr_from", {}).items()]
-    ok = bool(res.get("lr_sweeps")) and not bad
-    checks = {"lr grids bracketed": (ok, "; ".join(bad) if bad else "every sweep has a rate on each side of its best")}
+    checks = _lr_checks(res.get("lr_sweeps", {}), [f"{int(t):,} steps: not tuned (took the {u:,}-step picks)"
+                                                    for t, u in res.get("lr_from", {}).items()])
     ctx = [f"matched FLOPs: the ViT's {t_match:,}-step run at {big:,} images ({x_match:.3g} FLOPs) against the "
            "ResNet's curve over its schedule lengths at the same data, interpolated in log FLOPs"]
     up = {"large_data_steps": gap_at(longest_at[big], big, "glyph_test_top1"),
@@ -340,6 +337,12 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          "the longest MPP run (named in advance); fine-tuning learning rate picked on the digits dev split",
          f"at least {MIN_SEEDS} fine-tuning seeds; 95% t-interval of the difference (paired by seed where kept, "
          "else Welch)"),
+    Rule("pooling", "a class token and global average pooling work equally well, each with its own learning rate "
+         "(appendix D.3, Fig. 9)",
+         (Part("same", "global average pooling − class token", "equivalent", 0.02),),
+         "5-shot linear digits test accuracy at the early-stopping step",
+         "each variant's pre-training rate picked on a grid bracketed on both sides (seed 0, 5-shot digits dev), "
+         "then every seed at that rate; " + _DEV, _SEEDS, preconditions=("lr grids bracketed",)),
     Rule("crossover", "with little data the ResNet wins; with enough data and compute the ViT overtakes it, also "
          "per unit of compute (§4.2, Fig. 3–5)",
          (Part("small_data", "ViT − ResNet at the smallest data size, its longest schedule", "less"),
@@ -353,8 +356,25 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
 )}
 
 
+def _lr_checks(sweeps: dict[str, list[dict[str, float]]], untuned: list[str] = ()) -> dict[str, tuple[bool, str]]:
+    """The precondition "lr grids bracketed": every sweep has a tried rate on each side of its best."""
+    bad = [f"{key}: " + ", ".join(f"{s['lr']:g} → {100 * s['dev']:.1f}" for s in sweep)
+           for key, sweep in sweeps.items() if not bracketed(sweep)] + list(untuned)
+    ok = bool(sweeps) and not bad
+    return {"lr grids bracketed": (ok, "; ".join(bad) if bad else "every sweep has a rate on each side of its best")}
+
+
+def _pooling(res: dict[str, Any]) -> Evidence:
+    r, m = res["results"], "digits_test_5shot"
+    gap = paired_by_seed(dict(enumerate(r["gap"][m]["values"])), dict(enumerate(r["token"][m]["values"])))
+    up = paired_by_seed(dict(enumerate(r["gap"]["glyph_test_top1"]["values"])),
+                        dict(enumerate(r["token"]["glyph_test_top1"]["values"])))
+    return Evidence({"same": gap}, _lr_checks(res["lr_sweeps"]),
+                    [f"upstream (glyph test), not part of the verdict: gap − token {up.text(signed=True)}"])
+
+
 EVIDENCE: dict[str, Callable[[dict[str, Any]], Evidence]] = {
-    "fig4": _fig4, "fig5": _fig5, "fig7": _fig7, "hires": _hires, "posemb": _posemb, "mpp": _mpp,
+    "fig4": _fig4, "fig5": _fig5, "fig7": _fig7, "hires": _hires, "posemb": _posemb, "mpp": _mpp, "pooling": _pooling,
     "crossover": _crossover,
 }
 

@@ -162,7 +162,7 @@ class Workbench:
         flops = model_flops(model)
         tcfg = TrainConfig.from_dict(json.loads((out / "train_config.json").read_text()))
         summary = {
-            "name": run.name(self.scale), "family": run.family, "size": run.size, "posemb": run.posemb,
+            "name": run.name(self.scale), "family": run.family, "size": run.size, "posemb": run.posemb, "pooling": run.pooling,
             "objective": run.objective, "images": run.images or self.scale.glyph_images, "steps": tcfg.steps,
             "seed": run.seed, "lr": run.lr or self.scale.lrs[run.family],
             "params": sum(p.numel() for p in model.parameters()),
@@ -170,7 +170,7 @@ class Workbench:
             "train_flops": 3 * flops * tcfg.batch_size * tcfg.steps,  # forward + backward, every image of every step
             "train_s": result["train_s"], "glyph_test_top1": (result.get("test") or {}).get("top1"),
             "curve": curve, "best": best, "final": curve[-1] if curve else {}, "model_dir": str(out / "model"),
-            "config": {"model": model_section(run.family, run.size, run.posemb)},
+            "config": {"model": model_section(run.family, run.size, run.posemb, run.pooling)},
         }
         return self._finish(run, summary, trained)
 

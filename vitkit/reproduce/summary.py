@@ -16,7 +16,7 @@ from typing import Any
 from vitkit.reproduce.rules import RULES, judgement_markdown, rule_markdown, verdict
 from vitkit.utils.atomic import atomic_write_text
 
-ORDER = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "crossover")
+ORDER = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "pooling", "crossover")
 
 
 def load_results(folder: str | Path) -> dict[str, dict[str, Any]]:
