@@ -14,6 +14,7 @@ from vitkit.reproduce.crossover import (
     CROSSOVER_SCALES,
     FAMILIES,
     crossing,
+    extension,
     gap_analysis,
     grid_runs,
     matched_flops,
@@ -79,7 +80,9 @@ def test_grids_reuse_the_picked_tuning_run_and_long_contains_laptop() -> None:
     assert set(tune) & set(runs) == {r for r in tune if r.lr == smoke.lr_grid[1]}
     assert laptop.scale == long.scale  # one pre-training scale: the long run reuses the laptop's units
     lp = {(f, t): 6e-3 for f in FAMILIES for t in long.schedules}
-    assert set(grid_runs(laptop, lp)) < set(grid_runs(long, lp)) and set(tuning_runs(laptop)) == set(tuning_runs(long))
+    assert set(grid_runs(laptop, lp)) < set(grid_runs(long, lp)) and set(tuning_runs(laptop)) < set(tuning_runs(long))
+    # the long scale is what the rule needs: 3 seeds everywhere, every schedule tuned on a bracketed, extensible grid
+    assert len(long.seeds) >= 3 and not long.lr_from and long.lr_extend > 0 and len(long.lr_grid) >= 3
     assert laptop.scale.glyph_stream and laptop.sizes[-1] == laptop.scale.glyph_images == 1_000_000
 
 
@@ -111,3 +114,27 @@ def test_a_folder_holds_one_scale_on_one_kind_of_device(tmp_path: Path) -> None:
     del doc["device"]
     (tmp_path / STATE_FILE).write_text(json.dumps(doc))
     Workbench(tmp_path, SMOKE, progress=False)
+
+
+def test_a_sweep_won_at_its_edge_is_extended_until_bracketed() -> None:
+    grid = (3e-3, 6e-3, 1.2e-2)
+
+    def sweep(devs: dict[float, float]) -> list[dict[str, float]]:
+        return [{"lr": lr, "dev": d} for lr, d in devs.items()]
+
+    assert extension(sweep({3e-3: 0.7, 6e-3: 0.8, 1.2e-2: 0.75}), grid, 2) is None  # bracketed
+    assert extension(sweep({3e-3: 0.7, 6e-3: 0.8, 1.2e-2: 0.85}), grid, 2) == pytest.approx(2.4e-2)  # up, x2
+    assert extension(sweep({3e-3: 0.9, 6e-3: 0.8, 1.2e-2: 0.75}), grid, 2) == pytest.approx(1.5e-3)  # down, /2
+    # at most `extend` rates past an edge: then the pick stands, unbracketed (rules.py refuses the verdict)
+    assert extension(sweep({3e-3: 0.7, 6e-3: 0.8, 1.2e-2: 0.85, 2.4e-2: 0.86, 4.8e-2: 0.87}), grid, 2) is None
+    assert extension(sweep({3e-3: 0.7, 6e-3: 0.8}), (3e-3, 6e-3), 1) == pytest.approx(1.2e-2)
+    assert extension(sweep({3e-3: 0.7, 6e-3: 0.8}), (3e-3, 6e-3), 0) is None
+
+
+def test_a_folder_may_grow_seeds_but_not_change_its_runs(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    Workbench(tmp_path, SMOKE, progress=False)
+    Workbench(tmp_path, replace(SMOKE, pretrain_seeds=(0, 1, 2), posemb_seeds=(0, 1, 2)), progress=False)
+    with pytest.raises(ValueError, match="with other settings"):
+        Workbench(tmp_path, replace(SMOKE, steps=5), progress=False)

@@ -4,7 +4,8 @@ lfw_subset), ViT vs ResNet (BiT) vs hybrid.
 
 Experiments: fig4 (pre-training data size, Fig. 3-4), fig5 (pre-training compute, Fig. 5), fig7 (what the
 ViT learns, Fig. 7), hires (fine-tuning at 2x the resolution, §3.2), posemb (position-embedding variants,
-appendix D.4), mpp (masked patch prediction, §4.6), crossover (where the ViT overtakes the ResNet as
+appendix D.4), mpp (masked patch prediction, §4.6), pooling (class token vs global average pooling, appendix
+D.3), crossover (where the ViT overtakes the ResNet as
 data and compute grow: nested subsets of a 10^6-image glyph stream at several schedule lengths). Each writes
 <out>/<name>/result.json and PNG plots; <out>/SUMMARY.md collects the tables. A killed run continues where it
 stopped when started again with the same --out. REPRODUCTION.md discusses the full-scale results.
@@ -22,26 +23,40 @@ HELP = f"re-run the paper's experiments at laptop scale ({' '.join(NAMES)}, or -
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT", help=f"one or more of {', '.join(NAMES)}")
-    p.add_argument("--all", action="store_true", help="run every experiment (about 100 minutes on 2 CPU cores)")
+    p.add_argument("--all", action="store_true", help="run every experiment (hours on 2 CPU cores with the full "
+                   "scale's 3 seeds)")
     p.add_argument("--out", default="runs/reproduce", help="output folder; an interrupted run resumes from it "
                    "(default: runs/reproduce, runs/reproduce-smoke with --smoke)")
     p.add_argument("--smoke", action="store_true", help="a seconds-long version that checks the plumbing, not the "
                    "findings (tiny data, a few steps)")
     p.add_argument("--scale", choices=[s for s in CROSSOVER_SCALES if s != "smoke"], default="laptop",
-                   help="the crossover's grid: laptop (1,000 and 4,000 steps on 4 data sizes up to 10^6 images; "
-                   "about 40 min on 2 cores with --jobs 2) or long (laptop's runs, 12,000 steps on the two largest "
-                   "sizes and 2 more seeds where the families meet; under 2 h on 2 cores)")
+                   help="the crossover's grid: laptop (1,000 and 4,000 steps on 4 data sizes up to 10^6 images, one "
+                   "seed) or long (laptop's runs, 12,000 steps on the two largest sizes, 3 seeds everywhere, every "
+                   "schedule's learning rate tuned on a bracketed grid; several hours on 2 cores)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (every run; a folder holds runs of one kind)")
     p.add_argument("--jobs", type=int, default=1, help="crossover pre-training runs at once, in worker processes "
                    "(small models leave a GPU or several cores idle)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--redraw", metavar="JSON_DIR", default=None, help="train nothing: redraw the figures and "
+                   "SUMMARY.md from the result JSON in JSON_DIR (e.g. benchmarks/results/reproduce)")
+    p.add_argument("--figures", metavar="DIR", default=None, help="with --redraw: where the figures go "
+                   "(default: JSON_DIR)")
 
 
 def run(args: argparse.Namespace) -> int:
 
-    from vitkit.reproduce import SCALES, run_experiments
+    from vitkit.reproduce import SCALES, redraw, run_experiments
 
+    if args.redraw is not None:
+        if args.experiments or args.all:
+            raise ValueError("--redraw trains nothing: give it no experiment names and no --all")
+        for name, figs in redraw(args.redraw, args.figures).items():
+            print(f"{name}: " + ", ".join(figs))
+        print(f"summary: {args.redraw}/SUMMARY.md")
+        return 0
+    if args.figures is not None:
+        raise ValueError("--figures goes with --redraw")
     names = list(NAMES) if args.all else list(dict.fromkeys(args.experiments))
     if not names:
         raise ValueError(f"name the experiments to run ({', '.join(NAMES)}) or pass --all")

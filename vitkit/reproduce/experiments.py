@@ -7,6 +7,7 @@ markdown table. The claims are quoted from the paper by section; REPRODUCTION.md
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,18 +21,21 @@ from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.formats import load_pretrained
 from vitkit.inspect.report import InspectImage, inspect_model
 from vitkit.reproduce import plots
-from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, run_crossover
+from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, extension, run_crossover
 from vitkit.reproduce.plan import (
     FAMILIES,
     IMG_SIZE,
     MODELS,
     POSEMBS,
+    SCALES,
     Pretrain,
     Scale,
     equal_budget_steps,
     pretrain_config,
 )
 from vitkit.reproduce.runs import Finetune, Unit, Workbench
+from vitkit.reproduce.stats import mean_ci, paired, seeded
+from vitkit.reproduce.summary import load_results, write_summary
 from vitkit.train.config import config_from_dict
 from vitkit.train.run import build_model
 from vitkit.utils.atomic import atomic_write_text
@@ -45,18 +49,19 @@ class Experiment:
     run: Callable[[Workbench, Path], dict[str, Any]] | None  # None: the crossover, on its own grid (crossover.py)
 
 
-def mean_std(xs: list[float]) -> tuple[float, float]:
-    return float(np.mean(xs)), float(np.std(xs))
-
-
 def _pct(m: float, s: float | None = None) -> str:
     return f"{100 * m:.1f}" + ("" if s is None else f" ± {100 * s:.1f}")
+
+
+def _ci(a: dict[str, Any], b: dict[str, Any] | None = None) -> str:
+    """A seeded entry as 'mean [95% CI] (n=..)' in %, or a - b paired by seed in points."""
+    return mean_ci(a["values"]).text() if b is None else paired(a["values"], b["values"]).text(signed=True)
 
 
 # -- 1. data size (Fig. 3-4) ---------------------------------------------------------------------------
 
 def _fig4_units(scale: Scale) -> list[Unit]:
-    runs = [Pretrain(f, "B", images=n) for f in FAMILIES for n in scale.sizes]
+    runs = [Pretrain(f, "B", images=n, seed=s) for f in FAMILIES for n in scale.sizes for s in scale.pretrain_seeds]
     return [u for r in runs for u in (r, Finetune(r))]
 
 
@@ -64,7 +69,7 @@ def _transfer_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
     """A pre-training run's transfer figures: few-shot at the early-stopping step, fine-tuned accuracy."""
     s = wb.pretrain(run)
     ft = wb.finetune(Finetune(run))
-    row = {k: s[k] for k in ("family", "size", "images", "params", "forward_flops_per_image", "train_flops",
+    row = {k: s[k] for k in ("family", "size", "images", "seed", "params", "forward_flops_per_image", "train_flops",
                              "glyph_test_top1", "train_s")}
     row.update({k: v for k, v in s["best"].items() if k != "step"})
     row["best_step"] = s["best"].get("step")
@@ -85,73 +90,87 @@ def random_init_fewshot(wb: Workbench, family: str) -> dict[str, float]:
 
 def _fig4_run(wb: Workbench, out: Path) -> dict[str, Any]:
     sc = wb.scale
-    rows = [_transfer_row(wb, Pretrain(f, "B", images=n)) for f in FAMILIES for n in sc.sizes]
+    rows = [_transfer_row(wb, Pretrain(f, "B", images=n, seed=s)) for f in FAMILIES for n in sc.sizes
+            for s in sc.pretrain_seeds]
     k = sc.select_shots
     untrained = {f: random_init_fewshot(wb, f) for f in FAMILIES}
-    png = plots.data_size(rows, k, out / "fig4_data_size.png", untrained)
-    g = glyphs(2000, sc.glyph_classes, 16, 0, "train")
-    examples = plots.samples(g.images.numpy(), g.labels, 12, 5, out / "glyph_samples.png",
-                             "pre-training data: 5 images (rows) of each of 12 glyph classes (columns)")
-    lines = ["| family | pre-training images | fine-tuned digits | "
+    glyph_samples(sc, out / "glyph_samples.png")
+    lines = ["| family | pre-training images | seed | fine-tuned digits | "
              f"{k}-shot digits | {k}-shot lfw | glyph test (upstream) | best step |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['images']:,} | {_pct(r['finetune_top1'])} | "
+        lines.append(f"| {r['family']} | {r['images']:,} | {r['seed']} | {_pct(r['finetune_top1'])} | "
                      f"{_pct(r[f'digits_test_{k}shot'], r[f'digits_test_{k}shot_std'])} | "
                      f"{_pct(r[f'lfw_test_{k}shot'], r[f'lfw_test_{k}shot_std'])} | {_pct(r['glyph_test_top1'])} | "
                      f"{r['best_step']} |")
-    gaps = {}
+    gaps = {}  # mean over seeds of the ViT - ResNet difference, paired by seed
     for n in sc.sizes:
-        by = {r["family"]: r for r in rows if r["images"] == n}
-        gaps[n] = {key: by["ViT"][key] - by["ResNet"][key] for key in ("finetune_top1", f"digits_test_{k}shot",
-                                                                       f"avg_{k}shot")}
+        by = {(r["family"], r["seed"]): r for r in rows if r["images"] == n}
+        gaps[n] = {key: paired([by["ViT", s][key] for s in sc.pretrain_seeds],
+                               [by["ResNet", s][key] for s in sc.pretrain_seeds]).mean
+                   for key in ("finetune_top1", f"digits_test_{k}shot", f"avg_{k}shot")}
     lines += ["", f"Untrained networks (random init, {k}-shot digits / lfw): " + "; ".join(
         f"{f} {_pct(u[f'digits_test_{k}shot'])} / {_pct(u[f'lfw_test_{k}shot'])}" for f, u in untrained.items())]
     lines += ["", "ViT minus ResNet (points): " + "; ".join(
         f"{n:,} images: fine-tuned {100 * g['finetune_top1']:+.1f}, {k}-shot digits "
         f"{100 * g[f'digits_test_{k}shot']:+.1f}" for n, g in gaps.items())]
     return {"rows": rows, "untrained": untrained, "vit_minus_resnet": {str(n): g for n, g in gaps.items()},
-            "figures": [png, examples],
             "markdown": "\n".join(lines)}
+
+
+def glyph_samples(scale: Scale, path: Path) -> str:
+    """5 training images (rows) of each of 12 glyph classes (columns), every cell filled."""
+    g = glyphs(max(2000, 20 * scale.glyph_classes), scale.glyph_classes, IMG_SIZE, 0, "train")
+    return plots.samples(g.images.numpy(), g.labels, 12, 5, path,
+                         "pre-training data: 5 images (rows) of each of 12 glyph classes (columns)")
 
 
 # -- 2. compute (Fig. 5) --------------------------------------------------------------------------------
 
 def _fig5_units(scale: Scale) -> list[Unit]:
-    runs = [Pretrain(f, s) for f in FAMILIES for s in ("S", "B", "L")]
+    runs = [Pretrain(f, s, seed=seed) for f in FAMILIES for s in ("S", "B", "L") for seed in scale.pretrain_seeds]
     return [u for r in runs for u in (r, Finetune(r))]
 
 
 def _fig5_run(wb: Workbench, out: Path) -> dict[str, Any]:
-    rows = [_transfer_row(wb, Pretrain(f, s)) for f in FAMILIES for s in ("S", "B", "L")]
+    rows = [_transfer_row(wb, Pretrain(f, s, seed=seed)) for f in FAMILIES for s in ("S", "B", "L")
+            for seed in wb.scale.pretrain_seeds]
     k = wb.scale.select_shots
-    png = plots.compute(rows, k, out / "fig5_compute.png")
-    lines = ["| family | size | parameters | forward FLOPs / image | pre-training FLOPs | fine-tuned digits | "
-             f"{k}-shot (digits, lfw mean) | pre-training time |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| family | size | seed | parameters | forward FLOPs / image | pre-training FLOPs | fine-tuned digits | "
+             f"{k}-shot (digits, lfw mean) | pre-training time |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['size']} | {r['params'] / 1e3:.0f}k | "
+        lines.append(f"| {r['family']} | {r['size']} | {r['seed']} | {r['params'] / 1e3:.0f}k | "
                      f"{r['forward_flops_per_image'] / 1e6:.2f}M | {r['train_flops']:.2e} | {_pct(r['finetune_top1'])} "
                      f"| {_pct(r[f'avg_{k}shot'])} | {r['train_s']:.0f} s |")
-    return {"rows": rows, "figures": [png], "markdown": "\n".join(lines)}
+    return {"rows": rows, "markdown": "\n".join(lines)}
 
 
 # -- 3. what the model learns (Fig. 7) ----------------------------------------------------------------
 
 def _fig7_units(scale: Scale) -> list[Unit]:
-    return [Pretrain("ViT", "L")]
+    return [Pretrain("ViT", "L", seed=seed) for seed in scale.pretrain_seeds]
 
 
 def _fig7_run(wb: Workbench, out: Path) -> dict[str, Any]:
-    run = Pretrain("ViT", "L")
+    """The measures of every pre-training seed (the figures: seed 0's); the result's top level is seed 0's, and
+    `per_seed` holds each seed's measures (rules.py reads them)."""
+    per_seed = [_fig7_model(wb, seed, out) for seed in wb.scale.pretrain_seeds]
+    return {**per_seed[0], "per_seed": [{k: v for k, v in r.items() if k not in ("figures", "markdown")}
+                                        for r in per_seed]}
+
+
+def _fig7_model(wb: Workbench, seed: int, out: Path) -> dict[str, Any]:
+    run = Pretrain("ViT", "L", seed=seed)
     s = wb.pretrain(run)
     model = load_pretrained(s["model_dir"])
     test = glyphs(64, 1000, model.config.img_size[0], 0, "test")
     images = [InspectImage(f"glyph test #{i}", test.get(i)[0], test.classes[int(test.labels[i])]) for i in range(64)]
-    ins = out / "inspect"
+    ins = out / ("inspect" if seed == 0 else f"inspect_seed{seed}")
     summary = inspect_model(model, images, ins, name=f"ViT-L (glyphs, {s['images']:,} images)", progress=False)
     figures = []
     for f in ("embedding_filters.png", "position_embedding_similarity.png", "attention_distance.png"):
-        shutil.copyfile(ins / f, out / f"fig7_{f}")
+        if seed == wb.scale.pretrain_seeds[0]:
+            shutil.copyfile(ins / f, out / f"fig7_{f}")
         figures.append(f"fig7_{f}")
     # position embeddings: similarity to patches in the same row or column vs the others (Fig. 7 centre)
     sim = torch.tensor(json.loads((ins / "position_embedding_similarity.json").read_text())["similarity"])
@@ -205,15 +224,15 @@ def _hires_run(wb: Workbench, out: Path) -> dict[str, Any]:
     res: dict[str, Any] = {}
     for px in (16, 32):
         accs = [wb.finetune(Finetune(src, px, seed))["test_top1"] for seed in wb.scale.finetune_seeds]
-        res[f"{px}px"] = {"accs": accs, "mean": mean_std(accs)[0], "std": mean_std(accs)[1]}
-    png = plots.bars({f"fine-tuned at {k}": (v["mean"], v["std"]) for k, v in res.items()},
-                     "fine-tuning at the pre-training resolution vs 2x (E_pos resampled, §3.2)",
-                     "digits test accuracy (%)", out / "hires.png")
-    lines = ["| fine-tuning resolution | patches | digits test accuracy (mean ± std over seeds) |", "|---|---:|---:|"]
+        res[f"{px}px"] = {"accs": accs, **seeded(accs)}
+    lines = ["| fine-tuning resolution | patches | digits test accuracy (mean [95% CI] over fine-tuning seeds) |",
+             "|---|---:|---:|"]
     for k, v in res.items():
         side = int(k[:-2]) // MODELS["ViT"]["B"]["patch_size"]
-        lines.append(f"| {k} | {side}x{side} | {_pct(v['mean'], v['std'])} |")
-    return {"results": res, "figures": [png], "markdown": "\n".join(lines)}
+        lines.append(f"| {k} | {side}x{side} | {mean_ci(v['accs']).text()} |")
+    gain = paired(res["32px"]["accs"], res["16px"]["accs"])
+    lines.append(f"\n32 px − 16 px, paired by seed (points): {gain.text(signed=True)}")
+    return {"results": res, "markdown": "\n".join(lines)}
 
 
 # -- 5. position-embedding variants (appendix D.4) -----------------------------------------------------
@@ -229,19 +248,16 @@ def _posemb_run(wb: Workbench, out: Path) -> dict[str, Any]:
         sums = [wb.pretrain(Pretrain("ViT", "B", posemb=p, seed=s)) for s in wb.scale.posemb_seeds]
         entry: dict[str, Any] = {}
         for key in (f"digits_test_{k}shot", f"lfw_test_{k}shot"):
-            entry[key] = mean_std([x["final"][key] for x in sums])
-        entry["glyph_test_top1"] = mean_std([x["glyph_test_top1"] for x in sums])
+            entry[key] = seeded([x["final"][key] for x in sums])
+        entry["glyph_test_top1"] = seeded([x["glyph_test_top1"] for x in sums])
         res[p] = entry
     names = {"none": "none", "learn1d": "1-D (default)", "learn2d": "2-D", "relative": "relative"}
-    png = plots.bars({names[p]: v["glyph_test_top1"] for p, v in res.items()},
-                     "position embeddings (appendix D.4): pre-training task accuracy", "glyph test accuracy (%)",
-                     out / "posemb.png")
     lines = [f"| position embedding | glyph test (upstream) | {k}-shot digits | {k}-shot lfw |", "|---|---:|---:|---:|"]
     for p, v in res.items():
-        lines.append(f"| {names[p]} | {_pct(*v['glyph_test_top1'])} | {_pct(*v[f'digits_test_{k}shot'])} | "
-                     f"{_pct(*v[f'lfw_test_{k}shot'])} |")
-    lines.append(f"\nmean ± std over pre-training seeds {list(wb.scale.posemb_seeds)}; few-shot at the last step.")
-    return {"results": res, "figures": [png], "markdown": "\n".join(lines)}
+        cells = [mean_ci(v[m]["values"]).text() for m in ("glyph_test_top1", f"digits_test_{k}shot", f"lfw_test_{k}shot")]
+        lines.append(f"| {names[p]} | " + " | ".join(cells) + " |")
+    lines.append(f"\nmean [95% CI] over pre-training seeds {list(wb.scale.posemb_seeds)}; few-shot at the last step.")
+    return {"results": res, "markdown": "\n".join(lines)}
 
 
 # -- 6. masked patch prediction (§4.6) -----------------------------------------------------------------
@@ -269,14 +285,13 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
     seeds = wb.scale.finetune_seeds
     sup = Pretrain("ViT", "B")
 
-    def finetuned(src: Pretrain | None) -> tuple[float, float]:
-        return mean_std([wb.finetune(Finetune(src, 16, s))["test_top1"] for s in seeds])
+    def finetuned(src: Pretrain | None, steps: int = 0) -> dict[str, Any]:
+        return seeded([wb.finetune(Finetune(src, 16, s, steps=steps))["test_top1"] for s in seeds])
 
     scratch, supervised = finetuned(None), finetuned(sup)
     mpp = {n: finetuned(Pretrain("ViT", "B", steps=n, objective="mpp")) for n in wb.scale.mpp_steps}
     budget = {n: equal_budget_steps(wb.scale, n) for n in wb.scale.mpp_steps}
-    equal = {n: mean_std([wb.finetune(Finetune(None, 16, s, steps=budget[n]))["test_top1"] for s in seeds])
-             for n in wb.scale.mpp_steps}
+    equal = {n: finetuned(None, budget[n]) for n in wb.scale.mpp_steps}
     colour = {n: wb.pretrain(Pretrain("ViT", "B", steps=n, objective="mpp"))["glyph_test_top1"]
               for n in wb.scale.mpp_steps}
     floor = majority_colour(wb.scale)
@@ -284,26 +299,68 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
     fewshot = {n: wb.pretrain(Pretrain("ViT", "B", steps=n, objective="mpp"))["final"][f"digits_test_{k}shot"]
                for n in wb.scale.mpp_steps}
     fewshot_sup = wb.pretrain(sup)["final"][f"digits_test_{k}shot"]
-    png = plots.bars({f"MPP {n} steps": v for n, v in mpp.items()},
-                     "masked patch prediction (§4.6), then fine-tuning on digits", "digits test accuracy (%)",
-                     out / "mpp.png", baselines={"from scratch": scratch,
-                                                 f"supervised pre-training ({sup.steps or wb.scale.steps} steps)": supervised})
     lines = ["| initialisation | digits test accuracy after fine-tuning (mean ± std over seeds) | vs scratch | "
              "from scratch with the same total compute | vs that | masked-colour test accuracy (majority colour: "
              f"{_pct(floor)}) | {k}-shot digits of the frozen features |", "|---|---:|---:|---:|---:|---:|---:|",
-             f"| from scratch ({wb.scale.finetune_steps} steps) | {_pct(*scratch)} | | | | | |"]
+             f"| from scratch ({wb.scale.finetune_steps} steps) | {_ci(scratch)} | | | | | |"]
     for n, v in mpp.items():
-        lines.append(f"| MPP, {n} steps on glyphs | {_pct(*v)} | {100 * (v[0] - scratch[0]):+.1f} | "
-                     f"{_pct(*equal[n])} ({budget[n]} steps) | {100 * (v[0] - equal[n][0]):+.1f} | {_pct(colour[n])} | "
-                     f"{_pct(fewshot[n])} |")
-    lines.append(f"| supervised on glyphs, {sup.steps or wb.scale.steps} steps | {_pct(*supervised)} | "
-                 f"{100 * (supervised[0] - scratch[0]):+.1f} | | | | {_pct(fewshot_sup)} |")
-    first_gain = next((n for n, v in mpp.items() if v[0] - v[1] > scratch[0] + scratch[1]), None)
+        lines.append(f"| MPP, {n} steps on glyphs | {_ci(v)} | {_ci(v, scratch)} | {_ci(equal[n])} ({budget[n]} steps) "
+                     f"| {_ci(v, equal[n])} | {_pct(colour[n])} | {_pct(fewshot[n])} |")
+    lines.append(f"| supervised on glyphs, {sup.steps or wb.scale.steps} steps | {_ci(supervised)} | "
+                 f"{_ci(supervised, scratch)} | | | | {_pct(fewshot_sup)} |")
+    lines.append("\nmean [95% CI] over fine-tuning seeds; differences paired by fine-tuning seed (points)")
+    first_gain = next((n for n, v in mpp.items() if paired(v["values"], scratch["values"]).lo > 0), None)
     return {"scratch": scratch, "supervised": supervised, "mpp": {str(n): v for n, v in mpp.items()},
             "equal_budget_scratch": {str(n): {"steps": budget[n], "top1": equal[n]} for n in budget},
             "masked_colour_test": {str(n): v for n, v in colour.items()}, "majority_colour": floor,
             "fewshot": {"supervised": fewshot_sup, **{f"mpp_{n}": v for n, v in fewshot.items()}},
-            "mpp_pays_from_steps": first_gain, "figures": [png], "markdown": "\n".join(lines)}
+            "mpp_pays_from_steps": first_gain, "markdown": "\n".join(lines)}
+
+
+# -- 8. class token vs global average pooling (appendix D.3) ------------------------------------------
+
+POOLINGS = ("token", "gap")
+LR_EXTEND = 2  # rates added past an edge of a sweep that wins there, per side (crossover.extension)
+
+
+def _pooling_run_lr(scale: Scale, lr: float) -> float:
+    return 0.0 if lr == scale.lrs["ViT"] else lr  # the scale's own rate: the same unit as experiments 1-5's ViT-B
+
+
+def _pooling_units(scale: Scale) -> list[Unit]:
+    return [Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(scale, lr)) for p in POOLINGS for lr in scale.pooling_lrs]
+
+
+def _pooling_run(wb: Workbench, out: Path) -> dict[str, Any]:
+    """Each pooling's rate picked on the bracketed grid by 5-shot digits dev (seed 0), then every pre-training seed
+    at that rate; the 5-shot digits test accuracy at the dev-selected early-stopping step, and upstream accuracy."""
+    sc, key = wb.scale, f"digits_dev_{wb.scale.select_shots}shot"
+    sweeps, picks, res = {}, {}, {}
+    for p in POOLINGS:
+        def dev(lr: float, p: str = p) -> dict[str, float]:
+            s = wb.pretrain(Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, lr)))
+            return {"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]}
+
+        sweep = [dev(lr) for lr in sc.pooling_lrs]
+        while (lr := extension(sweep, sc.pooling_lrs, LR_EXTEND)) is not None:
+            sweep.append(dev(lr))
+        sweeps[p] = sorted(sweep, key=lambda r: r["lr"])
+        picks[p] = max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
+        runs = [wb.pretrain(Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, picks[p]), seed=s))
+                for s in sc.pretrain_seeds]
+        res[p] = {m: seeded([r["best"][m] if m != "glyph_test_top1" else r[m] for r in runs])
+                  for m in (f"digits_test_{sc.select_shots}shot", "glyph_test_top1")}
+    k = sc.select_shots
+    lines = [f"| pooling | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
+             "|---|---:|---:|---:|"]
+    for p in POOLINGS:
+        lines.append(f"| {p} | {picks[p]:g} | {_ci(res[p][f'digits_test_{k}shot'])} | {_ci(res[p]['glyph_test_top1'])} |")
+    lines += ["", f"gap − token, paired by pre-training seed (points): {k}-shot digits "
+              f"{_ci(res['gap'][f'digits_test_{k}shot'], res['token'][f'digits_test_{k}shot'])}; glyph test "
+              f"{_ci(res['gap']['glyph_test_top1'], res['token']['glyph_test_top1'])}",
+              "", "Learning-rate sweeps (5-shot digits dev, seed 0): " + "; ".join(
+                  f"{p}: " + ", ".join(f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in sw) for p, sw in sweeps.items())]
+    return {"results": res, "lr": picks, "lr_sweeps": sweeps, "markdown": "\n".join(lines)}
 
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
@@ -321,6 +378,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                "embeddings perform about the same", _posemb_units, _posemb_run),
     Experiment("mpp", "§4.6: self-supervised masked patch prediction improves on training from scratch "
                "(+2% on ImageNet) but stays behind supervised pre-training (-4%)", _mpp_units, _mpp_run),
+    Experiment("pooling", "appendix D.3: a class token and global average pooling (no class token) work equally well, "
+               "given each its own learning rate", _pooling_units, _pooling_run),
     Experiment("crossover", "§4.2, Fig. 3-5: with enough pre-training data and compute the ViT overtakes the "
                "ResNet of comparable compute (ViT-B/32 vs ResNet50: behind on 9M JFT images, ahead from 90M)",
                lambda scale: [], None),
@@ -352,22 +411,37 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
             else:
                 ran = exp.run(wb, folder)
             res = {"experiment": n, "claim": exp.claim, "scale": scale.name if exp.run else crossover.name, **ran}
-            atomic_write_text(folder / "result.json", json.dumps(res, indent=2, default=_json_default) + "\n")
+            res = json.loads(json.dumps(res, default=_json_default))  # the figures see exactly what the JSON holds
+            res["figures"] = plots.draw(n, res, folder)
+            atomic_write_text(folder / "result.json", json.dumps(res, indent=2) + "\n")
             results[n] = res
             if wb.bar is not None:
                 wb.bar.write(f"{n}: done -> {folder}/")
     finally:
         wb.close()
-    summary_path = Path(out) / "SUMMARY.md"
-    parts = [f"# vitkit reproduce ({scale.name} scale)\n"]
-    for n in EXPERIMENTS:  # every experiment of this folder that has a result, newest results included
-        path = Path(out) / n / "result.json"
-        if n in results or path.is_file():
-            res = results.get(n) or json.loads(path.read_text())
-            figs = " ".join(f"![{f}]({n}/{f})" for f in res["figures"])
-            parts.append(f"## {n}\n\nPaper: {res['claim']}.\n\n{res['markdown']}\n\n{figs}\n")
-    atomic_write_text(summary_path, "\n".join(parts))
+    # every experiment of this folder that has a result (earlier runs' included), rules and verdicts recomputed
+    found = {n: json.loads((Path(out) / n / "result.json").read_text()) for n in EXPERIMENTS
+             if (Path(out) / n / "result.json").is_file()}
+    write_summary(found, Path(out) / "SUMMARY.md", lambda n, f: f"{n}/{f}", f"vitkit reproduce ({scale.name} scale)")
     return results
+
+
+def redraw(json_dir: str | Path, figure_dir: str | Path | None = None) -> dict[str, list[str]]:
+    """Redraw every figure and SUMMARY.md from the result JSON in `json_dir` (no training): figures into
+    `figure_dir` (default: beside the JSON), `json_dir`/SUMMARY.md with links relative to it. fig7's figures are
+    `vitkit inspect`'s and are not redrawn (they need the model). Returns {experiment: figure files}."""
+    json_dir = Path(json_dir)
+    figs_at = Path(figure_dir) if figure_dir is not None else json_dir
+    results = load_results(json_dir)
+    drawn = {}
+    for n, res in results.items():
+        drawn[n] = plots.draw(n, res, figs_at)
+        if n == "fig4":
+            glyph_samples(SCALES[res["scale"]], figs_at / "glyph_samples.png")
+    summary = json_dir / "SUMMARY.md"
+    write_summary(results, summary, lambda n, f: os.path.relpath(figs_at / f, summary.parent),
+                  "vitkit reproduce: the committed results")
+    return drawn
 
 
 def _json_default(o: Any) -> Any:

@@ -1,7 +1,16 @@
-"""The figures of `vitkit reproduce` (PNG via matplotlib), one function per experiment."""
+"""The figures of `vitkit reproduce` (PNG via matplotlib), drawn from each experiment's result JSON alone.
+
+`draw(name, result, folder)` is what a run calls after writing its result.json, and what `vitkit reproduce
+--redraw` calls on committed JSON: a figure never holds a number its JSON does not. Honesty rules for every
+figure: bar charts start at zero; a line plot whose accuracy axis does not start at zero says so in its axis
+label; error bars are drawn only where there are seeds (95% t-interval over pre-training or fine-tuning seeds,
+stats.py), and the legend or title says what they are; a curve of one seed has no error bars and says so.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +19,10 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+from vitkit.reproduce.rules import crossover_rows, legacy_seeds  # noqa: E402
+from vitkit.reproduce.stats import Estimate, mean_ci, paired, stored  # noqa: E402
 
 MARKERS = {"ViT": "o", "ResNet": "s", "Hybrid": "^"}
 COLORS = {"ViT": "tab:blue", "ResNet": "tab:orange", "Hybrid": "tab:green"}
@@ -22,140 +35,298 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
-def _log_x_accuracy(ax: Any, xlabel: str, title: str) -> None:
-    ax.set_xscale("log")
+def _short(x: float) -> str:
+    """A tick label that fits: 20k, 1M for counts, 2e12 for FLOPs."""
+    if x >= 1e9:
+        m, e = f"{x:.0e}".split("e")
+        return f"{m}e{int(e)}"
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return f"{x / div:g}{suffix}"
+    return f"{x:g}"
+
+
+def _finish_axis(ax: Any, xlabel: str, title: str, log_x: bool = True, ylabel: str = "accuracy (%)") -> None:
+    """Labels, readable log ticks (decades labelled, minor ticks unlabelled: no overprinting) and, where the y axis
+    does not start at zero, a label that says where it starts."""
+    if log_x:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("accuracy (%)")
+    lo = ax.get_ylim()[0]
+    ax.set_ylabel(ylabel if lo <= 0 else f"{ylabel}\n(axis cut: starts at {lo:.0f})")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
 
 
-def data_size(rows: list[dict[str, Any]], shots: int, path: Path,
-              untrained: dict[str, dict[str, float]] | None = None) -> str:
+def _seed_groups(rows: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], Any], metric: str
+                 ) -> dict[Any, Estimate]:
+    """Rows grouped by `key`, each group's metric over its seeds (one value per seed)."""
+    groups: dict[Any, dict[int, float]] = defaultdict(dict)
+    for r in rows:
+        if r.get(metric) is not None:
+            groups[key(r)][int(r.get("seed", 0))] = r[metric]
+    return {k: mean_ci(list(v.values())) for k, v in groups.items()}
+
+
+def _curve(ax: Any, xs: Sequence[float], ests: Sequence[Estimate], label: str, **kw: Any) -> None:
+    """A line of means; with seeds (n >= 2 everywhere) its 95% t-intervals as error bars, named in the label."""
+    y = [100 * e.mean for e in ests]
+    if all(e.n >= 2 for e in ests):
+        err = [[100 * (e.mean - e.lo) for e in ests], [100 * (e.hi - e.mean) for e in ests]]
+        n = min(e.n for e in ests)
+        ax.errorbar(xs, y, yerr=err, capsize=3, label=f"{label} (95% CI, {n}+ seeds)", **kw)
+    else:
+        ax.plot(xs, y, label=f"{label} (1 seed, no error bars)" if max(e.n for e in ests) == 1 else label, **kw)
+
+
+# -- experiments 1 and 2: data size and compute ------------------------------------------------------------
+
+def data_size(res: dict[str, Any], path: Path) -> str:
     """Fig. 3/4: transfer accuracy against the number of pre-training images, one line per family (dotted:
     the family's untrained network, where the panel has a figure for it)."""
-    panels = [("finetune_top1", "fine-tuned digits accuracy (Fig. 3)"),
-              (f"digits_test_{shots}shot", f"{shots}-shot linear, digits (Fig. 4)"),
-              (f"lfw_test_{shots}shot", f"{shots}-shot linear, lfw faces"),
-              ("glyph_test_top1", "pre-training task: glyph test accuracy")]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
+    rows, untrained = res["rows"], res.get("untrained") or {}
+    panels = [("finetune_top1", "fine-tuned digits accuracy (Fig. 3)"), ("digits_test_5shot", "5-shot linear, digits (Fig. 4)"),
+              ("lfw_test_5shot", "5-shot linear, lfw faces"), ("glyph_test_top1", "pre-training task: glyph test accuracy")]
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
     for ax, (key, title) in zip(axes, panels):
         for fam in MARKERS:
-            pts = sorted((r["images"], r[key], r.get(f"{key}_std", 0.0)) for r in rows if r["family"] == fam)
-            if not pts:
+            est = _seed_groups([r for r in rows if r["family"] == fam], lambda r: r["images"], key)
+            if not est:
                 continue
-            x, y, e = zip(*pts)
-            ax.errorbar(x, [100 * v for v in y], yerr=[100 * v for v in e], marker=MARKERS[fam], color=COLORS[fam],
-                        label=fam, capsize=3)
-            if untrained and key in untrained.get(fam, {}):
+            xs = sorted(est)
+            _curve(ax, xs, [est[x] for x in xs], fam, marker=MARKERS[fam], color=COLORS[fam])
+            if key in untrained.get(fam, {}):
                 ax.axhline(100 * untrained[fam][key], color=COLORS[fam], linestyle=":", linewidth=1)
-        _log_x_accuracy(ax, "pre-training images", title)
-    axes[0].legend()
+        _finish_axis(ax, "pre-training images", title)
+    axes[0].legend(fontsize=7)
     if untrained:
         axes[1].text(0.02, 0.02, "dotted: untrained network", transform=axes[1].transAxes, fontsize=8)
     return _save(fig, path)
 
 
-def compute(rows: list[dict[str, Any]], shots: int, path: Path) -> str:
-    """Fig. 5: transfer accuracy against pre-training compute, one marker shape per family."""
-    panels = [("finetune_top1", "fine-tuned digits accuracy"), (f"avg_{shots}shot", f"{shots}-shot linear, mean of "
-                                                                                    "digits and lfw")]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+def compute(res: dict[str, Any], path: Path) -> str:
+    """Fig. 5: transfer accuracy against pre-training compute, one line per family over its sizes (S, B, L),
+    hybrids included."""
+    rows = res["rows"]
+    panels = [("finetune_top1", "fine-tuned digits accuracy"), ("avg_5shot", "5-shot linear, mean of digits and lfw")]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     for ax, (key, title) in zip(axes, panels):
         for fam in MARKERS:
-            pts = sorted((r["train_flops"], r[key], r["size"]) for r in rows if r["family"] == fam)
-            if not pts:
+            fam_rows = [r for r in rows if r["family"] == fam]
+            est = _seed_groups(fam_rows, lambda r: r["size"], key)
+            if not est:
                 continue
-            x, y, sizes = zip(*pts)
-            ax.plot(x, [100 * v for v in y], marker=MARKERS[fam], color=COLORS[fam], label=fam, markersize=8)
-            for xi, yi, s in zip(x, y, sizes):
-                ax.annotate(s, (xi, 100 * yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        _log_x_accuracy(ax, "pre-training compute (FLOPs)", title)
-    axes[0].legend()
+            flops = {r["size"]: r["train_flops"] for r in fam_rows}
+            sizes = sorted(est, key=lambda s: flops[s])
+            _curve(ax, [flops[s] for s in sizes], [est[s] for s in sizes], fam, marker=MARKERS[fam],
+                   color=COLORS[fam], markersize=8)
+            for s in sizes:
+                ax.annotate(s, (flops[s], 100 * est[s].mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        _finish_axis(ax, "pre-training compute (FLOPs)", title)
+    axes[0].legend(fontsize=7)
     return _save(fig, path)
 
 
-def bars(groups: dict[str, tuple[float, float]], title: str, ylabel: str, path: Path,
-         baselines: dict[str, tuple[float, float]] | None = None) -> str:
-    """Mean +- std bars (accuracies in [0, 1], drawn in %), with optional horizontal reference bands."""
-    fig, ax = plt.subplots(figsize=(1.4 * len(groups) + 2.5, 3.8))
-    names = list(groups)
-    ax.bar(names, [100 * groups[n][0] for n in names], yerr=[100 * groups[n][1] for n in names], capsize=4,
-           color="tab:blue", alpha=0.8)
-    for i, n in enumerate(names):
-        ax.annotate(f"{100 * groups[n][0]:.1f}", (i, 100 * groups[n][0]), ha="center", va="bottom",
-                    textcoords="offset points", xytext=(0, 3), fontsize=8)
-    for (label, (m, s)), color in zip((baselines or {}).items(), ("tab:red", "tab:green", "tab:gray")):
-        ax.axhline(100 * m, color=color, linestyle="--", label=f"{label}: {100 * m:.1f} +- {100 * s:.1f}")
-        ax.axhspan(100 * (m - s), 100 * (m + s), color=color, alpha=0.12)
-    if baselines:
-        ax.legend(fontsize=8, loc="lower right")
-    lo = min([groups[n][0] - groups[n][1] for n in names] + [m - s for m, s in (baselines or {}).values()])
-    ax.set_ylim(max(0.0, 100 * lo - 10), 100)
+# -- bars: experiments 4, 5, 6 ---------------------------------------------------------------------------
+
+def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]], title: str, ylabel: str, path: Path,
+         baselines: dict[str, Estimate] | None = None, differences: dict[str, Estimate] | None = None,
+         difference_title: str = "") -> str:
+    """Grouped bars from zero (accuracies in [0, 1], drawn in %): one group per category, one bar per series, the
+    95% t-interval as error bar and each seed as a dot where known; optional horizontal reference lines (with their
+    interval as a band) and a second panel of differences (points, 95% interval, a line at zero)."""
+    ncols = 2 if differences else 1
+    fig, axs = plt.subplots(1, ncols, figsize=(1.2 * len(categories) * len(series) + 3.5 + 3.5 * (ncols - 1), 4.4),
+                            gridspec_kw={"width_ratios": [3, 1.3]} if differences else None)
+    ax = axs[0] if differences else axs
+    width = 0.8 / len(series)
+    colors = ("tab:blue", "tab:purple", "tab:cyan", "tab:olive")
+    ns = set()
+    for j, (name, ests) in enumerate(series.items()):
+        for i, e in enumerate(ests):
+            if e is None:
+                continue
+            x = i + (j - (len(series) - 1) / 2) * width
+            ax.bar(x, 100 * e.mean, width * 0.95, color=colors[j % len(colors)], alpha=0.8,
+                   label=name if i == next(k for k, v in enumerate(ests) if v is not None) else None)
+            if e.n >= 2:
+                ns.add(e.n)
+                ax.errorbar(x, 100 * e.mean, yerr=[[100 * (e.mean - e.lo)], [100 * (e.hi - e.mean)]], color="k",
+                            capsize=4)
+            if e.values:
+                ax.scatter([x] * len(e.values), [100 * v for v in e.values], color="k", s=9, zorder=3)
+            ax.annotate(f"{100 * e.mean:.1f}", (x, 100 * e.mean), ha="center", va="bottom", textcoords="offset points",
+                        xytext=(8, 3), fontsize=8)
+    for (label, e), color in zip((baselines or {}).items(), ("tab:red", "tab:green", "tab:gray")):
+        ax.axhline(100 * e.mean, color=color, linestyle="--", label=f"{label}: {e.text()}")
+        if e.n >= 2:
+            ax.axhspan(100 * e.lo, 100 * e.hi, color=color, alpha=0.12)
+    ax.set_xticks(range(len(categories)), categories, fontsize=8)
+    ax.set_ylim(0, 100)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    what = f"error bars / bands: 95% t-interval over {'/'.join(map(str, sorted(ns)))} seeds; dots: seeds" if ns else \
+        "one seed: no error bars"
+    ax.set_title(f"{title}\n({what})", fontsize=9)
     ax.grid(alpha=0.3, axis="y")
-    plt.setp(ax.get_xticklabels(), rotation=15, ha="right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    if differences:
+        d = axs[1]
+        names = list(differences)
+        for i, n in enumerate(names):
+            e = differences[n]
+            if e.n >= 2 and not np.isnan(e.lo):
+                d.errorbar(i, 100 * e.mean, yerr=[[100 * (e.mean - e.lo)], [100 * (e.hi - e.mean)]], fmt="o",
+                           color="k", capsize=4)
+            else:
+                d.plot(i, 100 * e.mean, "o", color="k")
+            if e.p is not None:
+                d.annotate(f"p={e.p:.2g}", (i, 100 * e.mean), textcoords="offset points", xytext=(6, 0), fontsize=8)
+        d.axhline(0, color="gray", linewidth=1)
+        d.set_xticks(range(len(names)), names, fontsize=8)
+        d.set_xlim(-0.6, len(names) - 0.4)
+        d.set_ylabel("difference (points)")
+        d.set_title(difference_title or "difference, 95% interval", fontsize=9)
+        d.grid(alpha=0.3, axis="y")
     return _save(fig, path)
+
+
+def hires(res: dict[str, Any], path: Path) -> str:
+    """§3.2: fine-tuned accuracy at the pre-training resolution and at 2x, and their paired difference."""
+    r = res["results"]
+    est = {k: mean_ci(v["accs"]) for k, v in r.items()}
+    return bars(list(est), {"digits test accuracy": list(est.values())},
+                "fine-tuning at the pre-training resolution vs 2x (E_pos resampled, §3.2)", "digits test accuracy (%)",
+                path, differences={"32 px − 16 px": paired(r["32px"]["accs"], r["16px"]["accs"])},
+                difference_title="paired by fine-tuning seed")
+
+
+def posemb(res: dict[str, Any], path: Path, seeds: int) -> str:
+    """Appendix D.4: the pre-training task and 5-shot digits for each position-embedding variant."""
+    names = {"none": "none", "learn1d": "1-D (default)", "learn2d": "2-D", "relative": "relative"}
+    r = res["results"]
+    series = {m: [stored(r[p][m], seeds) for p in names] for m in ("glyph_test_top1", "digits_test_5shot")}
+    return bars([names[p] for p in names], {"glyph test (upstream)": series["glyph_test_top1"],
+                                            "5-shot digits": series["digits_test_5shot"]},
+                "position embeddings (appendix D.4)", "accuracy (%)", path)
+
+
+def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
+    """§4.6: fine-tuned accuracy after MPP of each length, beside from-scratch training given the same total
+    compute; from scratch (the usual steps) and supervised pre-training as reference lines."""
+    lengths = sorted(res["mpp"], key=int)
+    return bars([f"{int(n):,} MPP steps" for n in lengths],
+                {"MPP, then fine-tuning": [stored(res["mpp"][n], seeds) for n in lengths],
+                 "from scratch, same total compute": [stored(res["equal_budget_scratch"][n]["top1"], seeds)
+                                                      for n in lengths]},
+                "masked patch prediction (§4.6), then fine-tuning on digits", "digits test accuracy (%)", path,
+                baselines={"from scratch, usual steps": stored(res["scratch"], seeds),
+                           "supervised pre-training": stored(res["supervised"], seeds)})
+
+
+def pooling(res: dict[str, Any], path: Path) -> str:
+    """Appendix D.3: class token vs global average pooling, each at its own picked rate, and their paired difference."""
+    r = res["results"]
+    metrics = {"digits_test_5shot": "5-shot digits", "glyph_test_top1": "glyph test (upstream)"}
+    return bars([f"{p} (lr {res['lr'][p]:g})" for p in r], {name: [mean_ci(r[p][m]["values"]) for p in r]
+                                                            for m, name in metrics.items()},
+                "class token vs global average pooling (appendix D.3)", "accuracy (%)", path,
+                differences={f"gap − token, {name}": paired(r["gap"][m]["values"], r["token"][m]["values"])
+                             for m, name in metrics.items()}, difference_title="paired by pre-training seed")
 
 
 def samples(images: Any, labels: Any, classes: int, per_class: int, path: Path, title: str) -> str:
-    """A grid of images (N, 1, H, W uint8): `per_class` examples (rows) of the first `classes` classes (columns)."""
+    """A grid of images (N, 1, H, W uint8): `per_class` examples (rows) of each of the first `classes` classes that
+    have that many (columns): no empty cell."""
+    labels = np.asarray(labels)
+    full = [c for c in np.unique(labels) if (labels == c).sum() >= per_class][:classes]
+    if len(full) < classes:
+        raise ValueError(f"only {len(full)} classes have {per_class} images among {len(labels)}; draw more images")
     fig, axes = plt.subplots(per_class, classes, figsize=(classes * 0.9, per_class * 0.9 + 0.4))
-    for c in range(classes):
-        idx = [i for i, y in enumerate(labels) if y == c][:per_class]
+    for col, c in enumerate(full):
+        idx = np.flatnonzero(labels == c)[:per_class]
         for r in range(per_class):
-            ax = axes[r, c]
+            ax = axes[r, col]
             ax.axis("off")
-            if r < len(idx):
-                ax.imshow(images[idx[r], 0], cmap="gray", vmin=0, vmax=255)
+            ax.imshow(images[idx[r], 0], cmap="gray", vmin=0, vmax=255)
     fig.suptitle(title, fontsize=9)
     return _save(fig, path)
 
+
+# -- experiment 7: the crossover -----------------------------------------------------------------------------
 
 CROSSOVER_METRICS = {"glyph_test_top1": "pre-training task: glyph test", "digits_test_5shot": "5-shot linear, digits",
                      "avg_5shot": "5-shot linear, mean of digits and lfw"}
 
 
-def crossover_data(res: dict[str, Any], schedules: Any, path: Path) -> str:
+def crossover_data(res: dict[str, Any], path: Path) -> str:
     """Experiment 7: accuracy against pre-training images, one line per family and schedule length (darker:
-    longer), mean +- std over seeds; a crossing of the two families at a schedule is marked by a dotted line."""
-    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.2 * len(CROSSOVER_METRICS), 4.2))
+    longer); error bars (95% t-interval) only where a point has seeds."""
+    rows = crossover_rows(res)
+    schedules = sorted({r["steps"] for r in rows})
+    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 4.6))
     shades = np.linspace(0.35, 1.0, len(schedules))
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
         for t, a in zip(schedules, shades):
             for fam in ("ViT", "ResNet"):
-                c = res["curves"].get(f"{fam}/{t}/{m}")
-                if c is None:
+                sub = [r for r in rows if r["family"] == fam and r["steps"] == t]
+                est = _seed_groups(sub, lambda r: r["images"], m)
+                if not est:
                     continue
-                ax.errorbar(c["images"], [100 * v for v in c["mean"]], yerr=[100 * v for v in c["std"]], color=COLORS[fam],
-                            alpha=float(a), marker=MARKERS[fam], capsize=3, label=f"{fam}, {t:,} steps")
-            x = res["by_data"][f"{t}/{m}"]["crossing"]
-            if x is not None:
-                ax.axvline(x, color="k", linestyle=":", alpha=float(a), linewidth=1)
-        _log_x_accuracy(ax, "pre-training images", title)
-    axes[0].legend(fontsize=7)
-    axes[-1].text(0.02, 0.02, "dotted vertical: ViT overtakes ResNet", transform=axes[-1].transAxes, fontsize=7)
+                xs = sorted(est)
+                _curve(ax, xs, [est[x] for x in xs], f"{fam}, {t:,} steps", color=COLORS[fam], alpha=float(a),
+                       marker=MARKERS[fam])
+        _finish_axis(ax, "pre-training images", title)
+    axes[0].legend(fontsize=6)
     return _save(fig, path)
 
 
 def crossover_compute(res: dict[str, Any], path: Path) -> str:
-    """Experiment 7: accuracy against pre-training FLOPs; dots: every run (all data sizes and seeds), lines: each
-    family's frontier (best over data sizes, mean over seeds) at each schedule length."""
-    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.2 * len(CROSSOVER_METRICS), 4.2))
+    """Experiment 7: accuracy against pre-training FLOPs; faint dots: every run; lines: each family at the largest
+    data size over its schedule lengths (a fixed point named in advance, not a maximum over data sizes)."""
+    rows = crossover_rows(res)
+    big = max(r["images"] for r in rows)
+    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 4.6))
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
         for fam in ("ViT", "ResNet"):
-            pts = [(r["train_flops"], r[m]) for r in res["rows"] if r["family"] == fam and m in r]
+            pts = [(r["train_flops"], r[m]) for r in rows if r["family"] == fam and m in r]
             if pts:
                 ax.scatter([p[0] for p in pts], [100 * p[1] for p in pts], color=COLORS[fam], marker=MARKERS[fam],
                            alpha=0.25, s=14)
-            f = res["frontier"].get(f"{fam}/{m}")
-            if f is not None:
-                ax.errorbar(f["flops"], [100 * v for v in f["mean"]], yerr=[100 * v for v in f["std"]],
-                            color=COLORS[fam], marker=MARKERS[fam], capsize=3, label=f"{fam}: best over data sizes")
-        x = res["by_compute"][m]["crossing"]
-        if x is not None:
-            ax.axvline(x, color="k", linestyle=":", linewidth=1)
-        _log_x_accuracy(ax, "pre-training compute (FLOPs)", title)
+            est = _seed_groups([r for r in rows if r["family"] == fam and r["images"] == big],
+                               lambda r: r["train_flops"], m)
+            if est:
+                xs = sorted(est)
+                _curve(ax, xs, [est[x] for x in xs], f"{fam}, {big:,} images", color=COLORS[fam],
+                       marker=MARKERS[fam])
+        _finish_axis(ax, "pre-training compute (FLOPs)", title)
     axes[0].legend(fontsize=7)
+    axes[-1].text(0.02, 0.02, "faint dots: every run (all data sizes)", transform=axes[-1].transAxes, fontsize=7)
     return _save(fig, path)
+
+
+def draw(name: str, res: dict[str, Any], folder: Path) -> list[str]:
+    """Draw experiment `name`'s figures from its result JSON into `folder`; returns their file names. fig7's figures are
+    `vitkit inspect`'s own (copied by the run), and fig4's glyph samples are drawn from the data: both are listed,
+    not redrawn."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if name == "fig4":
+        return [data_size(res, folder / "fig4_data_size.png"), "glyph_samples.png"]
+    if name == "fig5":
+        return [compute(res, folder / "fig5_compute.png")]
+    if name == "hires":
+        return [hires(res, folder / "hires.png")]
+    if name == "posemb":
+        return [posemb(res, folder / "posemb.png", legacy_seeds(res, "posemb_seeds"))]
+    if name == "mpp":
+        return [mpp(res, folder / "mpp.png", legacy_seeds(res, "finetune_seeds"))]
+    if name == "pooling":
+        return [pooling(res, folder / "pooling.png")]
+    if name == "crossover":
+        return [crossover_data(res, folder / "crossover_data.png"), crossover_compute(res, folder / "crossover_compute.png")]
+    if name == "fig7":
+        return list(res["figures"])
+    raise ValueError(f"no figures for experiment {name!r}")

@@ -35,6 +35,7 @@ from vitkit.utils.atomic import atomic_write_text
 
 UNIT_FILE = "unit.json"
 STATE_FILE = "reproduce.json"
+SEED_KEYS = ("pretrain_seeds", "posemb_seeds")  # Scale fields a folder may grow along
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,11 @@ class Workbench:
                 raise ValueError(f"{path}: not readable JSON ({e}); choose another --out") from e
             # a key a later vitkit added to Scale reads as its default in a folder written before it
             scale = {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}
-            if scale != json.loads(json.dumps(doc["scale"])):
+            want = json.loads(json.dumps(doc["scale"]))
+            for k in SEED_KEYS:  # more seeds only add units (each named by its seed): the folder's units still hold
+                scale.pop(k, None)
+                want.pop(k, None)
+            if scale != want:
                 raise ValueError(f"{self.out} holds a reproduction at scale {saved.get('scale', {}).get('name')!r} "
                                  f"with other settings; choose another --out (this run is {self.scale.name!r})")
             if saved.get("device", "cpu") != doc["device"]:
@@ -157,7 +162,7 @@ class Workbench:
         flops = model_flops(model)
         tcfg = TrainConfig.from_dict(json.loads((out / "train_config.json").read_text()))
         summary = {
-            "name": run.name(self.scale), "family": run.family, "size": run.size, "posemb": run.posemb,
+            "name": run.name(self.scale), "family": run.family, "size": run.size, "posemb": run.posemb, "pooling": run.pooling,
             "objective": run.objective, "images": run.images or self.scale.glyph_images, "steps": tcfg.steps,
             "seed": run.seed, "lr": run.lr or self.scale.lrs[run.family],
             "params": sum(p.numel() for p in model.parameters()),
@@ -165,7 +170,7 @@ class Workbench:
             "train_flops": 3 * flops * tcfg.batch_size * tcfg.steps,  # forward + backward, every image of every step
             "train_s": result["train_s"], "glyph_test_top1": (result.get("test") or {}).get("top1"),
             "curve": curve, "best": best, "final": curve[-1] if curve else {}, "model_dir": str(out / "model"),
-            "config": {"model": model_section(run.family, run.size, run.posemb)},
+            "config": {"model": model_section(run.family, run.size, run.posemb, run.pooling)},
         }
         return self._finish(run, summary, trained)
 

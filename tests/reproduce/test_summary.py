@@ -1,0 +1,112 @@
+"""The reproduction's documents cannot lie about their files: SUMMARY.md is exactly what the committed JSON gives,
+every link and image of REPRODUCTION.md and SUMMARY.md exists, and the figures follow the honesty rules."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from vitkit.cli import main
+from vitkit.reproduce import plots
+from vitkit.reproduce.stats import mean_ci
+from vitkit.reproduce.summary import ORDER, load_results, summary_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "reproduce"
+FIGURES = ROOT / "docs" / "reproduction"
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _links(md: Path) -> list[str]:
+    return [t for t in LINK.findall(md.read_text()) if not re.match(r"[a-z]+://|#|mailto:", t)]
+
+
+@pytest.mark.parametrize("doc", ["REPRODUCTION.md", "benchmarks/results/reproduce/SUMMARY.md"])
+def test_every_link_and_image_of_the_reproduction_documents_exists(doc: str) -> None:
+    md = ROOT / doc
+    links = _links(md)
+    assert links, f"{doc} links nothing"
+    missing = [t for t in links if not (md.parent / t.split("#")[0]).exists()]
+    assert not missing, f"{doc}: links to missing files {missing}"
+
+
+def test_the_committed_summary_is_what_the_committed_json_gives() -> None:
+    summary = RESULTS / "SUMMARY.md"
+    want = summary_markdown(load_results(RESULTS), lambda n, f: os.path.relpath(FIGURES / f, summary.parent),
+                            "vitkit reproduce: the committed results")
+    assert summary.read_text() == want, ("benchmarks/results/reproduce/SUMMARY.md is stale: run `vitkit reproduce "
+                                         "--redraw benchmarks/results/reproduce --figures docs/reproduction`")
+    results = load_results(RESULTS)
+    assert set(results) == set(ORDER) - {"pooling"}  # appendix D.3 is built but not yet run at full scale
+    for n, res in results.items():  # every committed result has a verdict line and its figures, each file present
+        assert f"| {n} | " in want
+        assert all((FIGURES / f).is_file() for f in res["figures"])
+
+
+def test_redraw_writes_figures_and_summary_from_json_alone(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    src = tmp_path / "json"
+    src.mkdir()
+    for n in ("hires", "mpp", "crossover"):
+        (src / f"{n}.json").write_text((RESULTS / f"{n}.json").read_text())
+    assert main(["reproduce", "--redraw", str(src), "--figures", str(tmp_path / "figs"), "--no-progress"]) == 0
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        "crossover_compute.png", "crossover_data.png", "hires.png", "mpp.png"]
+    text = (src / "SUMMARY.md").read_text()
+    assert "| mpp | partly reproduces |" in text and "![hires.png](../figs/hires.png)" in text
+    assert main(["reproduce", "--redraw", str(tmp_path / "nothing")]) == 2
+    assert "no experiment result" in capsys.readouterr().err
+    assert main(["reproduce", "fig4", "--figures", str(tmp_path)]) == 2
+
+
+def test_axes_start_at_zero_or_say_where_they_are_cut(tmp_path: Path) -> None:
+    rows = [{"family": f, "images": n, "seed": s, "m": 0.8 + 0.01 * s + (0.05 if f == "ViT" else 0)}
+            for f in ("ViT", "ResNet") for n in (1000, 10_000) for s in range(3)]
+    fig, ax = plt.subplots()
+    for fam in ("ViT", "ResNet"):
+        est = plots._seed_groups([r for r in rows if r["family"] == fam], lambda r: r["images"], "m")
+        plots._curve(ax, sorted(est), [est[x] for x in sorted(est)], fam)
+    plots._finish_axis(ax, "images", "t")
+    lo = ax.get_ylim()[0]
+    assert lo > 0 and f"axis cut: starts at {lo:.0f}" in ax.get_ylabel()
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["ViT (95% CI, 3+ seeds)", "ResNet (95% CI, 3+ seeds)"]  # error bars drawn and named
+    assert plots._short(2e12) == "2e12" and plots._short(20_000) == "20k" and plots._short(1e6) == "1M"
+    plt.close(fig)
+    one = [r for r in rows if r["seed"] == 0]
+    fig, ax = plt.subplots()
+    est = plots._seed_groups(one, lambda r: (r["family"], r["images"]), "m")
+    plots._curve(ax, [1, 2], [est["ViT", 1000], est["ViT", 10_000]], "ViT")
+    assert ax.get_legend_handles_labels()[1] == ["ViT (1 seed, no error bars)"] and not ax.containers
+    plt.close(fig)
+
+
+def test_bars_start_at_zero_and_draw_intervals_only_with_seeds(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    seen = {}
+    real = plots._save
+
+    def keep(fig, path):  # noqa: ANN001, ANN202
+        seen["axes"] = fig.axes
+        seen["containers"] = [len(a.containers) for a in fig.axes]
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plots.bars(["a", "b"], {"s": [mean_ci([0.9, 0.91, 0.92]), mean_ci([0.95])]}, "t", "acc", tmp_path / "b.png")
+    ax = seen["axes"][0]
+    assert ax.get_ylim() == (0.0, 100.0)
+    assert seen["containers"][0] == 3  # two bars and one error bar: the one-seed bar has none
+    assert "95% t-interval over 3 seeds" in ax.get_title()
+
+
+def test_glyph_samples_fill_every_cell_or_refuse(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 255, (60, 1, 8, 8), dtype=np.uint8)
+    labels = np.repeat(np.arange(12), 5)
+    labels[:3] = 99  # class 0 keeps 2 images: left out, the next full classes fill the columns
+    plots.samples(images, labels, 10, 5, tmp_path / "s.png", "t")
+    with pytest.raises(ValueError, match="only 11 classes have 5 images"):
+        plots.samples(images, labels, 12, 5, tmp_path / "s.png", "t")

@@ -1,0 +1,417 @@
+"""Rules before runs: each experiment's claim as testable inequalities, and the verdict computed from them.
+
+A `Rule` is fixed before results are read: the paper's claim split into parts, each an inequality on one
+difference (method A minus method B on a named metric, at a named point), the metric, the selection rule and the
+test. `evidence` turns an experiment's result JSON into one seeded `Estimate` per part (paired by seed where the
+JSON keeps seeds) and checks the rule's preconditions (e.g. a learning-rate grid bracketed on both sides); `judge`
+applies the rule and nothing else:
+
+- a part *holds* when its 95% t-interval lies wholly on the claimed side (beyond the margin, for "greater"/
+  "less"; wholly inside (-margin, +margin) for "equivalent"); it *fails* when the interval lies wholly on the
+  other side; otherwise it is *inconclusive*; with fewer than `stats.MIN_SEEDS` seeds it is *not established*;
+- the experiment *reproduces* when every part holds; *partly* when some but not all hold; *does not reproduce*
+  when none holds and at least one fails; *inconclusive* when none holds or fails and one is inconclusive;
+  otherwise *not established* (fewer seeds than the rule needs). A failed precondition caps the verdict at
+  *not established* whatever the parts say.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vitkit.reproduce.plan import SCALES
+from vitkit.reproduce.stats import MIN_SEEDS, Estimate, mean_ci, paired, stored, welch
+
+KINDS = ("greater", "less", "equivalent")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One inequality of a claim: the difference `what` (A minus B, in accuracy units) is > margin ("greater"),
+    < -margin ("less") or inside (-margin, margin) ("equivalent")."""
+
+    key: str
+    what: str
+    kind: str
+    margin: float = 0.0
+    unit: str = "points"  # "points": accuracies (in [0, 1]) shown x100; any other unit is shown as is
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"rule part {self.key!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind == "equivalent" and self.margin <= 0:
+            raise ValueError(f"rule part {self.key!r}: an equivalence needs a margin > 0")
+
+    @property
+    def scale(self) -> float:
+        return 100.0 if self.unit == "points" else 1.0
+
+    def inequality(self) -> str:
+        m = f"{self.scale * self.margin:g} {self.unit}".strip()
+        return {"greater": f"> {m}" if self.margin else "> 0", "less": f"< −{m}" if self.margin else "< 0",
+                "equivalent": f"within ±{m}"}[self.kind]
+
+
+@dataclass(frozen=True)
+class Rule:
+    experiment: str
+    claim: str  # the paper's claim, in words
+    parts: tuple[Part, ...]
+    metric: str
+    selection: str  # how every reported number was chosen (dev split only; fixed points named in advance)
+    test: str  # the statistics
+    preconditions: tuple[str, ...] = ()  # names `evidence` checks (a failed one caps the verdict)
+
+
+@dataclass
+class Evidence:
+    parts: dict[str, Estimate]
+    checks: dict[str, tuple[bool, str]] = field(default_factory=dict)  # precondition -> (met, why)
+    context: list[str] = field(default_factory=list)  # numbers reported beside the verdict, not part of it
+
+
+def outcome(part: Part, est: Estimate) -> str:
+    """holds / fails / inconclusive / not established (n seeds) for one part, from its 95% interval."""
+    if est.n < MIN_SEEDS or math.isnan(est.lo):
+        return f"not established ({est.n} seed{'s' if est.n != 1 else ''})"
+    m = part.margin
+    if part.kind == "greater":
+        return "holds" if est.lo > m else "fails" if est.hi < m else "inconclusive"
+    if part.kind == "less":
+        return "holds" if est.hi < -m else "fails" if est.lo > -m else "inconclusive"
+    return "holds" if -m < est.lo and est.hi < m else "fails" if est.lo > m or est.hi < -m else "inconclusive"
+
+
+@dataclass
+class Judgement:
+    verdict: str
+    outcomes: dict[str, str]
+    failed_checks: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "outcomes": self.outcomes, "failed_checks": self.failed_checks}
+
+
+def judge(rule: Rule, ev: Evidence) -> Judgement:
+    """The verdict the rule gives on the evidence (see the module docstring)."""
+    missing = [p.key for p in rule.parts if p.key not in ev.parts]
+    if missing:
+        raise ValueError(f"{rule.experiment}: no evidence for rule part(s) {missing}")
+    outs = {p.key: outcome(p, ev.parts[p.key]) for p in rule.parts}
+    failed = [c for c in rule.preconditions if not ev.checks.get(c, (False, "not checked"))[0]]
+    held = sum(o == "holds" for o in outs.values())
+    if failed:
+        verdict = "not established (precondition not met: " + ", ".join(failed) + ")"
+    elif held == len(outs):
+        verdict = "reproduces"
+    elif held:
+        verdict = "partly reproduces"
+    elif any(o == "fails" for o in outs.values()):
+        verdict = "does not reproduce"
+    elif any(o == "inconclusive" for o in outs.values()):
+        verdict = "inconclusive"
+    else:
+        verdict = f"not established (fewer than {MIN_SEEDS} seeds)"
+    return Judgement(verdict, outs, failed)
+
+
+# -- reading the evidence out of each experiment's result JSON ----------------------------------------------
+
+def _by_seed(rows: list[dict[str, Any]], metric: str, **match: Any) -> dict[int, float]:
+    return {int(r.get("seed", 0)): r[metric] for r in rows if all(r.get(k) == v for k, v in match.items())}
+
+
+def paired_by_seed(a: dict[int, float], b: dict[int, float]) -> Estimate:
+    """a - b over the seeds both sides have (seed i against seed i)."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError("no seed in common between the two sides of a comparison")
+    return paired([a[s] for s in seeds], [b[s] for s in seeds])
+
+
+def at_flops(points: list[tuple[float, float]], x: float) -> float | None:
+    """A curve of (FLOPs, value) read at x, linearly in log10 FLOPs between its measured points; None outside them
+    (never extrapolated)."""
+    pts = sorted(points)
+    if not pts or not pts[0][0] <= x <= pts[-1][0]:
+        return None
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * math.log10(x / x0) / math.log10(x1 / x0)
+    return pts[0][1]
+
+
+def matched_flops_gap(rows: list[dict[str, Any]], a: str, b: str, metric: str, x: float,
+                      **match: Any) -> Estimate | None:
+    """Family a minus family b at x training FLOPs, each read off its own curve (interpolated in log FLOPs, per
+    seed, over the rows matching `match`), paired by seed; None where x is outside either curve."""
+    def curve(fam: str, seed: int) -> list[tuple[float, float]]:
+        return [(r["train_flops"], r[metric]) for r in rows
+                if r["family"] == fam and int(r.get("seed", 0)) == seed and all(r.get(k) == v for k, v in match.items())]
+
+    seeds = sorted({int(r.get("seed", 0)) for r in rows})
+    va, vb = {}, {}
+    for s in seeds:
+        ya, yb = at_flops(curve(a, s), x), at_flops(curve(b, s), x)
+        if ya is not None and yb is not None:
+            va[s], vb[s] = ya, yb
+    return paired_by_seed(va, vb) if va else None
+
+
+def _fig4(res: dict[str, Any]) -> Evidence:
+    rows, m = res["rows"], "digits_test_5shot"
+    sizes = sorted({r["images"] for r in rows})
+    gap = {n: paired_by_seed(_by_seed(rows, m, family="ViT", images=n), _by_seed(rows, m, family="ResNet", images=n))
+           for n in sizes}
+    ctx = ["ViT − ResNet, 5-shot digits: " + "; ".join(f"{n:,} images {g.text(signed=True)}" for n, g in gap.items())]
+    return Evidence({"small": gap[sizes[0]], "large": gap[sizes[-1]]}, context=ctx)
+
+
+def _fig5(res: dict[str, Any]) -> Evidence:
+    rows, m = res["rows"], "avg_5shot"
+    span = {f: [r["train_flops"] for r in rows if r["family"] == f] for f in ("ViT", "ResNet", "Hybrid")}
+    lo, hi = max(min(span["ViT"]), min(span["ResNet"])), min(max(span["ViT"]), max(span["ResNet"]))
+    mid = math.sqrt(lo * hi)  # the middle (in log FLOPs) of the range both families cover
+    lo_h = max(min(span["ViT"]), min(span["Hybrid"]))
+    parts = {"vit_vs_resnet": matched_flops_gap(rows, "ViT", "ResNet", m, mid),
+             "hybrid_vs_vit_small": matched_flops_gap(rows, "Hybrid", "ViT", m, lo_h)}
+    ctx = [f"matched compute: ViT vs ResNet at {mid:.3g} FLOPs (middle of the range both cover, {lo:.3g}–{hi:.3g}); "
+           f"hybrid vs ViT at {lo_h:.3g} FLOPs (the smallest both cover)"]
+    return Evidence({k: v for k, v in parts.items() if v is not None}, context=ctx)
+
+
+def _fig7(res: dict[str, Any]) -> Evidence:
+    models = res.get("per_seed") or [res]  # a seeded run keeps one entry per pre-training seed
+    rowcol = mean_ci([r["posemb_same_row_or_column_minus_other"] for r in models])
+    slope = mean_ci([r["attention_distance_slope_per_layer"] for r in models])
+    wide = mean_ci([(r["first_layer_head_range"][1] - r["uniform_attention_distance"]) / r["max_distance"]
+                    for r in models])  # farthest first-layer head beyond uniform attention, as a share of the image
+    return Evidence({"grid": rowcol, "depth": slope, "global_heads": wide})
+
+
+def _hires(res: dict[str, Any]) -> Evidence:
+    r = res["results"]
+    return Evidence({"gain": paired(r["32px"]["accs"], r["16px"]["accs"])},
+                    context=["per-seed accuracies (16 px, 32 px): " + str(r["16px"]["accs"]) + ", " +
+                             str(r["32px"]["accs"])])
+
+
+# Result files written before per-seed values were kept (the full-scale runs of 2026-11-23/24) hold [mean,
+# population std] pairs; the seeds they averaged were the full scale's of that time (2 posemb pre-training seeds,
+# 3 fine-tuning seeds), the smoke scale's for a smoke run.
+LEGACY_SEEDS = {"full": {"posemb_seeds": 2, "finetune_seeds": 3}}
+
+
+def legacy_seeds(res: dict[str, Any], attr: str) -> int:
+    """How many seeds a legacy [mean, std] entry of `res` averaged (`attr`: "posemb_seeds" or "finetune_seeds")."""
+    scale = res.get("scale")
+    if scale in LEGACY_SEEDS:
+        return LEGACY_SEEDS[scale][attr]
+    if scale in SCALES:
+        return len(getattr(SCALES[scale], attr))
+    raise ValueError(f"a result of scale {scale!r} keeps [mean, std] pairs: how many seeds they average is unknown")
+
+
+def _diff(res_a: Any, res_b: Any, n: int) -> Estimate:
+    """a - b: paired by seed where both entries keep their seeds, else Welch on the summaries."""
+    if isinstance(res_a, dict) and isinstance(res_b, dict):
+        return paired_by_seed(dict(enumerate(res_a["values"])), dict(enumerate(res_b["values"])))
+    return welch(stored(res_a, n), stored(res_b, n))
+
+
+def _posemb(res: dict[str, Any]) -> Evidence:
+    r, n, m = res["results"], legacy_seeds(res, "posemb_seeds"), "digits_test_5shot"
+    parts = {"none_worse": _diff(r["none"][m], r["learn1d"][m], n),
+             "2d_same": _diff(r["learn2d"][m], r["learn1d"][m], n),
+             "relative_same": _diff(r["relative"][m], r["learn1d"][m], n)}
+    ctx = [] if isinstance(r["none"][m], dict) else [
+        f"the result file kept mean and population std over {n} seeds, not the seeds: differences are unpaired (Welch)"]
+    return Evidence(parts, context=ctx)
+
+
+def _mpp(res: dict[str, Any]) -> Evidence:
+    n = legacy_seeds(res, "finetune_seeds")
+    longest = max(res["mpp"], key=int)
+    parts = {"beats_scratch": _diff(res["mpp"][longest], res["equal_budget_scratch"][longest]["top1"], n),
+             "behind_supervised": _diff(res["mpp"][longest], res["supervised"], n)}
+    ctx = [f"MPP {longest} steps; from scratch with the same total compute: "
+           f"{res['equal_budget_scratch'][longest]['steps']} fine-tuning steps",
+           "against the usual 300-step scratch run (a fraction of the compute; not part of the verdict): "
+           f"{_diff(res['mpp'][longest], res['scratch'], n).text(signed=True)}"]
+    if not isinstance(res["scratch"], dict):
+        ctx.append(f"the result file kept mean and population std over {n} fine-tuning seeds: differences are "
+                   "unpaired (Welch)")
+    return Evidence(parts, context=ctx)
+
+
+def bracketed(sweep: list[dict[str, float]], key: str = "dev") -> bool:
+    """A learning-rate sweep whose best rate (by `key`) has a tried rate on each side of it."""
+    lrs = sorted(s["lr"] for s in sweep)
+    best = max(sweep, key=lambda s: (s[key], -s["lr"]))["lr"]
+    return len(lrs) >= 3 and lrs[0] < best < lrs[-1]
+
+
+def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every run's row of a crossover result; a legacy file keeps the seed check's runs only as per-seed gaps."""
+    return list(res["rows"]) + list(res.get("check_rows", []))
+
+
+def _crossover(res: dict[str, Any]) -> Evidence:
+    rows, m = crossover_rows(res), "digits_test_5shot"
+    sizes = sorted({r["images"] for r in rows})
+    big, small = sizes[-1], sizes[0]
+
+    def gap_at(steps: int, n: int, metric: str = m) -> Estimate:
+        a, b = (_by_seed(rows, metric, family=f, steps=steps, images=n) for f in ("ViT", "ResNet"))
+        for c in res.get("seed_check", []):  # legacy: the extra seeds survive only as gaps
+            if (c["steps"], c["images"], c["metric"]) == (steps, n, metric) and "check_rows" not in res:
+                return paired(c["gaps"], [0.0] * len(c["gaps"]))
+        return paired_by_seed(a, b)
+
+    longest_at = {n: max(r["steps"] for r in rows if r["images"] == n) for n in (small, big)}
+    vit_flops = sorted({(r["steps"], r["train_flops"]) for r in rows if r["family"] == "ViT" and r["images"] == big})
+    res_span = [r["train_flops"] for r in rows if r["family"] == "ResNet" and r["images"] == big]
+    inside = [(t, x) for t, x in vit_flops if min(res_span) <= x <= max(res_span)]
+    t_match, x_match = inside[-1]
+    parts = {"small_data": gap_at(longest_at[small], small), "large_data_steps": gap_at(longest_at[big], big),
+             "large_data_flops": matched_flops_gap(rows, "ViT", "ResNet", m, x_match, images=big)}
+    checks = _lr_checks(res.get("lr_sweeps", {}), [f"{int(t):,} steps: not tuned (took the {u:,}-step picks)"
+                                                    for t, u in res.get("lr_from", {}).items()])
+    ctx = [f"matched FLOPs: the ViT's {t_match:,}-step run at {big:,} images ({x_match:.3g} FLOPs) against the "
+           "ResNet's curve over its schedule lengths at the same data, interpolated in log FLOPs"]
+    up = {"large_data_steps": gap_at(longest_at[big], big, "glyph_test_top1"),
+          "large_data_flops": matched_flops_gap(rows, "ViT", "ResNet", "glyph_test_top1", x_match, images=big)}
+    ctx.append("upstream (glyph test), not part of the verdict: ViT − ResNet at matched steps "
+               f"{up['large_data_steps'].text(signed=True)}; at matched FLOPs {up['large_data_flops'].text(signed=True)}")
+    seen = [c for c in res.get("seed_check", []) if c["metric"] in (m, "glyph_test_top1")]
+    for c in seen:
+        e = paired(c["gaps"], [0.0] * len(c["gaps"]))
+        ctx.append(f"seed check at {c['steps']:,} steps, {c['images']:,} images (point chosen after the grid was "
+                   f"seen), ViT − ResNet {c['metric']}: {e.text(signed=True)}")
+    return Evidence({k: v for k, v in parts.items() if v is not None}, checks, ctx)
+
+
+_SEEDS = (f"at least {MIN_SEEDS} pre-training seeds per number; mean with the 95% t-interval from the sample std; "
+          "differences paired by seed, with the two-sided paired t-test p-value")
+_DEV = "the early-stopping step and every learning rate picked on the digits dev split; test reported, never selected on"
+
+RULES: dict[str, Rule] = {r.experiment: r for r in (
+    Rule("fig4", "ResNet better with little pre-training data, ViT better with a lot (Fig. 3–4)",
+         (Part("small", "ViT − ResNet at the smallest data size", "less"),
+          Part("large", "ViT − ResNet at the largest data size", "greater")),
+         "5-shot linear digits test accuracy (Fig. 4's metric) at the early-stopping step",
+         "the B models, the same schedule for both families; " + _DEV, _SEEDS),
+    Rule("fig5", "at matched pre-training compute ViTs transfer better than ResNets; hybrids beat ViTs at small "
+         "compute (Fig. 5)",
+         (Part("vit_vs_resnet", "ViT − ResNet at matched FLOPs (middle of the range both cover)", "greater"),
+          Part("hybrid_vs_vit_small", "Hybrid − ViT at the smallest FLOPs both cover", "greater")),
+         "5-shot linear accuracy, mean of digits and lfw",
+         "each family's S/B/L curve read at the matched FLOPs, interpolated in log FLOPs, never extrapolated; " + _DEV,
+         _SEEDS),
+    Rule("fig7", "position embeddings learn the 2-D grid; attention distance grows with depth; some first-layer "
+         "heads attend globally (Fig. 7)",
+         (Part("grid", "E_pos cosine similarity, same row/column minus other patches", "greater", unit=""),
+          Part("depth", "slope of the mean attention distance per layer", "greater", unit="px"),
+          Part("global_heads", "farthest first-layer head minus uniform attention, as a share of the largest "
+               "distance", "greater", unit="")),
+         "the inspection measures of ViT-L on 64 glyph test images", "the last checkpoint; no selection",
+         f"at least {MIN_SEEDS} pre-training seeds; mean with the 95% t-interval"),
+    Rule("hires", "fine-tuning at a higher resolution than pre-training is beneficial (§3.2)",
+         (Part("gain", "32 px − 16 px", "greater"),),
+         "digits test accuracy after fine-tuning", "fine-tuning learning rate picked on the digits dev split",
+         f"at least {MIN_SEEDS} fine-tuning seeds, paired by seed (the same pre-trained model); 95% t-interval and "
+         "paired t-test; note: one pre-training seed"),
+    Rule("posemb", "no position embedding is worse; 1-D, 2-D and relative perform about the same (D.4, Table 8)",
+         (Part("none_worse", "none − learned 1-D", "less"),
+          Part("2d_same", "learned 2-D − learned 1-D", "equivalent", 0.02),
+          Part("relative_same", "relative − learned 1-D", "equivalent", 0.02)),
+         "5-shot linear digits test accuracy at the last step",
+         "the last step (no selection); equivalence margin ±2 points fixed in advance", _SEEDS),
+    Rule("mpp", "masked patch prediction beats training from scratch and stays behind supervised pre-training (§4.6)",
+         (Part("beats_scratch", "MPP (longest) − from scratch with the same total compute", "greater"),
+          Part("behind_supervised", "MPP (longest) − supervised pre-training", "less")),
+         "digits test accuracy after fine-tuning",
+         "the longest MPP run (named in advance); fine-tuning learning rate picked on the digits dev split",
+         f"at least {MIN_SEEDS} fine-tuning seeds; 95% t-interval of the difference (paired by seed where kept, "
+         "else Welch)"),
+    Rule("pooling", "a class token and global average pooling work equally well, each with its own learning rate "
+         "(appendix D.3, Fig. 9)",
+         (Part("same", "global average pooling − class token", "equivalent", 0.02),),
+         "5-shot linear digits test accuracy at the early-stopping step",
+         "each variant's pre-training rate picked on a grid bracketed on both sides (seed 0, 5-shot digits dev), "
+         "then every seed at that rate; " + _DEV, _SEEDS, preconditions=("lr grids bracketed",)),
+    Rule("crossover", "with little data the ResNet wins; with enough data and compute the ViT overtakes it, also "
+         "per unit of compute (§4.2, Fig. 3–5)",
+         (Part("small_data", "ViT − ResNet at the smallest data size, its longest schedule", "less"),
+          Part("large_data_steps", "ViT − ResNet at the largest data size, the longest schedule (matched steps)",
+               "greater"),
+          Part("large_data_flops", "ViT − ResNet at the largest data size, matched training FLOPs (the ViT's "
+               "longest run inside the ResNet's FLOPs range; the ResNet interpolated in log FLOPs)", "greater")),
+         "5-shot linear digits test accuracy at the early-stopping step (upstream glyph accuracy reported beside it)",
+         "fixed grid points named in advance (no maximum over data sizes); " + _DEV, _SEEDS,
+         preconditions=("lr grids bracketed",)),
+)}
+
+
+def _lr_checks(sweeps: dict[str, list[dict[str, float]]], untuned: list[str] = ()) -> dict[str, tuple[bool, str]]:
+    """The precondition "lr grids bracketed": every sweep has a tried rate on each side of its best."""
+    bad = [f"{key}: " + ", ".join(f"{s['lr']:g} → {100 * s['dev']:.1f}" for s in sweep)
+           for key, sweep in sweeps.items() if not bracketed(sweep)] + list(untuned)
+    ok = bool(sweeps) and not bad
+    return {"lr grids bracketed": (ok, "; ".join(bad) if bad else "every sweep has a rate on each side of its best")}
+
+
+def _pooling(res: dict[str, Any]) -> Evidence:
+    r, m = res["results"], "digits_test_5shot"
+    gap = paired_by_seed(dict(enumerate(r["gap"][m]["values"])), dict(enumerate(r["token"][m]["values"])))
+    up = paired_by_seed(dict(enumerate(r["gap"]["glyph_test_top1"]["values"])),
+                        dict(enumerate(r["token"]["glyph_test_top1"]["values"])))
+    return Evidence({"same": gap}, _lr_checks(res["lr_sweeps"]),
+                    [f"upstream (glyph test), not part of the verdict: gap − token {up.text(signed=True)}"])
+
+
+EVIDENCE: dict[str, Callable[[dict[str, Any]], Evidence]] = {
+    "fig4": _fig4, "fig5": _fig5, "fig7": _fig7, "hires": _hires, "posemb": _posemb, "mpp": _mpp, "pooling": _pooling,
+    "crossover": _crossover,
+}
+
+
+def verdict(name: str, result: dict[str, Any]) -> tuple[Rule, Evidence, Judgement]:
+    """The rule of experiment `name`, the evidence in its result JSON, and the verdict."""
+    if name not in RULES:
+        raise ValueError(f"no rule for experiment {name!r}; rules exist for {sorted(RULES)}")
+    rule = RULES[name]
+    ev = EVIDENCE[name](result)
+    return rule, ev, judge(rule, ev)
+
+
+def rule_markdown(rule: Rule) -> str:
+    """The rule, as stated before the results."""
+    lines = [f"*Rule (fixed before the results).* Claim: {rule.claim}. Metric: {rule.metric}. Selection: "
+             f"{rule.selection}. Test: {rule.test}.", "", "| part | difference | claimed |", "|---|---|---|"]
+    lines += [f"| {p.key} | {p.what} | {p.inequality()} |" for p in rule.parts]
+    if rule.preconditions:
+        lines += ["", "Preconditions: " + ", ".join(rule.preconditions) + "."]
+    lines += ["", "A part holds when its 95% interval lies wholly on the claimed side, fails when it lies wholly on "
+              "the other side, and is inconclusive otherwise; with fewer than "
+              f"{MIN_SEEDS} seeds it is not established. Every part holds: reproduces; some: partly; none holds "
+              "and one fails: does not reproduce; none holds or fails: inconclusive, or not established with too "
+              "few seeds. A precondition not met: not established."]
+    return "\n".join(lines)
+
+
+def judgement_markdown(rule: Rule, ev: Evidence, j: Judgement) -> str:
+    """The evidence per part (points: mean [95% interval] (n, p)) and the verdict the rule gives."""
+    lines = ["| part | difference (points unless named) | claimed | outcome |", "|---|---|---|---|"]
+    for p in rule.parts:
+        e = ev.parts[p.key].text(p.scale, 1 if p.unit == "points" else 3, signed=True)
+        lines.append(f"| {p.key} | {e} {p.unit if p.unit != 'points' else ''} | {p.inequality()} | "
+                     f"{j.outcomes[p.key]} |")
+    for name, (ok, why) in ev.checks.items():
+        lines.append(f"\nPrecondition {name}: {'met' if ok else 'NOT met'} ({why}).")
+    lines += [f"\n{c}." for c in ev.context]
+    lines.append(f"\n**Verdict by the rule: {j.verdict}.**")
+    return "\n".join(lines)

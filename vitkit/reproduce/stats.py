@@ -1,0 +1,128 @@
+"""The statistics every verdict of `vitkit reproduce` rests on: means with 95% t-intervals, paired differences.
+
+Pre-training seeds are the unit of replication. A number is reported as its mean over seeds with the 95%
+Student-t interval from the *sample* standard deviation (n - 1 in the denominator); a difference between two
+methods is taken seed by seed (method A's seed i against method B's seed i: the same data order, the same
+few-shot draws) and gets its own interval and a two-sided paired t-test p-value. Where only summary statistics
+were kept (old result files: mean and population std per method), `welch` compares them unpaired. Student's t
+comes from scipy (a dependency of scikit-learn, vitkit's dependency).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as _st
+
+LEVEL = 0.95
+MIN_SEEDS = 3  # a verdict needs at least this many seeds per number it rests on
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over `n` seeds with its sample std and 95% t-interval [lo, hi]; `p` (differences only): two-sided
+    p-value of the t-test of mean 0; `values`: the per-seed numbers where they are known."""
+
+    n: int
+    mean: float
+    sd: float  # sample std (ddof=1); nan for n < 2 and for an unpaired (Welch) difference
+    lo: float
+    hi: float
+    p: float | None = None
+    values: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self, scale: float = 100.0, digits: int = 1, signed: bool = False) -> str:
+        """'mean [lo, hi] (n=3)' in points (scale 100), with the p-value where there is one."""
+        f = f"{{:{'+' if signed else ''}.{digits}f}}"
+        if self.n < 2:
+            return f"{f.format(scale * self.mean)} (n={self.n}, no interval)"
+        s = f"{f.format(scale * self.mean)} [{f.format(scale * self.lo)}, {f.format(scale * self.hi)}] (n={self.n}"
+        return s + (f", p={self.p:.2g})" if self.p is not None else ")")
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t with `df` degrees of freedom."""
+    if not 0 < q < 1 or not df > 0:
+        raise ValueError(f"t quantile needs 0 < q < 1 and df > 0, got q={q}, df={df}")
+    return float(_st.t.ppf(q, df))
+
+
+def _interval(mean: float, se: float, df: float) -> tuple[float, float]:
+    h = t_quantile(0.5 + LEVEL / 2, df) * se
+    return mean - h, mean + h
+
+
+def _p_two_sided(mean: float, se: float, df: float) -> float:
+    if se == 0:
+        return 0.0 if mean != 0 else 1.0
+    return float(2 * _st.t.sf(abs(mean / se), df))
+
+
+def mean_ci(values: Sequence[float]) -> Estimate:
+    """Mean and 95% t-interval of per-seed values (n = 1: no interval, lo = hi = nan)."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"mean_ci needs a non-empty list of per-seed values, got shape {x.shape}")
+    n, m = len(x), float(x.mean())
+    if n < 2:
+        return Estimate(1, m, math.nan, math.nan, math.nan, values=tuple(x.tolist()))
+    sd = float(x.std(ddof=1))
+    lo, hi = _interval(m, sd / math.sqrt(n), n - 1)
+    return Estimate(n, m, sd, lo, hi, values=tuple(x.tolist()))
+
+
+def paired(a: Sequence[float], b: Sequence[float]) -> Estimate:
+    """a - b seed by seed (a[i] and b[i] share seed i): the mean difference, its 95% t-interval and the two-sided
+    paired t-test p-value."""
+    if len(a) != len(b):
+        raise ValueError(f"a paired difference needs the same seeds on both sides, got {len(a)} and {len(b)} values")
+    d = mean_ci([x - y for x, y in zip(a, b)])
+    if d.n < 2:
+        return d
+    return Estimate(d.n, d.mean, d.sd, d.lo, d.hi, _p_two_sided(d.mean, d.sd / math.sqrt(d.n), d.n - 1), d.values)
+
+
+def from_summary(mean: float, population_std: float, n: int) -> Estimate:
+    """An estimate from a mean and a *population* std (ddof=0, what older result files kept) over n seeds."""
+    if n < 2:
+        return Estimate(n, mean, math.nan, math.nan, math.nan)
+    sd = population_std * math.sqrt(n / (n - 1))
+    lo, hi = _interval(mean, sd / math.sqrt(n), n - 1)
+    return Estimate(n, mean, sd, lo, hi)
+
+
+def welch(a: Estimate, b: Estimate) -> Estimate:
+    """a - b for unpaired estimates (Welch's t with Welch-Satterthwaite degrees of freedom): for results that kept
+    only summary statistics, where the seed pairing is lost. Needs n >= 2 on both sides."""
+    if a.n < 2 or b.n < 2:
+        return Estimate(min(a.n, b.n), a.mean - b.mean, math.nan, math.nan, math.nan)
+    va, vb = a.sd**2 / a.n, b.sd**2 / b.n
+    se = math.sqrt(va + vb)
+    m = a.mean - b.mean
+    if se == 0:
+        return Estimate(min(a.n, b.n), m, math.nan, m, m, 0.0 if m else 1.0)
+    df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+    lo, hi = _interval(m, se, df)
+    return Estimate(min(a.n, b.n), m, math.nan, lo, hi, _p_two_sided(m, se, df))
+
+
+def stored(v: Any, n: int) -> Estimate:
+    """An entry of a result JSON: per-seed values ({"values": [...]}) or a legacy [mean, population std] pair over
+    n seeds (the seeds themselves not kept)."""
+    if isinstance(v, dict):
+        return mean_ci(v["values"])
+    return from_summary(float(v[0]), float(v[1]), n)
+
+
+def seeded(values: Sequence[float]) -> dict[str, Any]:
+    """Per-seed values as a result JSON keeps them: the values, their mean and 95% t-interval (None for 1 seed)."""
+    e = mean_ci(values)
+    ok = not math.isnan(e.lo)
+    return {"values": list(e.values), "mean": e.mean, "lo": e.lo if ok else None, "hi": e.hi if ok else None}

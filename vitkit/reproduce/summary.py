@@ -1,0 +1,68 @@
+"""SUMMARY.md of a reproduction, written from the result JSON alone, every time: rule, results, verdict, figures.
+
+A run writes `<out>/SUMMARY.md` after every experiment it ran (figures beside each result.json); `vitkit
+reproduce --redraw DIR` rewrites the committed `benchmarks/results/reproduce/SUMMARY.md` from the committed JSON
+(figures in docs/reproduction/). Nothing in it is typed by hand, so it cannot fall behind its JSON; a test
+checks that the committed file equals what this module makes of the committed JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vitkit.reproduce.rules import RULES, judgement_markdown, rule_markdown, verdict
+from vitkit.utils.atomic import atomic_write_text
+
+ORDER = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "pooling", "crossover")
+
+
+def load_results(folder: str | Path) -> dict[str, dict[str, Any]]:
+    """The result JSON of every experiment in `folder`: `<name>.json` (the committed layout) or `<name>/result.json`
+    (a run's folder)."""
+    folder = Path(folder)
+    found: dict[str, dict[str, Any]] = {}
+    for n in ORDER:
+        for path in (folder / f"{n}.json", folder / n / "result.json"):
+            if path.is_file():
+                try:
+                    found[n] = json.loads(path.read_text())
+                except ValueError as e:
+                    raise ValueError(f"{path}: not readable JSON ({e})") from e
+                break
+    if not found:
+        raise ValueError(f"{folder}: no experiment result (expected <name>.json or <name>/result.json for one of "
+                         f"{', '.join(ORDER)})")
+    return found
+
+
+def summary_markdown(results: dict[str, dict[str, Any]], figure: Callable[[str, str], str], title: str) -> str:
+    """The whole SUMMARY.md: per experiment the paper's claim, the rule (fixed before results), the tables of the
+    run, the evidence and verdict the rule gives, and the figures (`figure(name, file)`: the link to use)."""
+    head = [f"# {title}", "", "Written from the experiments' result JSON by `vitkit reproduce` (do not edit). Verdicts "
+            "are computed by the rules in `vitkit/reproduce/rules.py`; numbers: mean [95% t-interval] (n seeds, "
+            "p-value of the two-sided t-test where a sign is claimed), differences in points.", "",
+            "| experiment | verdict by its rule |", "|---|---|"]
+    body = []
+    for n in ORDER:
+        if n not in results:
+            continue
+        res = results[n]
+        try:
+            rule, ev, j = verdict(n, res)
+            judged, short = judgement_markdown(rule, ev, j), j.verdict
+        except (KeyError, ValueError, IndexError) as e:  # a result too small for its rule (a smoke run): say so
+            judged, short = f"**No verdict: the result does not hold what the rule reads ({e!r}).**", "no verdict"
+        head.append(f"| {n} | {short} |")
+        figs = " ".join(f"![{f}]({figure(n, f)})" for f in res.get("figures", []))
+        body += [f"## {n}", "", f"Paper: {res['claim']}.", "", rule_markdown(RULES[n]) if n in RULES else "", "",
+                 f"Result ({res.get('scale', '?')} scale):", "", res["markdown"], "", judged, "", figs, ""]
+    return "\n".join(head + [""] + body)
+
+
+def write_summary(results: dict[str, dict[str, Any]], path: Path, figure: Callable[[str, str], str],
+                  title: str) -> Path:
+    atomic_write_text(path, summary_markdown(results, figure, title))
+    return path
