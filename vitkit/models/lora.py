@@ -179,7 +179,8 @@ def apply_lora(model: nn.Module, cfg: LoraConfig) -> nn.Module:
     if getattr(model, "lora_config", None) is not None:
         raise ValueError("this model already carries LoRA adapters: merge_lora or unload_lora it first")
     targets = _targets_of(model, cfg)
-    base_hash = base_fingerprint(model)  # of the base, before anything trains
+    meta = any(p.is_meta for p in model.parameters())  # an architecture built without weights has no identity
+    base_hash = None if meta else base_fingerprint(model)  # of the base, before anything trains
     for p in model.parameters():
         p.requires_grad_(False)
     for path, slices in targets.items():
