@@ -32,7 +32,7 @@ ARCH = {"model.name": "vit", "model.img_size": 16, "model.patch_size": 4, "model
         "model.depth": 4, "model.num_heads": 4, "model.mlp_dim": 192}
 # method -> [lora] keys; LoRA adapts every projection (q, k, v, proj, fc1, fc2) with alpha = 2 r
 ALL = ["q", "k", "v", "proj", "fc1", "fc2"]
-METHODS = {"full": {}, "lora8": {"lora.rank": 8, "lora.alpha": 16.0, "lora.targets": ALL}}
+METHODS = {"full": {}, "lora8": {"lora.rank": 8, "lora.alpha": 16.0, "lora.targets": ALL},
            "lora16": {"lora.rank": 16, "lora.alpha": 32.0, "lora.targets": ALL}}
 
 
