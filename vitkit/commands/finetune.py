@@ -3,7 +3,8 @@
 The head is replaced by a zero-initialised K-way layer and the position embeddings are resampled in
 2D for --img-size (paper §3.2). The default recipe is the paper's general one (finetune_base: SGD,
 384 px); the image channels and normalisation come from the checkpoint. On the bundled digits:
-`vitkit finetune --model runs/train/model --config digits_finetune`.
+`vitkit finetune --model runs/train/model --config digits_finetune`. `--lora R` trains LoRA adapters on the frozen
+encoder instead of every weight (vitkit.models.lora); `--grad-checkpoint` trades a forward pass for activations.
 """
 
 from __future__ import annotations
@@ -31,6 +32,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-blocks", type=int, default=None,
                    help="train only the last K blocks, the final norm and the head; 0: the head alone (a linear "
                    "probe); default: everything")
+    p.add_argument("--lora", type=int, default=None, metavar="R",
+                   help="LoRA (Hu et al. 2022): train rank-R adapters on the frozen encoder (and the new head); the run "
+                   "saves OUT/adapter (the adapters alone, small) and OUT/model (merged); 0: full fine-tuning "
+                   "(default: the recipe's lora.rank, 0)")
+    p.add_argument("--lora-alpha", type=float, default=None, help="LoRA scale alpha (update x alpha / R; default 16)")
+    p.add_argument("--lora-targets", default=None,
+                   help="comma-separated projections to adapt: q, k, v (slices of the fused qkv), proj, fc1, fc2 "
+                   "(default: q,v)")
+    p.add_argument("--lora-train", default=None,
+                   help="comma-separated parts trained beside the adapters: head, norm, bias (default: head)")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="gradient checkpointing: recompute each block's activations in the backward pass (less memory, "
+                   "about one more forward pass of time)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16-autocast"), default=None,
+                   help="auto: bf16 autocast where the CPU multiplies bf16 natively (AVX512_BF16 / AMX) or the GPU "
+                   "supports it, else fp32 (default: the recipe's train.bf16)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
     p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
     add_run_arguments(p, "finetune_base", "finetune")
@@ -49,11 +66,20 @@ def run(args: argparse.Namespace) -> int:
     if args.data:
         named = args.data in ("digits", "lfw")
         values.update({"data.name": args.data if named else "auto", "data.path": "" if named else args.data})
+    listed = {k: v.replace(",", " ").split() if v is not None else None
+              for k, v in (("lora.targets", args.lora_targets), ("lora.train", args.lora_train))}
     for k, val in (("model.img_size", args.img_size), ("model.num_classes", args.num_classes),
                    ("schedule.steps", args.steps), ("optim.lr", args.lr), ("optim.layer_decay", args.layer_decay),
-                   ("optim.train_blocks", args.train_blocks)):
+                   ("optim.train_blocks", args.train_blocks), ("lora.rank", args.lora), ("lora.alpha", args.lora_alpha),
+                   *listed.items(), ("model.grad_checkpointing", args.grad_checkpoint or None)):
         if val is not None:
             values[k] = val
+    if args.precision is not None:
+        from vitkit.utils.precision import resolve
+
+        name, why = resolve(args.precision, native="bf16-autocast", allowed=("fp32", "bf16-autocast"))
+        print(f"precision: {name} ({why})", flush=True)
+        values["train.bf16"] = name == "bf16-autocast"
     cfg = prepare(args, values)
     if cfg.model.pretrained != args.model:  # a --set named another checkpoint: that one is read instead
         source = None

@@ -9,6 +9,7 @@
 | [optim], [schedule], [train]     | TrainConfig (+ RunConfig.objective,| the engine's run; the objective and the teacher |
 |                                  | RunConfig.teacher)                 |                                                 |
 | [mpp]                            | MppConfig                          | masked patch prediction (§4.6, appendix B.1.2)  |
+| [lora]                           | LoraSpec                           | LoRA adapters (Hu et al. 2022) for fine-tuning  |
 | [sweep]                          | SweepConfig                        | the learning rates of `vitkit sweep`            |
 
 Every key is optional (its dataclass holds its one default). `extends = "name"` at the top of a recipe starts
@@ -32,6 +33,7 @@ from typing import Any
 
 from vitkit import distributed as dist
 from vitkit.data.config import AUGREG, DataConfig
+from vitkit.models.lora import DEFAULT_TARGETS, LoraConfig
 from vitkit.models.registry import name_img_size, name_overrides
 from vitkit.models.resnet import BiTConfig
 from vitkit.models.vit import ViTConfig
@@ -302,8 +304,28 @@ class SweepConfig(RecipeSection):
             check_range("sweep.lrs[]", lr, 0.0, MAX_LR, low_open=True, high_open=False)
 
 
+@dataclass
+class LoraSpec(RecipeSection):
+    """[lora]: fine-tune with LoRA adapters (Hu et al. 2022, vitkit.models.lora) instead of every weight; rank 0: off."""
+
+    rank: int = key("lora.rank", 0, "rank r of every adapter; 0 = no LoRA (full fine-tuning)")
+    alpha: float = key("lora.alpha", 16.0, "the update is scaled by alpha / rank")
+    dropout: float = key("lora.dropout", 0.0, "dropout on the adapters' input")
+    targets: list[str] = key("lora.targets", list(DEFAULT_TARGETS), "q, k, v (slices of the fused qkv), proj, fc1, fc2")
+    train: list[str] = key("lora.train", ["head"], "trained beside the adapters: head, norm, bias")
+
+    def __post_init__(self) -> None:
+        check_int("lora.rank", self.rank, low=0)
+        self.config(max(self.rank, 1))  # every other value checked, also while LoRA is off
+
+    def config(self, rank: int | None = None) -> LoraConfig:
+        """The model layer's LoraConfig of these keys."""
+        return LoraConfig(rank=rank or self.rank, alpha=self.alpha, dropout=self.dropout, targets=tuple(self.targets),
+                          train=tuple(self.train))
+
+
 SECTIONS: dict[str, type[RecipeSection]] = {"model": ModelSpec, "data": DataConfig, "mpp": MppConfig,
-                                            "sweep": SweepConfig}
+                                            "sweep": SweepConfig, "lora": LoraSpec}
 TOP_LEVEL = {"description", "extends"}
 RECIPE_DIR = "recipes"
 
@@ -319,6 +341,7 @@ class RunConfig(RecipeSection):
     train: TrainConfig = field(default_factory=TrainConfig)
     mpp: MppConfig = field(default_factory=MppConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    lora: LoraSpec = field(default_factory=LoraSpec)
     objective: str = key("train.objective", "classify", "classify (labels) | mpp (masked patch prediction, §4.6)")
     teacher: str = key("train.teacher", "", "checkpoint of the distillation teacher (train.distill = soft | hard)")
     description: str = ""
@@ -334,6 +357,9 @@ class RunConfig(RecipeSection):
         if self.objective == "mpp" and self.teacher:
             raise ValueError("masked patch prediction (train.objective = mpp) has no classes to distil: unset "
                              "train.teacher")
+        if self.lora.rank and self.train.train_blocks >= 0:
+            raise ValueError(f"lora.rank = {self.lora.rank} trains adapters on every block; optim.train_blocks = "
+                             f"{self.train.train_blocks} trains whole blocks: use one or the other")
         if self.objective == "mpp" and (self.train.mixup or self.train.cutmix):
             raise ValueError("train.mixup / train.cutmix mix labels; masked patch prediction (train.objective = mpp) "
                              "has none: turn them off")
@@ -342,7 +368,7 @@ class RunConfig(RecipeSection):
     def defaults(cls) -> dict[str, Any]:
         """{section: {key: default}} of every recipe key."""
         out: dict[str, Any] = {}
-        for section in (ModelSpec, DataConfig, TrainConfig, MppConfig, SweepConfig, cls):
+        for section in (ModelSpec, DataConfig, TrainConfig, MppConfig, SweepConfig, LoraSpec, cls):
             for sec, body in section.recipe_defaults().items():
                 out.setdefault(sec, {}).update(body)
         return out
@@ -360,12 +386,13 @@ class RunConfig(RecipeSection):
             raise ValueError(f"{where}: description must be a string, got {desc!r}")
         return cls.from_recipe(merged, model=ModelSpec.from_recipe(merged), data=DataConfig.from_recipe(merged),
                                train=TrainConfig.from_recipe(merged), mpp=MppConfig.from_recipe(merged),
-                               sweep=SweepConfig.from_recipe(merged), description=desc)
+                               sweep=SweepConfig.from_recipe(merged), lora=LoraSpec.from_recipe(merged),
+                               description=desc)
 
     def sections(self) -> dict[str, Any]:
         """The nested dict of every key (run_config.json; `from_sections` reads it back to an equal RunConfig)."""
         out: dict[str, Any] = {"description": self.description} if self.description else {}
-        for part in (self.model, self.data, self.train, self.mpp, self.sweep):
+        for part in (self.model, self.data, self.train, self.mpp, self.sweep, self.lora):
             out = merge(out, part.to_recipe())
         for sec, body in super().to_recipe().items():
             out[sec].update(body)

@@ -26,6 +26,7 @@ from vitkit.data.config import DataConfig
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
 from vitkit.inference.evaluate import eval_loader, evaluate_loader
+from vitkit.models.lora import apply_lora, merge_lora
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.registry import create_model
 from vitkit.models.vit import VisionTransformer, ViTConfig
@@ -118,6 +119,18 @@ def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataCo
     return model
 
 
+def add_lora(model: nn.Module, cfg: RunConfig, notes: list[str] | None = None) -> nn.Module:
+    """Put the run's [lora] adapters on `model` (all else frozen but lora.train), noting what trains."""
+    lc = cfg.lora.config()
+    apply_lora(model, lc)
+    n, total = (sum(p.numel() for p in model.parameters() if p.requires_grad or not only) for only in (True, False))
+    if notes is not None:
+        notes.append(f"LoRA: rank {lc.rank}, alpha {lc.alpha:g} on {', '.join(lc.targets)}; training "
+                     f"{n / 1e6:.3f}M of {total / 1e6:.2f}M parameters ({100 * n / total:.2f}%: the adapters"
+                     + "".join(f", {t}" for t in lc.train) + ")")
+    return model
+
+
 def _dry_run_config(cfg: RunConfig, steps: int) -> RunConfig:
     """A few steps of the recipe on synthetic data, batch 8 (micro-batches kept when accumulating)."""
     return cfg.updated({
@@ -153,7 +166,7 @@ def objective_model(model: nn.Module, cfg: RunConfig) -> nn.Module:
 
 # Files a run writes in its folder; `overwrite=True` removes exactly these (nothing else of the user's).
 RUN_FILES = ("metrics.jsonl", "train_state.pt", "run_config.json", "train_config.json", "result.json",
-             "curves.png", "model", "tb")
+             "curves.png", "model", "tb", "adapter")
 # Keys that may differ when a run is resumed without changing what it computes: the engine's own (as recipe
 # keys) and the data loading's.
 RESUME_FREE = {"description", "data.num_workers", "data.eval_batch_size", "data.max_pixels"} | {
@@ -206,7 +219,9 @@ def prepare_run_folder(out: Path, cfg: RunConfig, resume: bool, force: bool, ove
 # What vitkit writes inside the folders of a run: the model folder's files (save_pretrained) and TensorBoard's
 # event files. `--overwrite` removes these and a folder left empty by that, never anything else of the user's.
 _FOLDER_FILES = {"model": ("config.json", "model.safetensors", ".config.json.*.tmp", ".model.safetensors.*.tmp"),
-                 "tb": ("events.out.tfevents.*",)}
+                 "tb": ("events.out.tfevents.*",),
+                 "adapter": ("adapter_config.json", "adapter_model.safetensors", ".adapter_config.json.*.tmp",
+                             ".adapter_model.safetensors.*.tmp")}
 
 
 def _written_by_vitkit(out: Path, present: list[str]) -> list[Path]:
@@ -341,6 +356,8 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     train = splits["train"]
     notes: list[str] = []
     model = build_model(cfg.model, train.classes, train.channels, cfg.data, notes, source=source)
+    if cfg.lora.rank:  # LoRA (Hu et al. 2022): adapters on the frozen encoder, saved alone and merged at the end
+        add_lora(model, cfg, notes)
     trained = objective_model(model, cfg)  # the ViT itself, or the ViT inside its §4.6 MPP wrapper
     tcfg, d = cfg.train, cfg.data
     if header and dist.rank() == 0:
@@ -424,6 +441,9 @@ def finish_run(run: Run, train_s: float, final_test: bool = True) -> dict[str, A
         if trainer.is_main:  # the same architecture, built without weights (no second checkpoint read)
             with torch.device("meta"):
                 fresh = type(model)(model.config)
+                if getattr(model, "lora_config", None) is not None:  # the same adapters, for the same keys
+                    add_lora(fresh, cfg)
+                    fresh.lora_base_hash = model.lora_base_hash
             fresh.preprocess = model.preprocess
             trained = objective_model(fresh, cfg)
             trained.load_state_dict(weights, assign=True)
@@ -445,6 +465,12 @@ def finish_run(run: Run, train_s: float, final_test: bool = True) -> dict[str, A
         if run.save:
             from vitkit.formats import save_pretrained
 
+            if getattr(model, "lora_config", None) is not None:  # the adapters alone, then merged for every format
+                from vitkit.formats.adapters import save_adapters
+
+                save_adapters(model.to("cpu"), out / "adapter", base=cfg.model.pretrained, overwrite=True)
+                result["adapter_dir"] = str(out / "adapter")
+                merge_lora(model)
             save_pretrained(model.to("cpu"), out / "model")
             result["model_dir"] = str(out / "model")
         plot_curves(trainer.metrics_path, out / "curves.png", title=cfg.description.strip())

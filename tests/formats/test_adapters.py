@@ -1,0 +1,127 @@
+"""LoRA adapters saved alone (vitkit.formats.adapters): vitkit's folder back onto its base (any format, a different
+base refused), and peft's folder read by peft's own PeftModel onto transformers' ViT / DINOv2 with the same
+outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitkit
+from tests.helpers import random_vit
+from vitkit.formats.adapters import load_adapters, save_adapters
+from vitkit.models.lora import LoraConfig, apply_lora, lora_modules, merge_lora
+
+ALL = ("q", "k", "v", "proj", "fc1", "fc2")
+TOL = dict(rtol=2e-5, atol=2e-5)
+
+
+def _train_a_little(model: torch.nn.Module, seed: int = 1) -> None:
+    """Stand-in for a fine-tune: every trainable tensor (B is zero at init) drawn, so each one matters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+
+
+def _x(model: torch.nn.Module) -> torch.Tensor:
+    c = model.config
+    return torch.randn(2, c.in_chans, *c.img_size, generator=torch.Generator().manual_seed(3))
+
+
+def _tuned(base_dir: Path, lcfg: LoraConfig, num_classes: int = 3) -> torch.nn.Module:
+    model = vitkit.load_pretrained(base_dir, num_classes=num_classes, img_size=24)  # a fine-tune's new head, size
+    apply_lora(model, lcfg)
+    _train_a_little(model)
+    return model.eval()
+
+
+def test_vitkit_adapters_load_back_onto_their_base_in_any_format(tmp_path: Path) -> None:
+    vitkit.save_pretrained(random_vit(), tmp_path / "base")
+    model = _tuned(tmp_path / "base", LoraConfig(rank=2, alpha=4.0, targets=ALL, train=("head", "norm")))
+    folder = save_adapters(model, tmp_path / "adapter", base=str(tmp_path / "base"))
+    doc = json.loads((folder / "adapter_config.json").read_text())
+    assert doc["format"] == "vitkit-lora" and doc["base_fingerprint"] == model.lora_base_hash
+    adapter_bytes = (folder / "adapter_model.safetensors").stat().st_size
+    assert adapter_bytes < (tmp_path / "base" / "model.safetensors").stat().st_size / 2
+    x = _x(model)
+    with torch.no_grad():
+        want = model(x)
+        again = load_adapters(folder)  # the base from the recorded path
+        torch.testing.assert_close(again(x), want, rtol=0, atol=0)
+        # the same base weights written as a transformers folder hash the same, and give the same model
+        vitkit.save_pretrained(vitkit.load_pretrained(tmp_path / "base"), tmp_path / "base_hf", format="hf")
+        torch.testing.assert_close(load_adapters(folder, base=tmp_path / "base_hf")(x), want, **TOL)
+        merged = merge_lora(again)
+        assert not lora_modules(merged)
+        torch.testing.assert_close(merged(x), want, **TOL)
+    with pytest.raises(FileExistsError, match="already holds adapters"):
+        save_adapters(model, folder)
+
+
+def test_adapters_refuse_another_base(tmp_path: Path) -> None:
+    base = random_vit()
+    vitkit.save_pretrained(base, tmp_path / "base")
+    model = _tuned(tmp_path / "base", LoraConfig(rank=2))
+    folder = save_adapters(model, tmp_path / "adapter", base=str(tmp_path / "base"))
+    with torch.no_grad():
+        base.blocks[0].mlp.fc1.weight[0, 0] += 0.01
+    vitkit.save_pretrained(base, tmp_path / "other")
+    with pytest.raises(ValueError, match="not the base these adapters were trained on"):
+        load_adapters(folder, base=tmp_path / "other")
+    with pytest.raises(ValueError, match="layout must be one of classic, current, got 'sideways'"):
+        save_adapters(model, tmp_path / "p", format="peft", layout="sideways")
+    with pytest.raises(ValueError, match="unknown adapter format 'onnx'"):
+        save_adapters(model, tmp_path / "p", format="onnx")
+
+
+transformers = pytest.importorskip("transformers")
+
+
+def _peft_model(hf_dir: Path, adapter_dir: Path, cls: type) -> torch.nn.Module:
+    peft = pytest.importorskip("peft")
+    return peft.PeftModel.from_pretrained(cls.from_pretrained(hf_dir), adapter_dir).eval()
+
+
+@pytest.mark.parametrize("targets", [("q", "v"), ALL])
+def test_peft_reads_the_adapters_of_a_vit_classifier_to_the_same_logits(tmp_path: Path, targets: tuple) -> None:
+    """The base written as transformers' ViTForImageClassification, the adapters (and the trained classifier, as a
+    modules_to_save) in peft's layout: PeftModel on the transformers model gives vitkit's logits."""
+    base = random_vit(in_chans=3, num_classes=3)
+    vitkit.save_pretrained(base, tmp_path / "hf", format="hf")
+    apply_lora(base, LoraConfig(rank=2, alpha=6.0, targets=targets))
+    _train_a_little(base)
+    base.eval()
+    save_adapters(base, tmp_path / "peft", format="peft")
+    doc = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert doc["peft_type"] == "LORA" and doc["modules_to_save"] == ["classifier"]
+    pm = _peft_model(tmp_path / "hf", tmp_path / "peft", transformers.ViTForImageClassification)
+    x = _x(base)
+    with torch.no_grad():
+        torch.testing.assert_close(pm(pixel_values=x).logits, base(x), **TOL)
+
+
+def test_peft_reads_the_adapters_of_a_dinov2_backbone(tmp_path: Path) -> None:
+    base = random_vit(in_chans=3, num_classes=0, layer_scale=0.1)
+    vitkit.save_pretrained(base, tmp_path / "hf", format="hf")
+    apply_lora(base, LoraConfig(rank=2, alpha=2.0, targets=("q", "k", "proj", "fc2"), train=()))
+    _train_a_little(base)
+    base.eval()
+    save_adapters(base, tmp_path / "peft", format="peft")
+    pm = _peft_model(tmp_path / "hf", tmp_path / "peft", transformers.Dinov2Model)
+    x = _x(base)
+    with torch.no_grad():
+        torch.testing.assert_close(pm(pixel_values=x).pooler_output, base(x), **TOL)
+
+
+def test_peft_layout_refuses_what_peft_cannot_hold(tmp_path: Path) -> None:
+    gap = apply_lora(random_vit(pooling="gap", class_token=False), LoraConfig(rank=2))
+    with pytest.raises(ValueError, match="Hugging Face ViT: GAP pooling"):
+        save_adapters(gap, tmp_path / "a", format="peft", layout="current")
+    norms = apply_lora(random_vit(), LoraConfig(rank=2, train=("head", "norm")))
+    with pytest.raises(ValueError, match="also trained \\['norm'\\]"):
+        save_adapters(norms, tmp_path / "b", format="peft", layout="classic")

@@ -1,0 +1,232 @@
+"""LoRA adapters (vitkit.models.lora) saved alone, small, beside the base checkpoint they were trained on.
+
+Two layouts, each a folder of `adapter_config.json` + `adapter_model.safetensors`:
+
+* vitkit's ("format": "vitkit-lora"): every trainable tensor by vitkit key (LoRA's A and B, and the classifier /
+  norms / biases trained beside them), the LoRA config, the fine-tuned model's config and preprocessing, the base
+  checkpoint's path as given and its identity, `base_fingerprint` (a hash of its weights, any format). `load_adapters`
+  reads the base, refuses one whose weights hash otherwise, re-does the fine-tune's head and resolution change
+  (§3.2) and puts the adapters on.
+* peft's (`PeftModel.from_pretrained(transformers_model, folder)`), for a model that saves as transformers' ViT
+  or DINOv2: `base_model.model.<module>.lora_[AB].weight` on transformers' module names (q, k and v are transformers'
+  separate query / key / value Linears: vitkit's per-slice adapters are exactly theirs), the classifier as a
+  `modules_to_save`. Module names differ between transformers 4 (`encoder.layer.N.attention.attention.query`,
+  "classic") and 5 (`layers.N.attention.q_proj`, "current"); `layout` picks, by default the installed
+  transformers' (logged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from vitkit.formats.common import read_safetensors
+from vitkit.formats.hf import BLOCK_KEYS, vit_to_hf_config
+from vitkit.formats.hf_families import DINO_BLOCK, family_problems, hf_family
+from vitkit.models.lora import TARGETS, LoraConfig, apply_lora, base_fingerprint, lora_state
+from vitkit.models.preprocess import PreprocessConfig
+from vitkit.models.vit import VisionTransformer, ViTConfig
+from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+
+log = logging.getLogger(__name__)
+
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter_model.safetensors"
+FORMAT_TAG = "vitkit-lora"
+LAYOUTS = ("classic", "current")
+# vitkit's block module -> transformers' DINOv2 module (transformers 5 names its attention as ViT's current layout)
+DINO_CURRENT = {"q": "attention.q_proj", "k": "attention.k_proj", "v": "attention.v_proj", "attn.proj": "attention.o_proj",
+                "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+
+
+def _lora_of(model: nn.Module) -> LoraConfig:
+    cfg = getattr(model, "lora_config", None)
+    if cfg is None:
+        raise ValueError("this model carries no LoRA adapters (vitkit.models.lora.apply_lora)")
+    return cfg
+
+
+def _fresh_folder(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(20, "an adapter folder was to be written where a file is", str(out))
+    present = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if (out / n).exists()]
+    if present and not overwrite:
+        raise FileExistsError(f"{out} already holds adapters ({', '.join(present)}); choose another folder or "
+                              "pass overwrite=True")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _write(out: Path, doc: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Path:
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    atomic_write_with(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+    atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def save_adapters(model: VisionTransformer, out: str | Path, base: str = "", *, format: str = "vitkit",
+                  layout: str | None = None, overwrite: bool = False) -> Path:
+    """Write `model`'s adapters (not its base weights) to the folder `out`: vitkit's layout, or (`format="peft"`)
+    peft's for transformers' ViT / DINOv2 classes (`layout`: "classic" or "current" module names). `base` is the
+    base checkpoint's path, recorded for `load_adapters` (vitkit's layout)."""
+    cfg = _lora_of(model)
+    out = Path(out)
+    if format == "peft":
+        doc, tensors = peft_adapters(model, layout, base)
+    elif format == "vitkit":
+        doc = {"format": FORMAT_TAG, "lora": cfg.to_dict(), "base_model": str(base),
+               "base_fingerprint": model.lora_base_hash, "model": model.config.to_dict(),
+               "preprocess": model.preprocess.to_dict()}
+        tensors = lora_state(model)
+    else:
+        raise ValueError(f"unknown adapter format {format!r}; choose vitkit or peft")
+    _fresh_folder(out, overwrite)
+    return _write(out, doc, tensors)
+
+
+def read_adapter_config(folder: str | Path) -> dict[str, Any]:
+    """adapter_config.json of a vitkit adapter folder, checked for what `load_adapters` needs."""
+    path = Path(folder) / CONFIG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no {CONFIG_NAME} in {folder}: not an adapter folder")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not readable JSON ({e})") from e
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    if doc.get("format") != FORMAT_TAG:
+        what = "peft's adapter config (load it with PeftModel onto a transformers model)" if "peft_type" in doc else \
+            f"format {doc.get('format')!r}"
+        raise ValueError(f"{path}: {what}; vitkit loads its own adapter folders (\"format\": \"{FORMAT_TAG}\")")
+    missing = [k for k in ("lora", "base_fingerprint", "model", "preprocess") if k not in doc]
+    if missing:
+        raise ValueError(f"{path}: missing {missing}")
+    return doc
+
+
+def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None) -> VisionTransformer:
+    """The fine-tuned model of a vitkit adapter folder, in eval mode with its adapters on (merge with
+    `vitkit.models.lora.merge_lora`): the base checkpoint (`base`: a path, an already loaded model, or None for
+    the path the folder records) after the fine-tune's head and resolution change, with the adapters and the
+    trained tensors loaded. A base whose weights do not hash to the recorded fingerprint is refused."""
+    from vitkit.formats import adapt, load_pretrained
+
+    folder = Path(folder)
+    doc = read_adapter_config(folder)
+    try:
+        lcfg = LoraConfig.from_dict(doc["lora"])
+        tuned = ViTConfig.from_dict(doc["model"])
+        pre = PreprocessConfig.from_dict(doc["preprocess"])
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{folder / CONFIG_NAME}: {e}") from e
+    if base is None:
+        base = doc.get("base_model") or None
+        if base is None:
+            raise ValueError(f"{folder / CONFIG_NAME} records no base checkpoint: pass base=")
+    if isinstance(base, nn.Module):
+        model, where = base, "the base model given"
+    else:
+        hints = {k: getattr(tuned, k) for k in ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")}
+        model, where = load_pretrained(base, **hints), str(base)
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"{where}: LoRA adapters go on a ViT, got a {type(model).__name__}")
+    found = base_fingerprint(model)
+    if found != doc["base_fingerprint"]:
+        raise ValueError(f"{where} is not the base these adapters were trained on: its weights hash to "
+                         f"{found[:16]}..., the adapters' base to {str(doc['base_fingerprint'])[:16]}... "
+                         f"({folder})")
+    model = adapt(model, num_classes=tuned.num_classes, img_size=tuned.img_size)
+    apply_lora(model, lcfg)
+    state = read_safetensors(folder / WEIGHTS_NAME)
+    want = lora_state(model)
+    if set(state) != set(want):
+        extra, missing = sorted(set(state) - set(want)), sorted(set(want) - set(state))
+        raise ValueError(f"{folder / WEIGHTS_NAME} does not fit its config: missing {missing[:4]}, unexpected "
+                         f"{extra[:4]}")
+    with torch.no_grad():
+        for k, p in want.items():
+            if state[k].shape != p.shape:
+                raise ValueError(f"{folder / WEIGHTS_NAME}: {k} has shape {tuple(state[k].shape)}, expected "
+                                 f"{tuple(p.shape)}")
+            p.copy_(state[k])
+    model.preprocess = pre
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------- peft's layout
+def default_layout() -> str:
+    """The module names of the installed transformers: "current" from version 5 on, else "classic"; without
+    transformers there is nothing to default to."""
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError("peft adapters name transformers' modules, which differ between transformers 4 (classic) "
+                         "and 5 (current); transformers is not installed here: pass layout=") from None
+    layout = "current" if int(transformers.__version__.split(".")[0]) >= 5 else "classic"
+    log.warning("peft adapter module names: %s layout (transformers %s installed); pass layout= for the other",
+                layout, transformers.__version__)
+    return layout
+
+
+def _hf_modules(model: VisionTransformer, layout: str) -> tuple[str, dict[str, str], str]:
+    """(module prefix of block i, {vitkit block module: transformers module}, classifier name) of the
+    transformers class `model` saves as; refused, with the reasons, when it saves as none peft can adapt here."""
+    cfg = model.config
+    kind = hf_family(cfg)
+    if kind is None:
+        vit_to_hf_config(model)  # raises naming what a transformers ViT cannot hold
+        names = BLOCK_KEYS[layout]
+        base = "vit." if cfg.num_classes > 0 else ""
+        return base + names["prefix"], {k: names[k] for k in ("q", "k", "v", "attn.proj", "mlp.fc1", "mlp.fc2")}, \
+            "classifier"
+    if not kind.startswith("dinov2"):
+        raise ValueError(f"peft adapters are written for models that save as transformers' ViT or DINOv2; this one "
+                         f"saves as {kind!r}: merge the adapters (merge_lora) or save them in vitkit's layout")
+    problems = family_problems(kind, model)
+    if problems:
+        raise ValueError("cannot save as a Hugging Face DINOv2: " + "; ".join(problems))
+    names = DINO_CURRENT if layout == "current" else {v: k for k, v in DINO_BLOCK.items()}
+    return "encoder.layer.{i}.", {k: names[k] for k in ("q", "k", "v", "attn.proj", "mlp.fc1", "mlp.fc2")}, ""
+
+
+def peft_adapters(model: VisionTransformer, layout: str | None = None, base: str = ""
+                  ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """adapter_config.json and the tensors of `model`'s adapters in peft's layout (see the module docstring)."""
+    cfg = _lora_of(model)
+    layout = layout or default_layout()
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if set(cfg.train) - {"head"}:
+        raise ValueError(f"peft's LoRA file holds the adapters and the classifier; this model also trained "
+                         f"{sorted(set(cfg.train) - {'head'})}: save it in vitkit's layout or merged")
+    prefix, names, classifier = _hf_modules(model, layout)
+    state = lora_state(model)
+    tensors: dict[str, torch.Tensor] = {}
+    modules: list[str] = []
+    for i, blk in enumerate(model.blocks):
+        for t in cfg.targets:
+            path, _ = TARGETS[t]
+            ours = names[t if t in ("q", "k", "v") else path]
+            theirs = prefix.format(i=i) + ours
+            modules.append(theirs)
+            m = blk.get_submodule(path)
+            tensors[f"base_model.model.{theirs}.lora_A.weight"] = m.lora_A[t]
+            tensors[f"base_model.model.{theirs}.lora_B.weight"] = m.lora_B[t]
+    saved = []
+    if "head" in cfg.train and model.config.num_classes > 0 and classifier:
+        saved = [classifier]
+        for p in ("weight", "bias"):
+            tensors[f"base_model.model.{classifier}.{p}"] = state[f"head.{p}"]
+    doc = {"peft_type": "LORA", "r": cfg.rank, "lora_alpha": cfg.alpha, "lora_dropout": cfg.dropout,
+           "target_modules": sorted(modules), "modules_to_save": saved or None, "bias": "none",
+           "fan_in_fan_out": False, "init_lora_weights": True, "inference_mode": True, "task_type": None,
+           "use_rslora": False, "use_dora": False, "rank_pattern": {}, "alpha_pattern": {},
+           "layers_to_transform": None, "layers_pattern": None, "revision": None,
+           "base_model_name_or_path": str(base) or None}
+    return doc, tensors
