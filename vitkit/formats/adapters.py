@@ -27,8 +27,9 @@ from safetensors.torch import save_file
 from torch import nn
 
 from vitkit.formats.common import read_safetensors
+from vitkit.formats.families.dinov2 import DINO_BLOCK
 from vitkit.formats.hf import BLOCK_KEYS, vit_to_hf_config
-from vitkit.formats.hf_families import DINO_BLOCK, family_problems, hf_family
+from vitkit.formats.hf_families import family_problems, hf_family
 from vitkit.models.lora import TARGETS, LoraConfig, apply_lora, base_fingerprint, lora_state
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer, ViTConfig
