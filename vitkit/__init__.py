@@ -1,5 +1,6 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., 2021)."""
 
+from vitkit.features import embed
 from vitkit.formats import load_pretrained, save_pretrained
 from vitkit.models import (
     VisionTransformer,
@@ -21,6 +22,7 @@ __all__ = [
     "VisionTransformer",
     "build_predictor",
     "create_model",
+    "embed",
     "list_models",
     "load_pretrained",
     "register_model",
