@@ -106,13 +106,13 @@ def test_fewshot_on_grey_lfw_runs_with_an_rgb_backbone_and_reports_knn(tmp_path:
     from vitkit.fewshot import extract_features
 
     folder = hub_folder(tmp_path, "dinov2_reg")
-    assert main(["fewshot", "--model", str(folder), "--data", "lfw", "--shots", "1,5", "--seeds", "2",
+    assert main(["fewshot", "--model", str(folder), "--data", "lfw", "--img-size", "112", "--shots", "1,5", "--seeds", "2",
                  "--json", str(tmp_path / "fs.json")]) == 0
     cap = capsys.readouterr()
     assert "grey images, converted to RGB" in cap.err
     doc = json.loads((tmp_path / "fs.json").read_text())
     assert set(doc) == {"1", "5", "knn", "knn_all"} and set(doc["knn"]) == {"1", "5"}
-    model = load_pretrained(folder)
+    model = load_pretrained(folder, img_size=112)
     splits = open_splits(DataConfig.from_flag("lfw", 3, 0, 64))
     tr, te = (match_channels(splits[s], 3, "lfw") for s in ("train", "test"))
     assert isinstance(tr, GreyAsRGB)

@@ -106,7 +106,7 @@ def test_embed_pools_normalises_and_writes_parquet_and_jsonl(tmp_path: Path, pho
 
 TINY_RUN = ["--no-progress", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
             "train.batch_size=8", "--set", "data.num_workers=0", "--set", "train.tensorboard=false", "--set",
-            "train.eval_batch_size=64"]
+            "data.eval_batch_size=64"]
 
 
 def test_a_finetuned_stock_dinov2_keeps_the_checkpoints_preprocessing(tmp_path: Path, capsys) -> None:  # noqa: ANN001
@@ -115,7 +115,7 @@ def test_a_finetuned_stock_dinov2_keeps_the_checkpoints_preprocessing(tmp_path: 
     folder without a processor file keeps the loader's assumption as a line of the run, not as a stale note."""
     folder = hub_folder(tmp_path, "dinov2")
     src = vitkit.load_pretrained(folder).preprocess
-    assert main(["finetune", "--model", str(folder), "--data", "lfw", "--img-size", "224", "--out",
+    assert main(["finetune", "--model", str(folder), "--data", "lfw", "--img-size", "112", "--out",
                  str(tmp_path / "ft"), *TINY_RUN]) == 0
     out = capsys.readouterr()
     assert "converted to RGB" in out.out + out.err
@@ -123,11 +123,11 @@ def test_a_finetuned_stock_dinov2_keeps_the_checkpoints_preprocessing(tmp_path: 
     pre = ft.preprocess
     assert (pre.crop_pct, pre.crop_mode, pre.crop_offset, pre.interpolation, pre.mean, pre.std) == (
         src.crop_pct, "center", "floor", "bicubic", src.mean, src.std)
-    assert int(224 / pre.crop_pct) == 256 and ft.config.num_classes == 2 and pre.labels
+    assert int(112 / pre.crop_pct) == 128 and ft.config.num_classes == 2 and pre.labels
     (folder / "preprocessor_config.json").unlink()
     assumed = vitkit.load_pretrained(folder).config.extra["assumed"]
     assert "preprocess" in assumed
-    assert main(["finetune", "--model", str(folder), "--data", "lfw", "--img-size", "224", "--out",
+    assert main(["finetune", "--model", str(folder), "--data", "lfw", "--img-size", "112", "--out",
                  str(tmp_path / "ft2"), *TINY_RUN]) == 0
     assert "assumed when it was read" in capsys.readouterr().out
     ft2 = vitkit.load_pretrained(tmp_path / "ft2" / "model")
