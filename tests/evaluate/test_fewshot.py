@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from vitkit.cli import main
-from vitkit.formats import load_pretrained
 from vitkit.fewshot import BIAS_CONSTANT, fewshot_accuracy, fewshot_table, fit_linear, sample_shots
+from vitkit.formats import load_pretrained
 
 
 def _independent_ridge(x: np.ndarray, y: np.ndarray, k: int, l2: float) -> np.ndarray:

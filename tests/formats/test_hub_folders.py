@@ -134,3 +134,37 @@ def test_a_finetuned_stock_dinov2_keeps_the_checkpoints_preprocessing(tmp_path: 
     assert "preprocess" not in ft2.config.extra.get("assumed", {})
     saved = json.loads((tmp_path / "ft2" / "model" / "config.json").read_text())
     assert "0.5 assumed" not in json.dumps(saved) and "absent" not in json.dumps(saved)
+
+
+def test_prefetched_batches_come_in_order_and_errors_and_early_exits_reach_the_consumer() -> None:
+    from vitkit.features import prefetched
+
+    assert list(prefetched(iter(range(10)), depth=2)) == list(range(10))
+
+    def failing():  # noqa: ANN202
+        yield 1
+        raise ValueError("cannot read image x.jpg")
+
+    got = []
+    with pytest.raises(ValueError, match="x.jpg"):
+        for b in prefetched(failing()):
+            got.append(b)
+    assert got == [1]
+    for b in prefetched(iter(range(1000)), depth=1):  # leaving early ends the producer (no hang)
+        if b == 3:
+            break
+
+
+def test_uint8_resize_is_the_float_resize_rounded_to_whole_levels(photos: list[Path]) -> None:
+    """embed's 8-bit path (torch's uint8 antialiased kernels, as Pillow resizes: each pass rounded) stays within a few levels of the
+    float path: the same geometry, rounding apart."""
+    from vitkit.data.preprocess import read_image
+    from vitkit.models.preprocess import PreprocessConfig
+
+    pre = PreprocessConfig(img_size=(224, 224), crop_pct=224 / 256, interpolation="bicubic", crop_offset="floor")
+    for f in photos:
+        a = pre.resize(read_image(f, 3, pre.decode_size())[None])
+        b = pre.resize(read_image(f, 3, pre.decode_size(), keep_uint8=True)[None])
+        assert b.dtype == torch.float32 and a.shape == b.shape
+        d = (a - b).abs() * 255
+        assert d.mean() < 0.5 and d.max() <= 8, (f.name, float(d.mean()), float(d.max()))

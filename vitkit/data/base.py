@@ -60,16 +60,18 @@ class FileDataset:
     """Image files with integer labels, decoded on access (1- or 3-channel)."""
 
     def __init__(self, paths: list[str], labels: Any, classes: list[str], channels: int = 3,
-                 max_pixels: int | None = None) -> None:
+                 max_pixels: int | None = None, keep_uint8: bool = False) -> None:
         self.paths, self.labels = list(paths), np.asarray(labels, dtype=np.int64)
         self.classes, self.channels, self.max_pixels = list(classes), channels, max_pixels
+        self.keep_uint8 = keep_uint8  # 8-bit images stay uint8, for PreprocessConfig.resize's uint8 path
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
         """Image i, decoded at no less than `min_size` (smaller when the file is much larger)."""
-        return read_image(self.paths[i], self.channels, min_size, self.max_pixels), int(self.labels[i])
+        return read_image(self.paths[i], self.channels, min_size, self.max_pixels, keep_uint8=self.keep_uint8), int(
+            self.labels[i])
 
     def describe(self, i: int) -> str:
         return self.paths[i]
