@@ -69,8 +69,8 @@ def main() -> None:
     from transformers.image_utils import load_image
 
     import vitkit
-    from vitkit.evaluate import eval_loader
     from vitkit.data.base import FileDataset
+    from vitkit.evaluate import eval_loader
     from vitkit.features import FeatureNet, embed_files
     from vitkit.runtime import build_predictor
 
