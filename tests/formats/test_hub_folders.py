@@ -84,6 +84,8 @@ def test_embed_pools_normalises_and_writes_parquet_and_jsonl(tmp_path: Path, pho
     files = [str(p) for p in photos[:3]]
     tokens = {f: vitkit.embed(model, [f], feature="patch").features[0] for f in files}
     cm = vitkit.embed(model, files, feature="cls_mean", normalize=True)
+    onnx = vitkit.embed(model, files, feature="cls_mean", normalize=True, runtime="onnxruntime")  # exported alike
+    np.testing.assert_allclose(onnx.features, cm.features, atol=1e-5)
     for f, row in zip(files, cm.features):
         assert tokens[f].shape == (256, 48)  # 16 x 16 patches, class token and 4 registers left out
         mean = tokens[f].mean(0)
