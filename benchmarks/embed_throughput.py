@@ -7,7 +7,8 @@ benchmarks/results/embed_throughput.json.
 
     flock /tmp/vitkit_bench.lock python benchmarks/embed_throughput.py [--images 96] [--rounds 5] [--threads 2]
 
-Rows: vitkit on torch fp32 (the like-for-like row), on `--runtime auto` fp32 (what `vitkit embed` runs by default),
+Rows: vitkit on torch fp32 (the like-for-like row), on `--runtime auto` fp32 (what `vitkit embed` runs by default
+for a job of AUTO_MIN_IMAGES images or more),
 on torch bf16 weights (what `--precision auto` picks on a CPU with AVX512_BF16), transformers fp32.
 """
 
@@ -75,7 +76,7 @@ def main() -> None:
     from vitkit.data.base import FileDataset
     from vitkit.evaluate import eval_loader
     from vitkit.features import FeatureNet, embed_files, prefetched
-    from vitkit.runtime import build_predictor
+    from vitkit.runtime import AUTO_MIN_IMAGES, build_predictor
 
     torch.set_num_threads(args.threads)
     bs = args.batch_size
@@ -87,9 +88,10 @@ def main() -> None:
         model = vitkit.load_pretrained(folder)
         pre = model.preprocess
         preds = {p: build_predictor(FeatureNet(model), p, "torch", threads=args.threads) for p in ("fp32", "bf16")}
-        # what `vitkit embed` runs by default (--runtime auto: the fastest installed CPU runtime for a job this size)
-        preds["auto"] = build_predictor(FeatureNet(model), "fp32", "auto", threads=args.threads, n_images=len(files),
-                                        log=print)
+        # what `vitkit embed` runs by default from AUTO_MIN_IMAGES images on (--runtime auto: the fastest installed
+        # CPU runtime for fp32, OpenVINO here; below that many, torch)
+        preds["auto"] = build_predictor(FeatureNet(model), "fp32", "auto", threads=args.threads,
+                                        n_images=max(len(files), AUTO_MIN_IMAGES), log=print)
         proc = transformers.AutoImageProcessor.from_pretrained(folder)
         hf = transformers.Dinov2Model.from_pretrained(folder).eval()
 
