@@ -35,7 +35,7 @@ def test_a_stock_dinov2_small_folder_embeds_files_as_transformers_pipeline(tmp_p
     model = vitkit.load_pretrained(folder)
     assert model.config.img_size == (224, 224) and model.config.grid_size == (16, 16)
     assert model.config.posemb_resample == "bicubic"
-    assert "518x518" in model.config.extra["resampled_for_processor"]
+    assert "518x518" in model.config.extra["resampled_for_input"]
     pre = model.preprocess
     assert (pre.img_size, int(224 / pre.crop_pct), pre.interpolation, pre.crop_offset) == ((224, 224), 256,
                                                                                              "bicubic", "floor")
@@ -171,3 +171,23 @@ def test_uint8_resize_is_the_float_resize_rounded_to_whole_levels(photos: list[P
         assert b.dtype == torch.float32 and a.shape == b.shape
         d = (a - b).abs() * 255
         assert d.mean() < 0.5 and d.max() <= 8, (f.name, float(d.mean()), float(d.max()))
+
+
+def test_a_timm_folder_whose_pretrained_cfg_input_size_differs_runs_at_it(tmp_path: Path) -> None:
+    """timm builds the model at the hub config's size and resamples the stored E_pos at load (antialiased
+    bicubic, resample_abs_pos_embed); vitkit does the same instead of refusing the folder."""
+    from vitkit.models.posemb import resample_posemb
+
+    torch.manual_seed(0)
+    m = vitkit.create_model("vit", img_size=32, patch_size=8, width=32, depth=1, num_heads=2, mlp_dim=64,
+                            num_classes=3, posemb_resample="bicubic_antialias")  # as timm's own models
+    vitkit.save_pretrained(m, tmp_path / "t", format="timm")
+    doc = json.loads((tmp_path / "t" / "config.json").read_text())
+    assert doc["pretrained_cfg"]["input_size"] == [3, 32, 32]
+    doc["pretrained_cfg"]["input_size"] = [3, 48, 48]
+    (tmp_path / "t" / "config.json").write_text(json.dumps(doc))
+    got = vitkit.load_pretrained(tmp_path / "t")
+    assert got.config.img_size == (48, 48) and got.preprocess.img_size == (48, 48)
+    assert got.config.posemb_resample == "bicubic_antialias" and "32x32" in got.config.extra["resampled_for_input"]
+    want = resample_posemb(m.pos_embed.detach(), (6, 6), (4, 4), 1, antialias=True)
+    torch.testing.assert_close(got.pos_embed.detach(), want)

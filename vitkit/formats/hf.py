@@ -14,7 +14,6 @@ HF's `pooler` (Dense + tanh on the class token) is the original's `pre_logits` l
 from __future__ import annotations
 
 import json
-import logging
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from vitkit.formats.common import (
     load_state_checked,
     read_safetensors,
     resample_warning,
+    run_at_input_size,
     split_chunks,
     torch_load_weights,
 )
@@ -54,7 +54,6 @@ CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
 BIN_NAME = "pytorch_model.bin"
 PREPROCESSOR_NAME = "preprocessor_config.json"
-log = logging.getLogger(__name__)
 HF_MODEL_TYPES = ("vit", "vit_msn", *FAMILIES)  # config.json model_types read here (ViTMSN is a plain ViT) and by
 # hf_families.py
 
@@ -190,7 +189,7 @@ def _check_sizes_against_tensors(doc: dict[str, Any], state: dict[str, torch.Ten
 
 def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> PreprocessConfig:
     """The folder's preprocessor_config.json as vitkit's preprocessing; its `img_size` is what the processor
-    outputs (DINOv2's 224 crop for a 518 config), which may differ from the model's (see `_run_at_processor_size`)."""
+    outputs (DINOv2's 224 crop for a 518 config), which may differ from the model's (see `run_at_input_size`)."""
     labels: list[str] = []
     id2label = doc.get("id2label") or {}
     if cfg.num_classes and len(id2label) == cfg.num_classes:
@@ -279,27 +278,6 @@ def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float |
     return exact_crop_pct(crop[0], hw[0]), "squash", crop
 
 
-def _run_at_processor_size(model: VisionTransformer, pre: PreprocessConfig, where: Path) -> None:
-    """A folder whose processor outputs another size than config.json's `image_size` (every DINOv2: 518 config,
-    224 crop) runs, in its own library, with E_pos resampled to the processor's grid on each forward (transformers'
-    Dinov2Model: bicubic; with registers: antialiased bicubic). vitkit resamples the table once, the same way (the
-    model's `posemb_resample`), so the model runs at the processor's size, and records the change in the config."""
-    cfg = model.config
-    if tuple(pre.img_size) == tuple(cfg.img_size):
-        return
-    s = cfg.total_stride
-    if pre.img_size[0] % s or pre.img_size[1] % s:
-        raise ValueError(f"{where}: the processor outputs {pre.img_size[0]}x{pre.img_size[1]} images, not a "
-                         f"multiple of the patch size {s}")
-    old, how = tuple(cfg.img_size), cfg.posemb_resample
-    model.set_img_size(pre.img_size)
-    note = (f"config.json image_size {old[0]}x{old[1]}, processor output {pre.img_size[0]}x{pre.img_size[1]}: "
-            f"E_pos resampled to the {model.config.grid_size[0]}x{model.config.grid_size[1]} grid ({how}, as the "
-            "family's own library does at that input)")
-    model.config.extra = {**model.config.extra, "resampled_for_processor": note}
-    log.info("%s: %s", where, note)
-
-
 def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
     """Load a transformers ViT folder (ViT[MSN]Model, ViT[MSN]ForImageClassification, or a family's), eval mode."""
     folder = Path(path)
@@ -312,7 +290,7 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
             "preprocess": f"mean = std = 0.5, resize without crop: vitkit's default ({PREPROCESSOR_NAME} absent)"}
         model = load_hf_family(doc, state, wpath, hints, assumed)
         pre = _preprocess(folder, model.config, doc)
-        _run_at_processor_size(model, pre, folder / PREPROCESSOR_NAME)
+        run_at_input_size(model, pre.img_size, folder / PREPROCESSOR_NAME, "processor output")
         model.preprocess = pre
         return model.eval()
     base = "vit." if any(k.startswith("vit.") for k in state) else ""
@@ -332,7 +310,7 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
     state = gather_state(state, table, model.state_dict(), wpath, lambda _k, t: t, lambda _k, s: s, ignore)
     load_state_checked(model, state, wpath)
     pre = _preprocess(folder, model.config, doc)
-    _run_at_processor_size(model, pre, folder / PREPROCESSOR_NAME)
+    run_at_input_size(model, pre.img_size, folder / PREPROCESSOR_NAME, "processor output")
     model.preprocess = pre
     return model.eval()
 
