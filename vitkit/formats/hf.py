@@ -244,8 +244,9 @@ def _hw(value: Any, where: Path, key: str) -> tuple[int, int] | None:
 def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float | None, str, tuple[int, int]]:
     """An HF image processor's resize (+ centre crop) as vitkit's (crop_pct, crop_mode, output size): `size`
     {"height", "width"} with no crop is a plain resize to it (no crop_pct); {"shortest_edge": S} then a square
-    centre crop C is timm's "center" crop with crop_pct = C / S (CLIPImageProcessor, DINOv2's BitImageProcessor,
-    DeiT's); {"height", "width"} then a smaller square centre crop is "squash" with crop_pct = crop / size. A bare
+    centre crop C is timm's "center" crop with crop_pct = C / S (CLIPImageProcessor, DINOv2's BitImageProcessor);
+    {"height", "width"} then a smaller square centre crop is "squash" with crop_pct = crop / size (DeiT's 256 x 256,
+    crop 224). A bare
     number (the legacy files) is read as the processor class reads it (`SHORTEST_EDGE_PROCESSORS`). The output size
     is the processor's, which need not be the config's `image_size` (DINOv2 ships 518 and crops 224). Other
     combinations are refused by name."""
