@@ -43,7 +43,7 @@ def default_feature(model: nn.Module) -> str:
     """The family's pooled output: CLIP with its projection gives the projected image embedding (its head here),
     every other model the head's input (HF's pooler_output; a classifier's pre-logits)."""
     cfg = model.config
-    return "logits" if cfg.name in CLIP_KINDS and cfg.num_classes > 0 else "pre_logits"
+    return "logits" if getattr(cfg, "name", "") in CLIP_KINDS and cfg.num_classes > 0 else "pre_logits"
 
 
 class FeatureNet(nn.Module):
@@ -57,8 +57,10 @@ class FeatureNet(nn.Module):
         self.model, self.normalize = model, normalize
         self.feature = default_feature(model) if feature == "pooled" else feature
         cfg = model.config
-        tokens = self.feature in ("cls", "cls_mean")
-        if tokens and cfg.num_class_tokens == 0:
+        if not hasattr(cfg, "num_prefix_tokens") and self.feature not in ("pre_logits", "logits"):
+            raise ValueError(f"--pool {feature}: a {type(model).__name__} has no tokens; use pooled, pre_logits or "
+                             "logits")
+        if self.feature in ("cls", "cls_mean") and cfg.num_class_tokens == 0:
             raise ValueError(f"--pool {feature}: this model has no class token (pooling {cfg.pooling!r}); use mean")
         if self.feature == "logits" and cfg.num_classes == 0:
             raise ValueError("--pool logits: this model has no head (num_classes = 0)")
