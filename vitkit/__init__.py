@@ -1,6 +1,7 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., 2021)."""
 
 from vitkit.formats import load_pretrained, save_pretrained
+from vitkit.inference.features import embed
 from vitkit.inference.runtime import Predictor, build_predictor
 from vitkit.models import (
     VisionTransformer,
@@ -21,6 +22,7 @@ __all__ = [
     "VisionTransformer",
     "build_predictor",
     "create_model",
+    "embed",
     "list_models",
     "load_pretrained",
     "register_model",

@@ -23,6 +23,7 @@ from PIL import Image
 
 import vitkit
 from tests.helpers import digits_model
+from tests.hub_folders import hub_folder
 from vitkit.cli import build_parser, main
 from vitkit.data.digits import load_digits_split
 
@@ -35,6 +36,7 @@ SMOKE_SET = ["--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "-
              "--no-progress"]
 # what runs, beside parsing: subcommand -> extra arguments for its smoke form (None: parse only)
 RUN = {"train": SMOKE_SET, "finetune": SMOKE_SET, "predict": ["--no-progress"], "eval": [], "fewshot": [],
+       "embed": ["--no-progress", "--overwrite"],
        "inspect": ["--no-progress", "--num-images", "4"], "convert": [], "demo": ["--steps", "2", "--no-progress"],
        "data": ["--no-progress"], "sweep": None, "bench": None, "export": None, "reproduce": None}
 
@@ -128,6 +130,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
                               num_classes=5)
     vitkit.save_pretrained(rgb, root / "ViT-B_16.npz", format="npz")
     Image.fromarray(np.zeros((40, 50, 3), np.uint8)).save(root / "cat.jpg")
+    hub_folder(root, "dinov2").rename(root / "dinov2-small")  # as downloaded: hub config + processor, small width
     return root
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 from vitkit.cli import main
+from vitkit.formats import load_pretrained
 from vitkit.inference.fewshot import BIAS_CONSTANT, fewshot_accuracy, fewshot_table, fit_linear, sample_shots
 
 
@@ -58,3 +61,66 @@ def test_fewshot_cli_prints_the_table(tmp_path: Path, capsys) -> None:
         assert any(line.split()[:1] == [s] and "±" in line for line in out.splitlines())
     assert (tmp_path / "fs.json").exists()
     assert main(["fewshot", "--model", str(tmp_path / "m"), "--shots", "x"]) == 2
+
+
+def _knn_by_hand(x, y, xt, num_classes, k, t):  # noqa: ANN001, ANN202 - one test example at a time, as DINO's loop
+    preds = []
+    for q in xt:
+        sims = np.array([float(q @ r) / (np.linalg.norm(q) * np.linalg.norm(r)) for r in x])
+        order = sorted(range(len(x)), key=lambda j: -sims[j])[:k]
+        votes = [sum(np.exp(sims[j] / t) for j in order if y[j] == c) for c in range(num_classes)]
+        preds.append(int(np.argmax(votes)))
+    return np.array(preds)
+
+
+def test_knn_matches_a_direct_numpy_computation_of_dinos_weighted_vote() -> None:
+    from vitkit.inference.fewshot import knn_accuracy, knn_predict
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, 90)
+    feats = rng.normal(size=(90, 8)) + 1.5 * np.eye(5, 8)[labels]
+    test_labels = rng.integers(0, 5, 40)
+    test = rng.normal(size=(40, 8)) + 1.5 * np.eye(5, 8)[test_labels]
+    for k, t, chunk in ((20, 0.07, 7), (3, 0.5, 1024), (200, 0.07, 16)):  # k beyond the pool: all of it votes
+        got = knn_predict(feats, labels, test, 5, k, t, chunk)
+        np.testing.assert_array_equal(got, _knn_by_hand(feats, labels, test, 5, k, t))
+    acc = knn_accuracy(feats, labels, test, test_labels, 5)
+    assert acc == float((_knn_by_hand(feats, labels, test, 5, 20, 0.07) == test_labels).mean())
+    # the temperature matters: a flat vote (huge T) is a majority vote and differs from the sharp one somewhere
+    assert not np.array_equal(knn_predict(feats, labels, test, 5, 20, 1e6), knn_predict(feats, labels, test, 5, 20,
+                                                                                         0.01))
+    with pytest.raises(ValueError, match="temperature"):
+        knn_predict(feats, labels, test, 5, 20, 0.0)
+
+
+def test_fewshot_on_grey_lfw_runs_with_an_rgb_backbone_and_reports_knn(tmp_path: Path, capsys) -> None:
+    """lfw is greyscale; a 3-channel model used to be refused. Grey values are copied to R, G, B (PIL's
+    convert("RGB")), said on stderr; the k-NN rows come beside the ridge's and match a NumPy k-NN on the same
+    features."""
+    import json
+
+    from tests.hub_folders import hub_folder
+    from vitkit.data.base import GreyAsRGB, match_channels
+    from vitkit.data.datasets import DataConfig, open_splits
+    from vitkit.inference.evaluate import eval_loader
+    from vitkit.inference.fewshot import extract_features
+
+    folder = hub_folder(tmp_path, "dinov2_reg")
+    assert main(["fewshot", "--model", str(folder), "--data", "lfw", "--img-size", "112", "--shots", "1,5", "--seeds", "2",
+                 "--json", str(tmp_path / "fs.json")]) == 0
+    cap = capsys.readouterr()
+    assert "grey images, converted to RGB" in cap.err
+    doc = json.loads((tmp_path / "fs.json").read_text())
+    assert set(doc) == {"1", "5", "knn", "knn_all"} and set(doc["knn"]) == {"1", "5"}
+    model = load_pretrained(folder, img_size=112)
+    splits = open_splits(DataConfig.from_flag("lfw", 3, 0, 64))
+    tr, te = (match_channels(splits[s], 3, "lfw") for s in ("train", "test"))
+    assert isinstance(tr, GreyAsRGB)
+    x, _ = tr.get(0)
+    grey, _ = splits["train"].get(0)
+    assert x.shape[0] == 3 and torch.equal(x[0], grey[0]) and torch.equal(x[2], grey[0])
+    ftr = extract_features(model, eval_loader(tr, model.preprocess, 64))
+    fte = extract_features(model, eval_loader(te, model.preprocess, 64))
+    want = float((_knn_by_hand(ftr[0], ftr[1], fte[0], 2, 20, 0.07) == fte[1]).mean())
+    assert doc["knn_all"] == pytest.approx(want)
+

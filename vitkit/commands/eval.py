@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vitkit.data.base import match_channels
     from vitkit.data.datasets import DataConfig, open_splits
     from vitkit.formats import load_pretrained
     from vitkit.inference.evaluate import align_classes, eval_loader, evaluate_loader
@@ -45,10 +46,9 @@ def run(args: argparse.Namespace) -> int:
     split = args.split or ("all" if carved else "test")
     names = ["train", "test"] if split == "all" else [split]
     label_map, how = align_classes(pp.labels, model.config.num_classes, splits["train"].classes, args.data, args.model)
-    for name in names:
-        if splits[name].channels != model.config.in_chans:
-            raise ValueError(f"{args.data} has {splits[name].channels}-channel images; {args.model} takes "
-                             f"{model.config.in_chans}")
+    for i, name in enumerate(names):  # grey data on an RGB model: converted as PIL's convert("RGB"), said once
+        splits[name] = match_channels(splits[name], model.config.in_chans, args.data,
+                                      None if i else lambda m: print(f"note: {m}", file=sys.stderr))
     if not pp.labels:
         print(f"note: {how}", file=sys.stderr)
     n = sum(len(splits[name]) for name in names)

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output)
     model = load_pretrained(args.model, **load_hints(args))
     if model.config.num_classes == 0:
-        raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes; "
+        raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes: "
+                         "`vitkit embed` writes them; "
                          "use `vitkit fewshot` to evaluate its features, or fine-tune it with `vitkit finetune`")
     k = min(args.topk, model.config.num_classes)
     if k < args.topk:

@@ -60,16 +60,18 @@ class FileDataset:
     """Image files with integer labels, decoded on access (1- or 3-channel)."""
 
     def __init__(self, paths: list[str], labels: Any, classes: list[str], channels: int = 3,
-                 max_pixels: int | None = None) -> None:
+                 max_pixels: int | None = None, keep_uint8: bool = False) -> None:
         self.paths, self.labels = list(paths), np.asarray(labels, dtype=np.int64)
         self.classes, self.channels, self.max_pixels = list(classes), channels, max_pixels
+        self.keep_uint8 = keep_uint8  # 8-bit images stay uint8, for PreprocessConfig.resize's uint8 path
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
         """Image i, decoded at no less than `min_size` (smaller when the file is much larger)."""
-        return read_image(self.paths[i], self.channels, min_size, self.max_pixels), int(self.labels[i])
+        return read_image(self.paths[i], self.channels, min_size, self.max_pixels, keep_uint8=self.keep_uint8), int(
+            self.labels[i])
 
     def describe(self, i: int) -> str:
         return self.paths[i]
@@ -110,6 +112,43 @@ class Subset:
 
     def fingerprint_parts(self) -> list[str]:
         return [fingerprint(self.base)["hash"], hashlib.sha256(self.indices.tobytes()).hexdigest()]
+
+
+class GreyAsRGB:
+    """A 1-channel data set seen as RGB, each grey value copied to R, G and B: what PIL's `convert("RGB")` does
+    to an "L" image (and so transformers' and timm's loaders), for a 3-channel model on grey data."""
+
+    def __init__(self, base: Dataset) -> None:
+        if base.channels != 1:
+            raise ValueError(f"GreyAsRGB takes a 1-channel data set, got {base.channels} channels")
+        self.base, self.classes, self.labels, self.channels = base, base.classes, base.labels, 3
+        self.carved = getattr(base, "carved", False)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+        x, y = self.base.get(i, min_size)
+        return x.expand(3, *x.shape[1:]).contiguous(), y
+
+    def describe(self, i: int) -> str:
+        return self.base.describe(i)
+
+    def fingerprint_parts(self) -> list[str]:
+        return [fingerprint(self.base)["hash"], "rgb"]
+
+
+def match_channels(ds: Dataset, channels: int, what: str, log: Callable[[str], None] | None = None) -> Dataset:
+    """`ds` for a model taking `channels`: as it is, grey data as RGB for a 3-channel model (`GreyAsRGB`, said
+    through `log`), or an error naming both counts."""
+    if ds.channels == channels:
+        return ds
+    if ds.channels == 1 and channels == 3:
+        if log is not None:
+            log(f"{what}: grey images, converted to RGB for a 3-channel model (each value copied to R, G, B, as "
+                "PIL's convert('RGB') does)")
+        return GreyAsRGB(ds)
+    raise ValueError(f"{what} has {ds.channels}-channel images; the model takes {channels}")
 
 
 def batch_reader(ds: Dataset) -> Callable[[np.ndarray], tuple[torch.Tensor, np.ndarray]] | None:

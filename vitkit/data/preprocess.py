@@ -155,9 +155,10 @@ def _orientation(im: Any) -> int:
 
 def read_image(
     path: str | Path | BinaryIO, channels: int = 3, min_size: tuple[int, int] | None = None,
-    max_pixels: int | None = None, name: str | None = None,
+    max_pixels: int | None = None, name: str | None = None, keep_uint8: bool = False,
 ) -> torch.Tensor:
-    """Decode an image file as (channels, H, W) floats in [0, 1] (channels 1 or 3).
+    """Decode an image file as (channels, H, W) floats in [0, 1] (channels 1 or 3); with `keep_uint8`, an 8-bit
+    image stays (channels, H, W) uint8 (0..255), for `PreprocessConfig.resize`'s uint8 path.
 
     Transparency is dropped (PIL's `convert`, as timm's and Hugging Face's loaders do); 16-bit and float images
     are rescaled, not clipped; an EXIF orientation is applied (the image comes out upright). With
@@ -183,7 +184,7 @@ def read_image(
     if _simplejpeg() is not None:
         fast = _fast_jpeg(data, channels, min_size, limit, path_text)
         if fast is not None:
-            return _to_tensor(fast)
+            return _to_tensor(fast, keep_uint8)
     path = io.BytesIO(data)
     try:
         with warnings.catch_warnings():
@@ -221,13 +222,16 @@ def read_image(
         msg = f"not an image in a readable format ({', '.join(SAFE_FORMATS)})" if isinstance(
             e, UnidentifiedImageError) else str(e)
         raise ValueError(msg if msg.startswith(f"cannot read image {path_text}") else f"cannot read image {path_text}: {msg}") from e
-    return _to_tensor(arr)
+    return _to_tensor(arr, keep_uint8)
 
 
-def _to_tensor(arr: np.ndarray) -> torch.Tensor:
-    """(H, W) or (H, W, C) pixels -> contiguous (C, H, W) floats in [0, 1]; uint8 is divided by 255 in float32."""
+def _to_tensor(arr: np.ndarray, keep_uint8: bool = False) -> torch.Tensor:
+    """(H, W) or (H, W, C) pixels -> contiguous (C, H, W) floats in [0, 1]; uint8 is divided by 255 in float32
+    (`keep_uint8`: kept as uint8, channels-last in memory, the layout torch's uint8 resize kernels take)."""
     t = torch.from_numpy(arr)
     t = t[None] if t.ndim == 2 else t.permute(2, 0, 1)
+    if keep_uint8 and t.dtype == torch.uint8:
+        return t
     if t.dtype == torch.uint8:  # x / 255 in float32, as NumPy computed it: the same bits, several times faster
         return t.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)
     return t.contiguous()

@@ -331,3 +331,25 @@ def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], s
     if extra:
         raise ValueError(f"{source}: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")
     model.load_state_dict(state, strict=True)
+
+
+def run_at_input_size(model: Any, size: tuple[int, int] | list[int], where: Path, what: str) -> None:
+    """A checkpoint whose preprocessing outputs another size than its weights' grid (every DINOv2 hub folder:
+    518 config, 224 crop; a timm folder whose pretrained_cfg input_size differs) runs, in its own library, with
+    E_pos resampled to that grid (transformers' Dinov2Model on each forward, bicubic; with registers antialiased;
+    timm once at load, antialiased bicubic). vitkit resamples the table once, the same way (the model's
+    `posemb_resample`), so the model runs at that size; the change is logged and kept in `config.extra`."""
+    cfg = model.config
+    size = (int(size[0]), int(size[1]))
+    if size == tuple(cfg.img_size):
+        return
+    s = cfg.total_stride
+    if size[0] % s or size[1] % s:
+        raise ValueError(f"{where}: the {what} is {size[0]}x{size[1]}, not a multiple of the patch size {s}")
+    old, how = tuple(cfg.img_size), cfg.posemb_resample
+    model.set_img_size(size)
+    note = (f"weights at {old[0]}x{old[1]}, {what} {size[0]}x{size[1]}: E_pos resampled to the "
+            f"{model.config.grid_size[0]}x{model.config.grid_size[1]} grid ({how}, as the family's own library does "
+            "at that input)")
+    model.config.extra = {**model.config.extra, "resampled_for_input": note}
+    log.info("%s: %s", where, note)

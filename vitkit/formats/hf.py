@@ -33,6 +33,7 @@ from vitkit.formats.common import (
     load_state_checked,
     read_safetensors,
     resample_warning,
+    run_at_input_size,
     split_chunks,
     torch_load_weights,
 )
@@ -182,6 +183,8 @@ def _check_sizes_against_tensors(doc: dict[str, Any], state: dict[str, torch.Ten
 
 
 def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> PreprocessConfig:
+    """The folder's preprocessor_config.json as vitkit's preprocessing; its `img_size` is what the processor
+    outputs (DINOv2's 224 crop for a 518 config), which may differ from the model's (see `run_at_input_size`)."""
     labels: list[str] = []
     id2label = doc.get("id2label") or {}
     if cfg.num_classes and len(id2label) == cfg.num_classes:
@@ -200,52 +203,75 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
             raise ValueError(f"{folder / PREPROCESSOR_NAME}: {key} = {proc.get(key)!r} (rescale_factor "
                              f"{proc.get('rescale_factor', 1 / 255)!r}) is a preprocessing step vitkit does not "
                              "reproduce yet; it resizes the whole image to the model's size and scales pixels by 1/255")
-    crop_pct, crop_mode = _hf_crop(proc, cfg, folder / PREPROCESSOR_NAME)
+    crop_pct, crop_mode, out_size = _hf_crop(proc, cfg, folder / PREPROCESSOR_NAME)
     try:
         if proc.get("do_normalize", True):
             mean = tuple(float(m) for m in proc.get("image_mean", pre.mean))
             std = tuple(float(s) for s in proc.get("image_std", pre.std))
         else:
             mean, std = (0.0,) * cfg.in_chans, (1.0,) * cfg.in_chans
-        return PreprocessConfig(img_size=cfg.img_size, mean=mean, std=std, labels=labels, crop_pct=crop_pct,
+        return PreprocessConfig(img_size=out_size, mean=mean, std=std, labels=labels, crop_pct=crop_pct,
                                 crop_mode=crop_mode, interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation),
                                 crop_offset="floor")  # transformers' center_crop: margin // 2
     except (ValueError, TypeError) as e:  # validated as a whole: NaN or zero std, wrong lengths
         raise ValueError(f"{folder / PREPROCESSOR_NAME}: {e}") from e
 
 
-def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float | None, str]:
-    """An HF image processor's resize (+ centre crop) as vitkit's crop_pct / crop_mode: `size` {"height", "width"}
-    with no crop is a plain resize (no crop_pct); {"shortest_edge": S} with a centre crop of the model's size is
-    timm's "center" crop with crop_pct = crop / S (CLIPImageProcessor, DINOv2's BitImageProcessor); {"height",
-    "width"} then a smaller centre crop is "squash" with crop_pct = crop / size. Other combinations are refused."""
-    size, crop = proc.get("size"), proc.get("crop_size")
-    do_crop = bool(proc.get("do_center_crop", False))
-    if isinstance(crop, dict) and {"height", "width"} <= set(crop):
-        crop = (crop["height"], crop["width"])
-    elif isinstance(crop, int):
-        crop = (crop, crop)
+# Image processors whose bare-number `size` (the legacy feature-extractor files: `"size": 224`) is the shorter side
+# (transformers' get_size_dict(default_to_square=False)); the others' (ViT, DeiT, SigLIP) is a square.
+SHORTEST_EDGE_PROCESSORS = ("CLIPImageProcessor", "CLIPFeatureExtractor", "BitImageProcessor", "BitFeatureExtractor",
+                            "ConvNextImageProcessor", "ConvNextFeatureExtractor")
+
+
+def _hw(value: Any, where: Path, key: str) -> tuple[int, int] | None:
+    """A processor's {"height", "width"} or bare-number size as (h, w); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, dict) and {"height", "width"} <= set(value):
+        value = (value["height"], value["width"])
+    elif isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if not (isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise ValueError(f"{where}: {key} is {value!r}, expected a number of pixels or {{'height', 'width'}}")
+    return value
+
+
+def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float | None, str, tuple[int, int]]:
+    """An HF image processor's resize (+ centre crop) as vitkit's (crop_pct, crop_mode, output size): `size`
+    {"height", "width"} with no crop is a plain resize to it (no crop_pct); {"shortest_edge": S} then a square
+    centre crop C is timm's "center" crop with crop_pct = C / S (CLIPImageProcessor, DINOv2's BitImageProcessor);
+    {"height", "width"} then a smaller square centre crop is "squash" with crop_pct = crop / size (DeiT's 256 x 256,
+    crop 224). A bare
+    number (the legacy files) is read as the processor class reads it (`SHORTEST_EDGE_PROCESSORS`). The output size
+    is the processor's, which need not be the config's `image_size` (DINOv2 ships 518 and crops 224). Other
+    combinations are refused by name."""
+    size, do_crop = proc.get("size"), bool(proc.get("do_center_crop", False))
+    kind = proc.get("image_processor_type") or proc.get("feature_extractor_type") or ""
+    if isinstance(size, int) and not isinstance(size, bool) and kind in SHORTEST_EDGE_PROCESSORS:
+        size = {"shortest_edge": size}
+    crop = _hw(proc.get("crop_size"), where, "crop_size") if do_crop else None
+    if do_crop and crop is None:
+        raise ValueError(f"{where}: do_center_crop without a crop_size")
     if isinstance(size, dict) and "shortest_edge" in size:
-        if not do_crop or crop is None or tuple(crop) != tuple(cfg.img_size) or cfg.img_size[0] != cfg.img_size[1]:
-            raise ValueError(f"{where}: size {size} with do_center_crop = {do_crop} and crop_size {crop}: vitkit "
-                             f"reproduces a shortest-edge resize followed by a centre crop of the model's "
-                             f"{cfg.img_size[0]}x{cfg.img_size[1]}")
-        return exact_crop_pct(cfg.img_size[0], int(size["shortest_edge"])), "center"
-    if isinstance(size, dict) and {"height", "width"} <= set(size):
-        hw = (size["height"], size["width"])
-        if not do_crop:
-            if hw != tuple(cfg.img_size):
-                raise ValueError(f"{where}: size {size} differs from the model's image_size {cfg.img_size}")
-            return None, "center"
-        if crop is None or tuple(crop) != tuple(cfg.img_size) or crop[0] / hw[0] != crop[1] / hw[1]:
-            raise ValueError(f"{where}: a resize to {size} then a centre crop of {crop} does not give the model's "
-                             f"{cfg.img_size} with one crop fraction")
-        if crop[0] != crop[1] or hw[0] != hw[1]:  # one crop_pct must give both sides exactly
-            raise ValueError(f"{where}: a resize to {size} then a centre crop of {crop}: vitkit reproduces square ones")
-        return exact_crop_pct(crop[0], hw[0]), "squash"
-    if do_crop:
-        raise ValueError(f"{where}: do_center_crop with size {size!r}: a preprocessing vitkit does not reproduce")
-    return None, "center"
+        if crop is None or crop[0] != crop[1]:
+            raise ValueError(f"{where}: size {size} with do_center_crop = {do_crop} and crop_size "
+                             f"{proc.get('crop_size')}: a shortest-edge resize keeps the aspect ratio, so vitkit "
+                             "reproduces it followed by a square centre crop")
+        edge = size["shortest_edge"]
+        if not isinstance(edge, int) or isinstance(edge, bool) or edge < crop[0]:
+            raise ValueError(f"{where}: shortest_edge {edge!r} must be a whole number of pixels >= the crop {crop}")
+        return exact_crop_pct(crop[0], edge), "center", crop
+    hw = _hw(size, where, "size") if size is not None else None
+    if hw is None:
+        if do_crop:
+            raise ValueError(f"{where}: do_center_crop with size {size!r}: a preprocessing vitkit does not reproduce")
+        return None, "center", tuple(cfg.img_size)
+    if crop is None:
+        return None, "center", hw
+    if crop[0] > hw[0] or crop[1] > hw[1] or crop[0] != crop[1] or hw[0] != hw[1]:
+        raise ValueError(f"{where}: a resize to {size} then a centre crop of {proc.get('crop_size')}: vitkit "
+                         "reproduces a square crop of a square resize")
+    return exact_crop_pct(crop[0], hw[0]), "squash", crop
 
 
 def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
@@ -259,7 +285,9 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
         assumed = {} if (folder / PREPROCESSOR_NAME).exists() else {
             "preprocess": f"mean = std = 0.5, resize without crop: vitkit's default ({PREPROCESSOR_NAME} absent)"}
         model = load_hf_family(doc, state, wpath, hints, assumed)
-        model.preprocess = _preprocess(folder, model.config, doc)
+        pre = _preprocess(folder, model.config, doc)
+        run_at_input_size(model, pre.img_size, folder / PREPROCESSOR_NAME, "processor output")
+        model.preprocess = pre
         return model.eval()
     base = "vit." if any(k.startswith("vit.") for k in state) else ""
     if base and doc.get("model_type") == "vit_msn":  # transformers 5 writes ViTMSN's blocks outside `vit.`
@@ -277,7 +305,9 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
     ignore = {f"{base}embeddings.mask_token"} | ({f"{base}pooler.dense.{p}" for p in ("weight", "bias")})
     state = gather_state(state, table, model.state_dict(), wpath, lambda _k, t: t, lambda _k, s: s, ignore)
     load_state_checked(model, state, wpath)
-    model.preprocess = _preprocess(folder, cfg, doc)
+    pre = _preprocess(folder, model.config, doc)
+    run_at_input_size(model, pre.img_size, folder / PREPROCESSOR_NAME, "processor output")
+    model.preprocess = pre
     return model.eval()
 
 

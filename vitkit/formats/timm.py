@@ -33,6 +33,7 @@ from vitkit.formats.common import (
     require,
     resample_warning,
     resnet_width_factor,
+    run_at_input_size,
     square_grid,
     table1_heads,
     torch_load_weights,
@@ -282,7 +283,10 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     own = model.state_dict()
     state = gather_state(state, key_table(list(state)), own, wpath, lambda _k, t: t, lambda _k, s: s)
     load_state_checked(model, state, wpath)
-    model.preprocess = _preprocess(meta, model.preprocess, cfg)
+    size = (meta.get("pretrained_cfg") or {}).get("input_size")
+    if isinstance(size, (list, tuple)) and len(size) == 3 and all(isinstance(v, int) and v > 0 for v in size):
+        run_at_input_size(model, size[1:], wpath, "pretrained_cfg input_size")  # timm resamples E_pos at load
+    model.preprocess = _preprocess(meta, model.preprocess, model.config)
     return model.eval()
 
 

@@ -6,6 +6,10 @@ training examples (std + 1e-5), a constant bias feature is appended (a large con
 bias is almost unregularised), and the ridge solution W = (X^T X + l2 I)^-1 X^T Y uses a fixed L2
 (2^10 by default, settable). Protocol: 1/5/10/25 examples per class, several seeds, mean +- std of
 the test accuracy.
+
+Beside it, the weighted k-NN classifier used for self-supervised backbones (DINO, Caron et al. 2021, and DINOv2):
+L2-normalised features, the k = 20 training examples of highest cosine similarity, each voting for its class with
+weight exp(similarity / 0.07).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from vitkit.inference.evaluate import check_finite
 from vitkit.models.resnet import ResNetV2
 
 DEFAULT_L2 = 2.0**10
+KNN_K, KNN_TEMPERATURE = 20, 0.07  # DINO's eval_knn defaults
+METHODS = ("ridge", "knn")
 BIAS_CONSTANT = 100.0
 REPRESENTATIONS = ("pre_logits", "token")
 
@@ -77,6 +83,30 @@ def fewshot_accuracy(x, y, x_test, y_test, num_classes: int, l2: float = DEFAULT
     return float((pred == y_test).mean())
 
 
+def knn_predict(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, num_classes: int, k: int = KNN_K,
+                temperature: float = KNN_TEMPERATURE, chunk: int = 1024) -> np.ndarray:
+    """DINO's weighted k-NN: for each test feature, the `k` training features of highest cosine similarity s
+    (all of them when fewer) vote for their classes with weight exp(s / temperature); the class of most weight."""
+    if temperature <= 0 or k < 1:
+        raise ValueError(f"k-NN needs k >= 1 and a temperature > 0, got k={k}, temperature={temperature}")
+    xn = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    k = min(k, len(x))
+    preds = []
+    for lo in range(0, len(x_test), chunk):
+        t = x_test[lo : lo + chunk]
+        sim = (t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)) @ xn.T
+        top = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+        w = np.exp(np.take_along_axis(sim, top, 1) / temperature)
+        votes = np.zeros((len(t), num_classes))
+        np.add.at(votes, (np.arange(len(t))[:, None], y[top]), w)
+        preds.append(votes.argmax(1))
+    return np.concatenate(preds) if preds else np.zeros(0, np.int64)
+
+
+def knn_accuracy(x, y, x_test, y_test, num_classes: int, k: int = KNN_K, temperature: float = KNN_TEMPERATURE) -> float:
+    return float((knn_predict(x, y, x_test, num_classes, k, temperature) == y_test).mean())
+
+
 def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) -> np.ndarray:
     """`shots` random indices per class (all of a class when it has fewer)."""
     rng = np.random.default_rng(seed)
@@ -91,13 +121,20 @@ def fewshot_table(
     shots: Sequence[int] = (1, 5, 10, 25),
     seeds: Sequence[int] = (0, 1, 2, 3, 4),
     l2: float = DEFAULT_L2,
+    method: str = "ridge",
+    k: int = KNN_K,
+    temperature: float = KNN_TEMPERATURE,
 ) -> dict[int, dict[str, float | list[float]]]:
-    """{shots: {"mean", "std", "accs"}} of test accuracy over the seeds."""
+    """{shots: {"mean", "std", "accs"}} of test accuracy over the seeds; `method` "ridge" (the closed-form
+    least squares) or "knn" (DINO's weighted k-NN, `knn_accuracy`)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown few-shot method {method!r}; one of {', '.join(METHODS)}")
     out: dict[int, dict[str, float | list[float]]] = {}
-    for k in shots:
+    for n in shots:
         accs = []
         for s in seeds:
-            i = sample_shots(train[1], k, s, num_classes)
-            accs.append(fewshot_accuracy(train[0][i], train[1][i], test[0], test[1], num_classes, l2))
-        out[int(k)] = {"mean": float(np.mean(accs)), "std": float(np.std(accs)), "accs": accs}
+            i = sample_shots(train[1], n, s, num_classes)
+            args = (train[0][i], train[1][i], test[0], test[1], num_classes)
+            accs.append(fewshot_accuracy(*args, l2) if method == "ridge" else knn_accuracy(*args, k, temperature))
+        out[int(n)] = {"mean": float(np.mean(accs)), "std": float(np.std(accs)), "accs": accs}
     return out

@@ -134,6 +134,33 @@ def _upsample(m: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
     return F.interpolate(t, size=size, mode="bilinear", align_corners=False)[0, 0].clamp_min(0).cpu().numpy()
 
 
+# A map where a few tokens take most of the weight (DINOv2's high-norm tokens, Darcet et al. 2024, draw most of the
+# class token's attention) is drawn nearly blank on a max-scaled colour map. Tokens above OUTLIER_RATIO times the
+# map's ROBUST_PERCENTILE-th percentile are such outliers: the scale then tops at the largest other value, and they
+# are marked.
+ROBUST_PERCENTILE = 98.0
+OUTLIER_RATIO = 3.0
+
+
+def robust_vmax(a: np.ndarray | torch.Tensor) -> tuple[float, int]:
+    """(the colour scale's top, how many values lie above it): the map's max, or, when some values exceed
+    OUTLIER_RATIO times its ROBUST_PERCENTILE-th percentile, the largest of the others."""
+    v = np.asarray(a.detach().float().cpu() if isinstance(a, torch.Tensor) else a, dtype=np.float64).ravel()
+    if not v.size:
+        return 1e-12, 0
+    out = v > OUTLIER_RATIO * float(np.percentile(v, ROBUST_PERCENTILE))
+    if out.any() and not out.all() and float(v[~out].max()) > 0:
+        return float(v[~out].max()), int(out.sum())
+    return max(float(v.max()), 1e-12), 0
+
+
+def _mark(ax, a: np.ndarray, vmax: float, scale: tuple[float, float] = (1.0, 1.0)) -> None:  # noqa: ANN001
+    """Cyan crosses on the grid cells of `a` above `vmax` (clipped by the robust scale)."""
+    ys, xs = np.nonzero(a > vmax)
+    if len(ys):
+        ax.scatter((xs + 0.5) * scale[1] - 0.5, (ys + 0.5) * scale[0] - 0.5, marker="x", c="cyan", s=14, linewidths=1)
+
+
 def plot_attention_maps(
     images: list[torch.Tensor],
     titles: list[str],
@@ -142,21 +169,26 @@ def plot_attention_maps(
     path: Path,
     model_name: str,
     query: str,
+    layer: int | None = None,
+    columns: str = "the patches",
 ) -> Path:
     """Fig. 6: per image, the input, the input times the rollout mask (the paper's look), the rollout
     as a heat-map overlay, and the raw last-layer output-token attention of every head.
 
-    `rollout` is (n, gh, gw), `heads` (n, H, gh, gw); rollout maps are scaled to max 1 per image.
-    """
+    `rollout` is (n, gh, gw), `heads` (n, H, gh, gw). Each image's rollout, and its heads together, are drawn on a
+    robust scale (`robust_vmax`): the max, or a high percentile when a few tokens dominate, those marked with
+    crosses. `layer` (1-based) and `columns` (which tokens the maps show) are written on the figure."""
     n, nh = heads.shape[0], heads.shape[1]
     cols = 3 + nh
-    fig = Figure(figsize=(1.55 * cols + 1.6, 1.75 * n + 0.9), layout="constrained")
+    fig = Figure(figsize=(1.55 * cols + 1.6, 1.75 * n + 1.1), layout="constrained")
     axes = fig.subplots(n, cols, squeeze=False)
+    clipped_any = False
     for r in range(n):
         img = _image_hwc(images[r])
         size = img.shape[:2]
-        mask = _upsample(rollout[r], size)
-        mask = mask / max(float(mask.max()), 1e-12)
+        roll = rollout[r].detach().float().cpu().numpy()
+        rmax, rclip = robust_vmax(roll)
+        mask = np.clip(_upsample(rollout[r], size) / rmax, 0, 1)
         gray = img.ndim == 2
         cmap_img = "gray" if gray else None
         axes[r, 0].imshow(img, cmap=cmap_img, vmin=0, vmax=1, interpolation="nearest")
@@ -165,26 +197,34 @@ def plot_attention_maps(
         axes[r, 1].imshow(masked, cmap=cmap_img, vmin=0, vmax=1, interpolation="nearest")
         axes[r, 2].imshow(img, cmap=cmap_img, vmin=0, vmax=1, interpolation="nearest")
         im = axes[r, 2].imshow(mask, cmap="inferno", alpha=0.6, vmin=0, vmax=1)
-        fig.colorbar(im, ax=axes[r, 2], shrink=0.9, label="rollout / max", location="left")
-        hmax = max(float(heads[r].max()), 1e-12)
+        _mark(axes[r, 2], roll, rmax, (size[0] / roll.shape[0], size[1] / roll.shape[1]))
+        fig.colorbar(im, ax=axes[r, 2], shrink=0.9, location="left",
+                     label="rollout / max" + (f" of the rest ({rclip} clipped)" if rclip else ""))
+        hm = heads[r].detach().float().cpu().numpy()
+        hmax, hclip = robust_vmax(hm)
+        clipped_any |= bool(rclip or hclip)
         him = None
         for h in range(nh):
-            him = axes[r, 3 + h].imshow(
-                heads[r, h].detach().float().cpu().numpy(), cmap="inferno", vmin=0, vmax=hmax, interpolation="nearest"
-            )
+            him = axes[r, 3 + h].imshow(hm[h], cmap="inferno", vmin=0, vmax=hmax, interpolation="nearest")
+            _mark(axes[r, 3 + h], hm[h], hmax)
         if him is not None:
-            fig.colorbar(him, ax=axes[r, 3:].tolist(), shrink=0.9, label="attention weight")
+            fig.colorbar(him, ax=axes[r, 3:].tolist(), shrink=0.9, extend="max" if hclip else "neither",
+                         label="attention weight" + (f" (clipped: {hclip} above)" if hclip else ""))
         if r == 0:
             axes[r, 1].set_title("input × rollout", fontsize=8)
             axes[r, 2].set_title("rollout overlay", fontsize=8)
+            where = f"layer {layer}" if layer is not None else "last layer"
             for h in range(nh):
-                axes[r, 3 + h].set_title(f"last layer\nhead {h + 1}", fontsize=8)
+                axes[r, 3 + h].set_title(f"{where}\nhead {h + 1}", fontsize=8)
         for ax in axes[r]:
             ax.set_xticks([])
             ax.set_yticks([])
+    scale = (f"; tokens above {OUTLIER_RATIO:g}x a map's {ROBUST_PERCENTILE:g}th percentile marked x and clipped "
+             "(the scale tops at the rest's max)" if clipped_any else "; colour scales: each map's max")
     fig.suptitle(
         f"Attention from the output token to the input — {model_name}\n"
-        f"rollout through all layers (heads averaged, + identity for residuals); query: {query}",
-        fontsize=10,
+        f"rollout through all layers (heads averaged, + identity for residuals); query: {query}\n"
+        f"columns: {columns}{scale}",
+        fontsize=9,
     )
     return _save(fig, path)

@@ -291,13 +291,27 @@ def attention_maps_figure(model: VisionTransformer, stats: AttentionStats, image
         if r["prediction"] is not None:
             t += f", predicted: {r['prediction']['label']} ({100 * r['prediction']['prob']:.0f}%)"
         titles.append(t)
-    query = "class token" if model.config.pooling == "token" else "mean over all tokens (GAP)"
+    cfg = model.config
+    query = {"token": "class token", "gap": "mean over all tokens (GAP)",
+             "map": "mean over all tokens (standing in for the MAP head's probe)"}[cfg.pooling]
+    tokens = "the class token" if cfg.num_class_tokens == 1 else "the class and distillation tokens"
+    left = [w for w, n in ((tokens, cfg.num_class_tokens), (f"{cfg.num_registers} registers", cfg.num_registers)) if n]
+    columns = f"the {gh}x{gw} patches" + (f" ({' and '.join(left)} left out)" if left else "")
+    rmax = [figures.robust_vmax(stats.rollout[i]) for i in range(n_show)]
+    hmax = [figures.robust_vmax(stats.last_heads[i]) for i in range(n_show)]
     figures.plot_attention_maps([im.pixels for im in images[:n_show]], titles,
                                 stats.rollout[:n_show].reshape(n_show, gh, gw),
                                 stats.last_heads[:n_show].reshape(n_show, -1, gh, gw),
-                                out / "attention_maps.png", name, query)
+                                out / "attention_maps.png", name, query, layer=cfg.depth, columns=columns)
+    for r, (rv, rc), (hv, hc) in zip(records, rmax, hmax):
+        r["colour_scale"] = {"rollout_top": round(rv, 6), "rollout_clipped": rc, "heads_top": round(hv, 6),
+                             "heads_clipped": hc}
     _write_json(out / "attention_maps.json", {
         "query": query,
+        "columns": columns,
+        "heads_layer": cfg.depth,
+        "colour_scale": f"each map's max; values above {figures.OUTLIER_RATIO:g}x the map's "
+        f"{figures.ROBUST_PERCENTILE:g}th percentile are clipped (marked x) and the scale tops at the others' max",
         "grid": [gh, gw],
         "rollout": "heads averaged, identity added for the residual path, rows renormalised, layers "
         "multiplied (Abnar & Zuidema 2020); output-token row, patch columns",

@@ -22,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
+from vitkit.data.base import match_channels
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
@@ -98,12 +99,14 @@ def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataCo
                 notes.append(f"resampled: E_pos {gh}x{gw} -> {nh}x{nw} (paper §3.2)")
             notes.append(f"replaced: the {classes_before}-way head by a new zero-initialised {k}-way head")
         mean, std = model.preprocess.mean, model.preprocess.std  # the checkpoint's own normalisation
+        geometry = _checkpoint_geometry(model, dcfg, notes)
     else:
         model = _new_model(spec, k, channels)
         mean, std = None, None
         if spec.size_note() and notes is not None:
             notes.append(spec.size_note())
-    if model.config.in_chans != channels:
+        geometry = {"crop_pct": float(dcfg.crop_pct) or None}
+    if model.config.in_chans != channels and not (channels == 1 and model.config.in_chans == 3):  # grey: as RGB
         raise ValueError(f"the model takes {model.config.in_chans}-channel images, the data has {channels} channels")
     mean = mean or _per_channel(dcfg.mean, channels, "mean")
     std = std or _per_channel(dcfg.std, channels, "std")
@@ -111,9 +114,7 @@ def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataCo
     if k > len(classes) and notes is not None:
         notes.append(f"note: model.num_classes = {k} > the data's {len(classes)} classes: outputs "
                      f"{len(classes)}..{k - 1} have no data (named unused_{len(classes)}, ...)")
-    model.preprocess = PreprocessConfig(
-        img_size=model.config.img_size, mean=mean, std=std, crop_pct=float(dcfg.crop_pct) or None, labels=labels
-    )
+    model.preprocess = PreprocessConfig(img_size=model.config.img_size, mean=mean, std=std, labels=labels, **geometry)
     if spec.grad_checkpointing:
         model.set_grad_checkpointing(True)
     return model
@@ -129,6 +130,31 @@ def add_lora(model: nn.Module, cfg: RunConfig, notes: list[str] | None = None) -
                      f"{n / 1e6:.3f}M of {total / 1e6:.2f}M parameters ({100 * n / total:.2f}%: the adapters"
                      + "".join(f", {t}" for t in lc.train) + ")")
     return model
+
+
+def _checkpoint_geometry(model: nn.Module, dcfg: DataConfig, notes: list[str] | None) -> dict[str, Any]:
+    """How a fine-tuned checkpoint's evaluation resizes: its own resize + centre crop geometry and interpolation
+    (a hub DINOv2: shorter side 256, crop 224, bicubic), unless the recipe sets data.crop_pct. A note the loader
+    kept of an assumed preprocessing is dropped: the fine-tuned model's preprocessing is the one it was trained and
+    evaluated with, not an assumption (the line in `notes` says where it came from)."""
+    pre = model.preprocess
+    if dcfg.crop_pct:
+        geometry = {"crop_pct": float(dcfg.crop_pct), "interpolation": pre.interpolation}
+        how = f"data.crop_pct {dcfg.crop_pct} (the recipe's)"
+    else:
+        geometry = {"crop_pct": pre.crop_pct, "crop_mode": pre.crop_mode, "crop_offset": pre.crop_offset,
+                    "interpolation": pre.interpolation}
+        how = "the checkpoint's"
+    assumed = dict(model.config.extra.get("assumed", {}))
+    was = assumed.pop("preprocess", None)
+    if was is not None:
+        extra = {k: v for k, v in model.config.extra.items() if k != "assumed"}
+        model.config.extra = {**extra, **({"assumed": assumed} if assumed else {})}
+    if notes is not None:
+        crop = "no crop" if geometry["crop_pct"] is None else f"crop_pct {geometry['crop_pct']:.4g}"
+        notes.append(f"preprocessing: {how} geometry ({crop}, {geometry['interpolation']}), the checkpoint's mean "
+                     f"{list(pre.mean)} / std {list(pre.std)}" + (f" (assumed when it was read: {was})" if was else ""))
+    return geometry
 
 
 def _dry_run_config(cfg: RunConfig, steps: int) -> RunConfig:
@@ -356,6 +382,9 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     train = splits["train"]
     notes: list[str] = []
     model = build_model(cfg.model, train.classes, train.channels, cfg.data, notes, source=source)
+    splits = {k: match_channels(v, model.config.in_chans, f"{k} data", notes.append if k == "train" else None)
+              for k, v in splits.items()}  # grey data on an RGB checkpoint: converted as PIL's convert("RGB")
+    train = splits["train"]
     if cfg.lora.rank:  # LoRA (Hu et al. 2022): adapters on the frozen encoder, saved alone and merged at the end
         add_lora(model, cfg, notes)
     trained = objective_model(model, cfg)  # the ViT itself, or the ViT inside its §4.6 MPP wrapper
@@ -506,5 +535,5 @@ def test_accuracy(run_dir: str | Path, cfg: RunConfig) -> dict[str, float]:
     from vitkit.formats import load_pretrained
 
     model = load_pretrained(Path(run_dir) / "model")
-    test = open_splits(cfg.data)["test"]
+    test = match_channels(open_splits(cfg.data)["test"], model.config.in_chans, "test data")
     return evaluate_loader(model, _eval_loader(test, model.preprocess, cfg.data))

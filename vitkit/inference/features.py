@@ -1,0 +1,225 @@
+"""Features for image files, outside training: what `vitkit embed` and `vitkit.embed(...)` compute and write.
+
+Images (files, folders, lists: `vitkit.inference.predict.expand_inputs`) are streamed in batches through the model's own
+preprocessing (decode, resize + crop, normalise: the checkpoint's) and a `Predictor` that returns one vector per
+image. The default vector is the family's pooled output as its own library returns it (eq. 4's y through the
+pre-logits layer where there is one): transformers' `pooler_output` -- DINOv2's class token after the final
+LayerNorm, SigLIP's attention-pool output, CLIP's post-LayerNorm class token, or, where the file has CLIP's
+`visual_projection`, its image embedding (`image_embeds`). `FEATURES` names the others. Rows are written as
+.npz (`paths`, `features`), .parquet or .jsonl, atomically; an unreadable file is named and left out.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitkit.data.base import FileDataset
+from vitkit.inference.evaluate import check_finite, eval_loader
+from vitkit.inference.predict import expand_inputs
+from vitkit.inference.runtime import build_predictor
+from vitkit.models.preprocess import PreprocessConfig
+from vitkit.utils.atomic import atomic_path
+
+# What one image becomes: "pooled" (the family's pooled output, see the module docstring); "cls": the class token
+# after the final LayerNorm; "mean": the mean of the patch tokens after it (registers and class token left out);
+# "cls_mean": both, concatenated (DINOv2's linear evaluation); "pre_logits": the classifier's input; "logits": the
+# head's output; "patch": every patch token after the final LayerNorm (N x P x D).
+FEATURES = ("pooled", "cls", "mean", "cls_mean", "pre_logits", "logits", "patch")
+EMBED_SUFFIXES = (".npz", ".parquet", ".jsonl")
+CLIP_KINDS = ("clip_vision_model", "clip")
+
+
+def default_feature(model: nn.Module) -> str:
+    """The family's pooled output: CLIP with its projection gives the projected image embedding (its head here),
+    every other model the head's input (HF's pooler_output; a classifier's pre-logits)."""
+    cfg = model.config
+    return "logits" if getattr(cfg, "name", "") in CLIP_KINDS and cfg.num_classes > 0 else "pre_logits"
+
+
+class FeatureNet(nn.Module):
+    """`model` returning one feature per image ((B, D), or (B, P, D) for "patch"), L2-normalised if asked. It
+    carries the model's `config` and `preprocess`, so runtimes export it as they export the model."""
+
+    def __init__(self, model: nn.Module, feature: str = "pooled", normalize: bool = False) -> None:
+        super().__init__()
+        if feature not in FEATURES:
+            raise ValueError(f"unknown feature {feature!r}; one of {', '.join(FEATURES)}")
+        self.model, self.normalize = model, normalize
+        self.feature = default_feature(model) if feature == "pooled" else feature
+        cfg = model.config
+        if not hasattr(cfg, "num_prefix_tokens") and self.feature not in ("pre_logits", "logits"):
+            raise ValueError(f"--pool {feature}: a {type(model).__name__} has no tokens; use pooled, pre_logits or "
+                             "logits")
+        if self.feature in ("cls", "cls_mean") and cfg.num_class_tokens == 0:
+            raise ValueError(f"--pool {feature}: this model has no class token (pooling {cfg.pooling!r}); use mean")
+        if self.feature == "logits" and cfg.num_classes == 0:
+            raise ValueError("--pool logits: this model has no head (num_classes = 0)")
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def preprocess(self) -> PreprocessConfig:
+        return self.model.preprocess
+
+    def set_img_size(self, img_size: int | tuple[int, int]) -> None:
+        self.model.set_img_size(img_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m, f = self.model, self.feature
+        if f == "logits":
+            z = m(x)  # eval mode: a distilled model's two heads averaged
+        else:
+            tokens = m.forward_features(x)
+            if f == "pre_logits":
+                z = m.forward_head(tokens, pre_logits=True)
+            else:
+                patches = tokens[:, m.config.num_prefix_tokens:]
+                z = {"cls": lambda: tokens[:, 0], "mean": lambda: patches.mean(1), "patch": lambda: patches,
+                     "cls_mean": lambda: torch.cat([tokens[:, 0], patches.mean(1)], -1)}[f]()
+        return torch.nn.functional.normalize(z, dim=-1) if self.normalize else z
+
+
+@dataclass
+class Embeddings:
+    """The features of the readable images, in input order, and the messages naming the unreadable ones."""
+
+    paths: list[str]
+    features: np.ndarray  # float32, (N, D) or (N, P, D) for "patch"
+    skipped: list[str] = field(default_factory=list)
+    feature: str = "pooled"
+
+
+def prefetched(batches: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """`batches`, produced by a background thread `depth` ahead: decoding and resizing (which release the GIL) run
+    while the model runs on the previous batch. The thread runs torch single-threaded: a resize or a normalisation
+    of one image is too small to share, and on a busy machine each parallel region waits for its slowest thread
+    (measured: 16 files preprocessed in 0.23 s on 1 thread, 2.1 s on 2 at load 11; BENCHMARKS.md)."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        torch.set_num_threads(1)  # this thread's own OpenMP setting; the caller's stays
+        try:
+            for b in batches:
+                if stop.is_set():
+                    return
+                q.put(b)
+            q.put(done)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            q.put(e)
+
+    t = threading.Thread(target=produce, name="vitkit-prefetch", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(0.01)
+
+
+def embed_files(net: Callable[[torch.Tensor], torch.Tensor], preprocess: PreprocessConfig, paths: list[str],
+                batch_size: int = 32, workers: int = 0, max_pixels: int | None = None,
+                progress: Callable[[int, list[str]], Any] | None = None) -> Embeddings:
+    """`net` (a Predictor of a `FeatureNet`, or one itself) over the image files `paths`, in batches through
+    `preprocess` (8-bit images resized in uint8: `PreprocessConfig.resize`); `progress(n, skipped)` is told after
+    each batch. Unreadable files are left out and named."""
+    # 8-bit images are resized in uint8 (as Pillow, transformers and timm resize them), ~20x faster than in float
+    ds = FileDataset(paths, [0] * len(paths), [""], preprocess.channels, max_pixels, keep_uint8=True)
+    loader = eval_loader(ds, preprocess, batch_size, workers)
+    kept: list[str] = []
+    chunks: list[np.ndarray] = []
+    skipped: list[str] = []
+    for b in prefetched(loader.iterate(0, len(loader))):
+        skipped.extend(b.skipped)
+        if len(b.y):
+            with torch.inference_mode():
+                chunks.append(check_finite(net(b.x).float(), "features").cpu().numpy())
+            kept += [paths[j] for j in b.indices]
+        if progress is not None:
+            progress(len(b.indices) + len(b.skipped), b.skipped)
+    feats = np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros((0, 0), np.float32)
+    return Embeddings(kept, feats, skipped)
+
+
+def embed(model: nn.Module | str | Path, images: list[str] | str | Path, feature: str = "pooled",
+          normalize: bool = False, batch_size: int = 32, precision: str = "fp32", runtime: str | None = "torch",
+          threads: int | None = None, workers: int = 0, device: str = "cpu",
+          progress: Callable[[int, list[str]], Any] | None = None,
+          log: Callable[[str], None] | None = None) -> Embeddings:
+    """Features of image files, folders or list files (`vitkit embed`'s Python twin): `model` a loaded model or
+    any checkpoint `load_pretrained` reads; `feature` one of `FEATURES` ("pooled": the family's own pooled
+    output); `normalize`: unit L2 norm (cosine retrieval). Precision and runtime as `build_predictor` takes them."""
+    if isinstance(model, (str, Path)):
+        from vitkit.formats import load_pretrained  # noqa: PLC0415 - formats sits below; loaded only for a path
+
+        model = load_pretrained(model)
+    paths = expand_inputs([str(images)] if isinstance(images, (str, Path)) else [str(i) for i in images])
+    fnet = FeatureNet(model.eval(), feature, normalize)
+    net = build_predictor(fnet, precision, runtime, False, device, threads, log=log, n_images=len(paths))
+    out = embed_files(net, model.preprocess, paths, batch_size, workers, progress=progress)
+    out.feature = fnet.feature
+    return out
+
+
+def check_embed_output(path: str | Path, overwrite: bool = False) -> Path:
+    """`path` if it names a file `write_embeddings` writes (.npz, .parquet, .jsonl) and does not exist (or
+    `overwrite`), else an error naming it (checked before any work)."""
+    path = Path(path)
+    if path.suffix not in EMBED_SUFFIXES:
+        raise ValueError(f"--output {path}: write a {', '.join(EMBED_SUFFIXES)} file")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"--output {path} exists; remove it, name another file or pass --overwrite")
+    return path
+
+
+def write_embeddings(emb: Embeddings, path: str | Path, overwrite: bool = False) -> Path:
+    """The features as .npz (`paths` as str, `features` as float32, no pickles), .parquet (columns `path`,
+    `feature`: a fixed-size list of float32; the shape of one feature in the file's metadata) or .jsonl
+    ({"path", "feature"} per line), written atomically."""
+    path = check_embed_output(path, overwrite)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".npz":
+            with open(tmp, "wb") as f:
+                np.savez(f, paths=np.asarray(emb.paths, dtype=str), features=emb.features)
+        elif path.suffix == ".jsonl":
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps({"path": p, "feature": v.tolist()}) + "\n"
+                             for p, v in zip(emb.paths, emb.features))
+        else:
+            try:
+                import pyarrow as pa  # noqa: PLC0415 - optional, for .parquet only
+                import pyarrow.parquet as pq  # noqa: PLC0415
+            except ImportError as e:
+                raise ValueError("--output .parquet needs pyarrow: pip install 'vitkit[embed]'") from e
+            n = emb.features.shape[0]
+            flat = emb.features.reshape(n, -1)
+            col = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), pa.float32()), max(flat.shape[1], 1)
+                                                   ) if n else pa.array([], pa.list_(pa.float32()))
+            table = pa.table({"path": pa.array(emb.paths, pa.string()), "feature": col})
+            table = table.replace_schema_metadata({"vitkit.feature": emb.feature,
+                                                   "vitkit.shape": json.dumps(list(emb.features.shape[1:]))})
+            pq.write_table(table, str(tmp))
+    return path
