@@ -241,7 +241,9 @@ def gather_state(
         ref = own[base]
         expected = tuple(ref.shape) if not chunk else (ref.shape[0] // chunks[base], *ref.shape[1:])
         value = require(src, fkey, path)
-        t = to_torch(kind, value).to(ref.dtype)
+        t = to_torch(kind, value)
+        check_tensor_values(fkey, t, ref, path)  # before the cast: an int, bool or complex file tensor is refused
+        t = t.to(ref.dtype)
         if tuple(t.shape) != expected:
             expect_shape(path, fkey, tuple(value.shape), file_shape(kind, expected))
         if chunk:
