@@ -1,0 +1,48 @@
+"""What a checkpoint's metadata says is read exactly or refused by name: a bare timm file keeps the preprocessing and
+labels (and says that timm will not see them), config.json / preprocessor_config.json values that do not fit are
+named, and what a file cannot hold is logged as assumed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+import vitkit
+from vitkit.cli import main
+from vitkit.formats import save_pretrained
+from vitkit.models.preprocess import PreprocessConfig
+
+
+def _imagenet_model() -> vitkit.VisionTransformer:
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
+                            num_classes=3)
+    m.preprocess = PreprocessConfig(img_size=(32, 32), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                                    interpolation="bicubic", labels=["cat", "dog", "eel"], crop_pct=0.875)
+    return m
+
+
+def test_a_bare_timm_file_keeps_the_preprocessing_and_says_timm_will_not_see_it(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    src = save_pretrained(_imagenet_model(), tmp_path / "src")
+    with caplog.at_level(logging.WARNING, logger="vitkit"):
+        assert main(["convert", str(src), str(tmp_path / "m.safetensors"), "--to", "timm"]) == 0
+    assert "has no place timm reads preprocessing or labels from" in caplog.text
+    back = vitkit.load_pretrained(tmp_path / "m.safetensors")
+    assert back.preprocess == _imagenet_model().preprocess  # not mean = std = 0.5, bilinear, no crop
+    assert "preprocess" not in back.config.extra.get("assumed", {})
+    # a bare file without it (another writer's, or an older vitkit's): the default is assumed, and said
+    with safe_open(str(tmp_path / "m.safetensors"), "pt") as f:
+        meta = {k: v for k, v in f.metadata().items() if k != "vitkit_preprocess"}
+    save_file(load_file(tmp_path / "m.safetensors"), str(tmp_path / "old.safetensors"), metadata=meta)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vitkit"):
+        old = vitkit.load_pretrained(tmp_path / "old.safetensors")
+    assert old.preprocess.mean == (0.5, 0.5, 0.5) and old.preprocess.labels == []
+    assert "preprocess is not in the file; assumed mean = std = 0.5" in caplog.text
+    assert "preprocess" in old.config.extra["assumed"]
+    torch.testing.assert_close(old.head.weight, back.head.weight)
