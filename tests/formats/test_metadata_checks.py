@@ -46,3 +46,24 @@ def test_a_bare_timm_file_keeps_the_preprocessing_and_says_timm_will_not_see_it(
     assert "preprocess is not in the file; assumed mean = std = 0.5" in caplog.text
     assert "preprocess" in old.config.extra["assumed"]
     torch.testing.assert_close(old.head.weight, back.head.weight)
+
+
+def test_preprocessor_values_are_read_as_transformers_does_or_refused_by_name(tmp_path: Path) -> None:
+    hf = save_pretrained(_imagenet_model(), tmp_path / "hf", format="hf")
+    proc_file = hf / "preprocessor_config.json"
+    proc = json.loads(proc_file.read_text())
+    for value, why in ((1, "resample 1 is not an interpolation vitkit reproduces"),
+                       (99, "resample 99"), ("bicubic", "resample 'bicubic'"), (True, "resample True")):
+        proc_file.write_text(json.dumps({**proc, "resample": value}))
+        with pytest.raises(ValueError, match=f"preprocessor_config.json: {why}"):
+            vitkit.load_pretrained(hf)
+    plain = {**proc, "do_center_crop": False, "resample": 3}
+    proc_file.write_text(json.dumps({**plain, "size": [32, 32]}))  # transformers' get_size_dict: (height, width)
+    m = vitkit.load_pretrained(hf)
+    assert m.preprocess.crop_pct is None and m.preprocess.interpolation == "bicubic"
+    for size, why in (([48, 48], "differs from the model's image_size"), (32, "size 32 is not a resize"),
+                      ({"longest_edge": 32}, "is not a resize vitkit reproduces"),
+                      ({"height": "big", "width": 32}, "is not a size in whole pixels")):
+        proc_file.write_text(json.dumps({**plain, "size": size}))
+        with pytest.raises(ValueError, match=why):
+            vitkit.load_pretrained(hf)

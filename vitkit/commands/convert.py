@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
                                   "replace its files: choose another destination, or --overwrite")
         if dst.is_file() or (dst.is_dir() and any(dst.iterdir())):
             raise FileExistsError(f"{args.dst} already exists; choose another destination, or --overwrite")
-    img = None if args.img_size is None else tuple(args.img_size) if len(args.img_size) == 2 else args.img_size[0]
+    img = None if args.img_size is None else tuple(args.img_size) if len(args.img_size) != 1 else args.img_size[0]
     model = load_pretrained(args.src, num_classes=args.num_classes, img_size=img, **load_hints(args))
     out = save_pretrained(model, args.dst, format=args.to)
     print(f"{args.src} ({src_fmt}) -> {out} ({args.to})")

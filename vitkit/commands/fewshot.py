@@ -32,20 +32,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from vitkit.data.base import require_classes
     from vitkit.data.datasets import DataConfig, open_splits
     from vitkit.evaluate import eval_loader
-    from vitkit.fewshot import DEFAULT_L2, describe_representation, extract_features, fewshot_table
+    from vitkit.fewshot import DEFAULT_L2, check_fewshot_args, describe_representation, extract_features, fewshot_table
     from vitkit.formats import load_pretrained
 
     try:
         shots = [int(s) for s in args.shots.split(",") if s]
     except ValueError as e:
         raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
+    check_fewshot_args(shots, range(args.seeds), DEFAULT_L2 if args.l2 is None else args.l2)  # before any work
     model = load_pretrained(args.model, **load_hints(args))
     pp = model.preprocess
     dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size)
     splits = open_splits(dcfg)
     train, test = splits["train"], splits["test"]
+    require_classes(train, args.data, "few-shot evaluation")
     if train.channels != model.config.in_chans:
         raise ValueError(f"{args.data} has {train.channels}-channel images; {args.model} takes {model.config.in_chans}")
     k = len(train.classes)

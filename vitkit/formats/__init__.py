@@ -90,6 +90,9 @@ def load_pretrained(
     except (ValueError, TypeError, KeyError) as e:  # every message names the file it is about
         msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         raise ValueError(msg if str(p) in msg else f"{p}: {msg}") from e
+    labels, k = model.preprocess.labels, getattr(model.config, "num_classes", 0)
+    if labels and len(labels) != k:  # else predict would print names for some outputs and indices for others
+        raise ValueError(f"{p}: {len(labels)} class names (labels) for a {k}-way head; give one per output")
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
     return adapt(model, num_classes, img_size).eval()

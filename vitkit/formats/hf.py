@@ -189,6 +189,9 @@ def _check_sizes_against_tensors(doc: dict[str, Any], state: dict[str, torch.Ten
 def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> PreprocessConfig:
     labels: list[str] = []
     id2label = doc.get("id2label") or {}
+    if cfg.num_classes and id2label and len(id2label) != cfg.num_classes:
+        raise ValueError(f"{folder / CONFIG_NAME}: id2label names {len(id2label)} classes, but the classifier in the "
+                         f"weights has {cfg.num_classes} outputs")
     if cfg.num_classes and len(id2label) == cfg.num_classes:
         labels = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(cfg.num_classes)]
     pre = PreprocessConfig(img_size=cfg.img_size, mean=(0.5,) * cfg.in_chans, std=(0.5,) * cfg.in_chans, labels=labels)
@@ -213,10 +216,23 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
         else:
             mean, std = (0.0,) * cfg.in_chans, (1.0,) * cfg.in_chans
         return PreprocessConfig(img_size=cfg.img_size, mean=mean, std=std, labels=labels, crop_pct=crop_pct,
-                                crop_mode=crop_mode, interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation),
+                                crop_mode=crop_mode, interpolation=_resample(proc, pre.interpolation, folder),
                                 crop_offset="floor")  # transformers' center_crop: margin // 2
     except (ValueError, TypeError) as e:  # validated as a whole: NaN or zero std, wrong lengths
         raise ValueError(f"{folder / PREPROCESSOR_NAME}: {e}") from e
+
+
+def _resample(proc: dict[str, Any], default: str, folder: Path) -> str:
+    """The interpolation of an image processor's PIL `resample` code; a code vitkit does not reproduce (PIL's 1
+    LANCZOS, 4 BOX, 5 HAMMING) or not a code at all is refused by name, never run as bilinear."""
+    code = proc.get("resample")
+    if code is None:
+        return default
+    if isinstance(code, bool) or code not in RESAMPLE:
+        raise ValueError(f"{folder / PREPROCESSOR_NAME}: resample {code!r} is not an interpolation vitkit reproduces "
+                         f"({', '.join(f'{k} {v}' for k, v in RESAMPLE.items())}; PIL's 1 LANCZOS, 4 BOX, 5 HAMMING "
+                         "are not)")
+    return RESAMPLE[code]
 
 
 def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float | None, str]:
@@ -226,6 +242,15 @@ def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float |
     "width"} then a smaller centre crop is "squash" with crop_pct = crop / size. Other combinations are refused."""
     size, crop = proc.get("size"), proc.get("crop_size")
     do_crop = bool(proc.get("do_center_crop", False))
+    if isinstance(size, (list, tuple)) and len(size) == 2:  # transformers' get_size_dict: (height, width)
+        size = {"height": size[0], "width": size[1]}
+    if isinstance(crop, (list, tuple)) and len(crop) == 2:
+        crop = (crop[0], crop[1])
+    for name, v in (("size", size), ("crop_size", crop)):
+        parts = [n for n in v.values() if n is not None] if isinstance(v, dict) else list(v) if isinstance(
+            v, tuple) else [v]
+        if v is not None and not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in parts):
+            raise ValueError(f"{where}: {name} {v!r} is not a size in whole pixels > 0")
     if isinstance(crop, dict) and {"height", "width"} <= set(crop):
         crop = (crop["height"], crop["width"])
     elif isinstance(crop, int):
@@ -248,8 +273,9 @@ def _hf_crop(proc: dict[str, Any], cfg: ViTConfig, where: Path) -> tuple[float |
         if crop[0] != crop[1] or hw[0] != hw[1]:  # one crop_pct must give both sides exactly
             raise ValueError(f"{where}: a resize to {size} then a centre crop of {crop}: vitkit reproduces square ones")
         return exact_crop_pct(crop[0], hw[0]), "squash"
-    if do_crop:
-        raise ValueError(f"{where}: do_center_crop with size {size!r}: a preprocessing vitkit does not reproduce")
+    if do_crop or size is not None:
+        raise ValueError(f"{where}: size {size!r}{' with do_center_crop' if do_crop else ''} is not a resize vitkit "
+                         "reproduces ({\"height\", \"width\"}, or {\"shortest_edge\"} with a centre crop)")
     return None, "center"
 
 

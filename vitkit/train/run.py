@@ -22,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
+from vitkit.data.base import require_classes
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
@@ -124,7 +125,10 @@ def _dry_run_config(cfg: RunConfig, steps: int) -> RunConfig:
 
 def _splits(cfg: RunConfig, dry_run: int) -> dict[str, Dataset]:
     if not dry_run:
-        return open_splits(cfg.data)
+        splits = open_splits(cfg.data)
+        if cfg.objective == "classify":
+            require_classes(splits["train"], cfg.data.path or cfg.data.name)
+        return splits
     k = cfg.model.num_classes or 10
     ch = cfg.model.in_chans or cfg.data.channels
     return {"train": synthetic(k, cfg.model.size, ch, n=16), "test": synthetic(k, cfg.model.size, ch, n=8, seed=1)}
