@@ -67,3 +67,37 @@ def test_preprocessor_values_are_read_as_transformers_does_or_refused_by_name(tm
         proc_file.write_text(json.dumps({**plain, "size": size}))
         with pytest.raises(ValueError, match=why):
             vitkit.load_pretrained(hf)
+
+
+def test_a_timm_checkpoint_with_an_ema_copy_says_which_copy_it_read(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    m = _imagenet_model()
+    ema = {k: v + 1 for k, v in m.state_dict().items()}
+    torch.save({"state_dict": m.state_dict(), "state_dict_ema": ema, "epoch": 3}, tmp_path / "ckpt.pth")
+    with caplog.at_level(logging.WARNING, logger="vitkit"):
+        got = vitkit.load_pretrained(tmp_path / "ckpt.pth", num_heads=2)
+    assert "read the EMA copy of the weights ('state_dict_ema'), as timm's load_checkpoint does by default; the " \
+           "file also holds 'state_dict'" in caplog.text
+    torch.testing.assert_close(got.head.weight, ema["head.weight"])  # timm's preference: the EMA weights
+
+
+def test_an_npz_sidecar_of_another_write_is_refused(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import vitkit.formats.npz as npz
+
+    a = _imagenet_model()
+    f = save_pretrained(a, tmp_path / "m.npz", format="npz")
+    assert vitkit.load_pretrained(f).preprocess.labels == ["cat", "dog", "eel"]
+    b = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
+                            num_classes=3)
+    torch.nn.init.normal_(b.head.weight)
+
+    def killed(path, text):  # noqa: ANN001, ANN202 - the .npz is written, the sidecar never
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(npz, "atomic_write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_pretrained(b, f, format="npz")
+    with pytest.raises(ValueError, match=r"m.vitkit.json belongs to another m.npz \(the SHA-256 it records differs\)"):
+        vitkit.load_pretrained(f)
+    monkeypatch.undo()
+    save_pretrained(b, f, format="npz")
+    torch.testing.assert_close(vitkit.load_pretrained(f).head.weight, b.head.weight)

@@ -187,8 +187,14 @@ def pickle_refusal(e: BaseException) -> str:
 
 def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     """The tensor dict inside a training checkpoint ({'model': ...}, {'state_dict': ...}), `module.` stripped."""
-    for wrapper in ("state_dict_ema", "model_ema", "state_dict", "model"):
+    for wrapper in ("state_dict_ema", "model_ema", "state_dict", "model"):  # timm's load_checkpoint(use_ema=True)
         if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
+            others = [k for k in ("state_dict_ema", "model_ema", "state_dict", "model") if k != wrapper and
+                      isinstance(obj.get(k), dict)]
+            if wrapper.endswith("_ema"):  # two copies of the weights: say which one is read
+                log.warning("%s: read the EMA copy of the weights (%r), as timm's load_checkpoint does by default"
+                            "%s", path, wrapper, f"; the file also holds {', '.join(map(repr, others))}" if others
+                            else "")
             obj = obj[wrapper]
             break
     if not isinstance(obj, dict) or not obj:
@@ -282,6 +288,14 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupt?): {e}") from e
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (read in chunks): what a side file records of the weights it belongs to."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def check_tensor_values(key: str, t: torch.Tensor, ref: torch.Tensor, source: Path | str) -> None:
