@@ -91,7 +91,7 @@ def load_pretrained(
         msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         raise ValueError(msg if str(p) in msg else f"{p}: {msg}") from e
     labels, k = model.preprocess.labels, getattr(model.config, "num_classes", 0)
-    if labels and len(labels) != k:  # else predict would print names for some outputs and indices for others
+    if k and labels and len(labels) != k:  # else predict would print names for some outputs and indices for others
         raise ValueError(f"{p}: {len(labels)} class names (labels) for a {k}-way head; give one per output")
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
