@@ -101,3 +101,38 @@ def test_an_npz_sidecar_of_another_write_is_refused(tmp_path: Path, monkeypatch)
     monkeypatch.undo()
     save_pretrained(b, f, format="npz")
     torch.testing.assert_close(vitkit.load_pretrained(f).head.weight, b.head.weight)
+
+
+def test_a_replace_killed_between_its_renames_is_named_and_restored(tmp_path: Path, caplog, monkeypatch) -> None:  # noqa: ANN001
+    import os
+
+    import vitkit.formats as formats
+
+    a, b = _imagenet_model(), _imagenet_model()
+    torch.nn.init.normal_(b.head.weight)
+    dest = save_pretrained(a, tmp_path / "dest")
+    os.rename(dest, tmp_path / ".dest.k1ll3d.old.tmp")  # what a kill between `out -> old` and `tmp -> out` left
+    with pytest.raises(FileNotFoundError, match=r"a replace of it was interrupted: the old checkpoint is in .*"
+                                                r"\.dest\.k1ll3d\.old\.tmp"):
+        vitkit.load_pretrained(dest)
+    src = save_pretrained(b, tmp_path / "src")
+    assert main(["convert", str(src), str(dest), "--to", "vitkit"]) == 2  # restored, so protected: no --overwrite
+    torch.testing.assert_close(vitkit.load_pretrained(dest).head.weight, a.head.weight)
+    os.rename(dest, tmp_path / ".dest.k1ll3d.old.tmp")
+    with caplog.at_level(logging.WARNING, logger="vitkit"):
+        save_pretrained(b, dest)
+    assert "restored the checkpoint an interrupted replace left in .dest.k1ll3d.old.tmp" in caplog.text
+    torch.testing.assert_close(vitkit.load_pretrained(dest).head.weight, b.head.weight)
+    assert not list(tmp_path.glob(".dest.*"))
+    # the swap itself is one step: a kill right after it finds the new checkpoint whole
+    real = formats._exchange
+
+    def swap_then_die(x: Path, y: Path) -> bool:
+        if not real(x, y):
+            pytest.skip("no renameat2 RENAME_EXCHANGE on this file system")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(formats, "_exchange", swap_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        save_pretrained(a, dest)
+    torch.testing.assert_close(vitkit.load_pretrained(dest).head.weight, a.head.weight)

@@ -42,7 +42,10 @@ def detect_format(path: str | Path) -> str:
     """Name of the checkpoint format at `path`, or a ValueError that says what was found."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"no checkpoint at {p}")
+        old = interrupted_copy(p)
+        raise FileNotFoundError(f"no checkpoint at {p}" + (
+            f" (a replace of it was interrupted: the old checkpoint is in {old}; the next write of {p.name} restores "
+            "it, or rename it back)" if old else ""))
     doc: Any = None
     if p.is_dir() and (p / "config.json").is_file():  # a folder format: its config must be readable JSON
         doc = read_json(p / "config.json", "checkpoint's config")  # bounded: size, depth, a regular file
@@ -132,6 +135,43 @@ CHECKPOINT_FILES = {"config.json", "model.safetensors", "preprocessor_config.jso
                     "model.vitkit.json"}
 
 
+def interrupted_copy(out: Path) -> Path | None:
+    """The old checkpoint a replace of `out` killed between its two renames left (`.out.*.old.tmp`), when `out`
+    itself is missing."""
+    import glob
+
+    if out.exists() or out.is_symlink():
+        return None
+    olds = [p for p in out.parent.glob(f".{glob.escape(out.name)}.*.old.tmp") if p.is_dir() and not p.is_symlink()]
+    return max(olds, key=lambda p: p.stat().st_mtime) if olds else None
+
+
+def restore_interrupted(out: Path) -> None:
+    """Put back the old checkpoint of an interrupted replace (see `interrupted_copy`), saying so."""
+    import logging
+    import os
+
+    old = interrupted_copy(out)
+    if old is not None:
+        os.rename(old, out)
+        logging.getLogger("vitkit").warning("%s: restored the checkpoint an interrupted replace left in %s", out,
+                                            old.name)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the system or file system lacks it."""
+    import ctypes
+    import os
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
     """Write a checkpoint folder as a whole: `write(tmp)` fills a new temporary folder beside `out`, which then
     takes `out`'s place, so a kill at any point leaves the old checkpoint or the new one, never a mix of the two
@@ -152,6 +192,7 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
         raise FileExistsError(f"{out} holds folders that are not a checkpoint's ({', '.join(dirs[:5])}); a "
                               "checkpoint folder is replaced as a whole: move them, or choose another folder")
     out.parent.mkdir(parents=True, exist_ok=True)
+    restore_interrupted(out)
     for stale in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):  # left by a write of `out` that was killed
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
@@ -168,9 +209,10 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
                     os.link(f, tmp / f.name, follow_symlinks=False)
                 except OSError:
                     shutil.copy2(f, tmp / f.name, follow_symlinks=False)
-        if out.exists():
-            os.rename(out, old)
-        os.rename(tmp, out)
+        if not (out.exists() and _exchange(tmp, out)):  # one atomic swap where the system has it (Linux)
+            if out.exists():
+                os.rename(out, old)  # (a kill before the next rename: the next write restores `old`)
+            os.rename(tmp, out)
     finally:
         for leftover in (tmp, old):
             if leftover.exists():
