@@ -47,3 +47,29 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_kept(tmp_path: 
     with pytest.raises(ValueError, match="is not a regular file"):
         with FolderLock(out, "pack destination"):
             pass
+
+
+def test_a_resume_with_a_fifo_as_its_log_is_refused_at_once(tmp_path: Path) -> None:
+    from tests.inputs import TINY_LOGGED
+    from vitkit.train.config import load_config
+    from vitkit.train.run import run_experiment
+
+    cfg = load_config("digits_pretrain", TINY_LOGGED + ["schedule.steps=4", "train.ckpt_every=2"])
+    run = tmp_path / "run"
+    run_experiment(cfg, run, progress=False)
+    (run / "metrics.jsonl").unlink()
+    os.mkfifo(run / "metrics.jsonl")
+    more = load_config("digits_pretrain", TINY_LOGGED + ["schedule.steps=6", "train.ckpt_every=2"])
+    import signal
+
+    def hung(*_: object) -> None:
+        raise TimeoutError("the resume hung on the FIFO")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(ValueError, match=r"metrics.jsonl: it is a FIFO, not a regular file"):
+            run_experiment(more, run, resume=True, force=True, progress=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
