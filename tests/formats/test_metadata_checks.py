@@ -136,3 +136,37 @@ def test_a_replace_killed_between_its_renames_is_named_and_restored(tmp_path: Pa
     with pytest.raises(KeyboardInterrupt):
         save_pretrained(a, dest)
     torch.testing.assert_close(vitkit.load_pretrained(dest).head.weight, a.head.weight)
+
+
+def test_config_files_that_are_not_regular_or_hold_strings_for_numbers_are_named(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import os
+    import signal
+
+    img = tmp_path / "x.png"
+    img.write_bytes(b"")
+    for name, make in (("fifo", lambda f: os.mkfifo(f)), ("zero", lambda f: os.symlink("/dev/zero", f))):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"")
+        make(d / "config.json")
+        signal.alarm(60)  # (before the fix: a FIFO hung here)
+        try:
+            for argv in (["convert", str(d), str(tmp_path / "out"), "--to", "vitkit"],
+                         ["predict", str(img), "--model", str(d)]):
+                capsys.readouterr()
+                assert main(argv) == 2
+                assert "config.json: it is a " in capsys.readouterr().err
+        finally:
+            signal.alarm(0)
+    transformers = pytest.importorskip("transformers")
+    for cls, cfg_cls in (("ViTModel", "ViTConfig"), ("Dinov2Model", "Dinov2Config")):
+        hf = tmp_path / cls
+        getattr(transformers, cls)(getattr(transformers, cfg_cls)(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
+            patch_size=8)).save_pretrained(hf)
+        doc = json.loads((hf / "config.json").read_text())
+        for key, value in (("layer_norm_eps", "tiny"), ("num_attention_heads", "two"), ("hidden_size", 0),
+                           ("num_attention_heads", True), ("layer_norm_eps", float("nan"))):
+            (hf / "config.json").write_text(json.dumps({**doc, key: value}))
+            with pytest.raises(ValueError, match=f"config.json {key} is {value!r}, expected a"):
+                vitkit.load_pretrained(hf)

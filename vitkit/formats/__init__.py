@@ -47,7 +47,8 @@ def detect_format(path: str | Path) -> str:
             f" (a replace of it was interrupted: the old checkpoint is in {old}; the next write of {p.name} restores "
             "it, or rename it back)" if old else ""))
     doc: Any = None
-    if p.is_dir() and (p / "config.json").is_file():  # a folder format: its config must be readable JSON
+    if p.is_dir() and ((p / "config.json").exists() or (p / "config.json").is_symlink()):  # a folder format: its
+        # config must be readable JSON, from a regular file of bounded size (never a FIFO's wait, never /dev/zero)
         doc = read_json(p / "config.json", "checkpoint's config")  # bounded: size, depth, a regular file
         if not isinstance(doc, dict):
             raise ValueError(f"{p / 'config.json'}: expected a JSON object, found {type(doc).__name__}")

@@ -36,6 +36,7 @@ from vitkit.formats.common import (
 from vitkit.formats.hf_families import (
     ACT_NAMES,
     FAMILIES,
+    check_config_numbers,
     config_count,
     hf_family,
     is_family,
@@ -109,7 +110,7 @@ def key_table(cfg: ViTConfig, layout: str = "classic", base: str = "vit.") -> Ke
 # ----------------------------------------------------------------------------- reading
 def _read_config(folder: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads((folder / CONFIG_NAME).read_text())
+        doc = read_json(folder / CONFIG_NAME, "model config")
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -134,6 +135,7 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
     """Our config from HF's config.json; the head (and pooler) sizes come from the tensors present. A key the
     config.json leaves out takes transformers' `ViTConfig` default, as transformers itself would (logged)."""
     choices = choices or Choices(path)
+    check_config_numbers(doc, path)
 
     def value(key: str, default: Any, ours: str | None = None) -> Any:
         return choices.pick(ours, doc.get(key), default, f"transformers' ViTConfig default {key}") if ours else \

@@ -24,6 +24,7 @@ One key table per family (`family_table`) serves both directions.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,26 @@ def config_count(vc: dict[str, Any], key: str, default: int, where: Path, kind: 
     return v
 
 
+# config.json numbers a ViT reads: (key, whole number?, may be 0); a string, a bool or a value out of range is
+# refused naming the file and the key (never Python's "could not convert string to float")
+CONFIG_NUMBERS = (("hidden_size", True, False), ("num_hidden_layers", True, False), ("num_attention_heads", True, False),
+                  ("intermediate_size", True, False), ("num_channels", True, False), ("num_register_tokens", True, True),
+                  ("layer_norm_eps", False, False), ("layerscale_value", False, True), ("mlp_ratio", False, False))
+
+
+def check_config_numbers(vc: dict[str, Any], where: Path) -> None:
+    """Every number of `CONFIG_NUMBERS` that config.json holds is one, of the right kind and range."""
+    for key, whole, zero in CONFIG_NUMBERS:
+        if key not in vc or vc[key] is None:
+            continue
+        v = vc[key]
+        ok = not isinstance(v, bool) and (isinstance(v, int) if whole else isinstance(v, (int, float)) and
+                                          math.isfinite(v)) and (v > 0 or (zero and v == 0))
+        if not ok:
+            raise ValueError(f"{where}: config.json {key} is {v!r}, expected a {'whole' if whole else 'finite'} number "
+                             f"{'>= 0' if zero else '> 0'}")
+
+
 def _depth(state: dict[str, torch.Tensor], prefix: str) -> int:
     return len({k[len(prefix):].split(".", 1)[0] for k in state if k.startswith(prefix)})
 
@@ -158,6 +179,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     `assumed`: what the caller takes as given beyond the weights (logged and kept with the rest)."""
     kind = doc["model_type"]
     vc = _vision(doc)
+    check_config_numbers(vc, wpath)
     choices = Choices(wpath, hints)
     act = vc.get("hidden_act", "gelu")
     if act not in ACTS:

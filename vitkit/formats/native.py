@@ -19,6 +19,7 @@ from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.files import read_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -29,7 +30,8 @@ def is_native_dir(path: Path) -> bool:
     if not (path.is_dir() and (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file()):
         return False
     try:
-        return json.loads((path / CONFIG_NAME).read_text()).get("format") == FORMAT_TAG
+        doc = read_json(path / CONFIG_NAME, "model config")
+        return isinstance(doc, dict) and doc.get("format") == FORMAT_TAG
     except (OSError, ValueError):
         return False
 
@@ -65,7 +67,7 @@ def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Mod
     folder = Path(path)
     cfg_path = folder / CONFIG_NAME
     try:
-        doc = json.loads(cfg_path.read_text())
+        doc = read_json(cfg_path, "model config")
     except (OSError, ValueError) as e:
         raise ValueError(f"{cfg_path}: cannot read the model config: {e}") from e
     if "model" not in doc:

@@ -46,6 +46,7 @@ from vitkit.models.resnet import hybrid_stride
 from vitkit.models.timm_api import POOL_FROM_TIMM, TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.files import read_json
 
 log = logging.getLogger("vitkit")
 CONFIG_NAME = "config.json"
@@ -92,7 +93,8 @@ def _timm_folder(path: Path) -> bool:
     if not (path.is_dir() and (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file()):
         return False
     try:
-        return "architecture" in json.loads((path / CONFIG_NAME).read_text())
+        doc = read_json(path / CONFIG_NAME, "model config")
+        return isinstance(doc, dict) and "architecture" in doc
     except (OSError, ValueError):
         return False
 
@@ -107,7 +109,7 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
     """(state dict, side metadata, weights file) from a file or a timm hub folder."""
     meta: dict[str, Any] = {}
     if path.is_dir():
-        meta = json.loads((path / CONFIG_NAME).read_text())
+        meta = read_json(path / CONFIG_NAME, "model config")
         path = path / WEIGHTS_NAME
     if path.suffix == ".safetensors":
         state = read_safetensors(path)
