@@ -165,8 +165,8 @@ def check_config_numbers(vc: dict[str, Any], where: Path) -> None:
         ok = not isinstance(v, bool) and (isinstance(v, int) if whole else isinstance(v, (int, float)) and
                                           math.isfinite(v)) and (v > 0 or (zero and v == 0))
         if not ok:
-            raise ValueError(f"{where}: config.json {key} is {v!r}, expected a {'whole' if whole else 'finite'} number "
-                             f"{'>= 0' if zero else '> 0'}")
+            want = f"whole number {'>= 0' if zero else '> 0'}" if whole else f"positive{' (or 0)' if zero else ''} number"
+            raise ValueError(f"{where}: config.json {key} is {v!r}, expected a {want}")
 
 
 def _depth(state: dict[str, torch.Tensor], prefix: str) -> int:
