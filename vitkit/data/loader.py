@@ -119,6 +119,8 @@ class StepLoader:
         for p, j in pos:
             try:
                 img, label = self.dataset.get(j, self.decode_size)
+                if hasattr(self.transform, "check"):
+                    self.transform.check(img)
             except ValueError as e:
                 skipped.append(str(e) if self.dataset.describe(j) in str(e) else f"{self.dataset.describe(j)}: {e}")
                 continue
