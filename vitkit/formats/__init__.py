@@ -55,6 +55,9 @@ def detect_format(path: str | Path) -> str:
     for name, detect, _ in LOADERS:
         if detect(p):
             return name
+    if isinstance(doc, dict) and doc.get("model_type") in HF_MODEL_TYPES:  # a family vitkit reads, without weights
+        raise FileNotFoundError(f"{p}: a transformers {doc['model_type']!r} folder without weights (no "
+                                "model.safetensors, pytorch_model.bin or a sharded save's index): only its config")
     if isinstance(doc, dict) and isinstance(doc.get("model_type"), str):  # a transformers folder of another model
         raise ValueError(f"{p}: a transformers {doc['model_type']!r} model, which vitkit does not build; it reads the "
                          f"ViT families {', '.join(HF_MODEL_TYPES)} (README \"Checkpoints\")")

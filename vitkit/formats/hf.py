@@ -117,17 +117,52 @@ def _read_config(folder: Path) -> dict[str, Any] | None:
 
 
 def is_hf_dir(path: Path) -> bool:
-    if not (path.is_dir() and ((path / SAFETENSORS_NAME).is_file() or (path / BIN_NAME).is_file())):
+    if not (path.is_dir() and any((path / n).is_file() for n in (SAFETENSORS_NAME, BIN_NAME, *INDEX_NAMES))):
         return False
     doc = _read_config(path)
     return doc is not None and doc.get("model_type") in HF_MODEL_TYPES
+
+
+# transformers' sharded saves: an index {"weight_map": {tensor: shard file}} beside the shards
+INDEX_NAMES = (SAFETENSORS_NAME + ".index.json", BIN_NAME + ".index.json")
 
 
 def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     st = folder / SAFETENSORS_NAME
     if st.is_file():
         return read_safetensors(st), st
-    return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
+    if (folder / BIN_NAME).is_file():
+        return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
+    for index in INDEX_NAMES:
+        if (folder / index).is_file():
+            return _sharded(folder / index), folder / index
+    raise FileNotFoundError(f"{folder}: a transformers folder without weights (no {SAFETENSORS_NAME}, {BIN_NAME} or "
+                            f"a sharded save's {INDEX_NAMES[0]}): only config.json is there")
+
+
+def _sharded(index: Path) -> dict[str, torch.Tensor]:
+    """A sharded save read shard by shard (safetensors memory-mapped): every tensor the index names must be in the
+    shard it names, and a shard may hold no other; shards are plain file names beside the index."""
+    doc = read_json(index, "sharded-save index")
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: no 'weight_map' of tensor names to shard files")
+    shards: dict[str, set[str]] = {}
+    for key, name in weight_map.items():
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{index}: tensor {key!r} is mapped to {name!r}, not a shard file beside the index")
+        shards.setdefault(name, set()).add(key)
+    state: dict[str, torch.Tensor] = {}
+    for name, keys in sorted(shards.items()):
+        f = index.parent / name
+        if not f.is_file():
+            raise ValueError(f"{index}: shard {name} is missing ({len(keys)} tensors, e.g. {sorted(keys)[0]!r})")
+        part = read_safetensors(f) if name.endswith(".safetensors") else torch_load_weights(f)
+        if set(part) != keys:
+            odd = sorted(keys - set(part)) or sorted(set(part) - keys)
+            raise ValueError(f"{f}: holds other tensors than {index.name} says (e.g. {odd[0]!r})")
+        state.update(part)
+    return state
 
 
 def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: str, path: Path,
