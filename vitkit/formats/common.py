@@ -161,12 +161,36 @@ def table1_heads(width: int) -> int | None:
 
 def torch_load_weights(path: Path) -> dict[str, torch.Tensor]:
     """`torch.load(weights_only=True)`: never runs pickled code; a non-weights pickle is a clear error."""
+    check_zip_sizes(path)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError,
             KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError, MemoryError) as e:
         raise ValueError(f"{path}: {pickle_refusal(e)}") from e
     return unwrap_state(obj, path)
+
+
+def check_zip_sizes(path: Path) -> None:
+    """Before `torch.load`: a zip-format checkpoint's members may unpack to at most the checkpoint limit (8 GiB,
+    $VITKIT_MAX_CHECKPOINT_BYTES) and none may be compressed far beyond what torch.save writes (it stores members
+    uncompressed): a zip bomb is refused from its directory, before anything is inflated."""
+    import os
+
+    if not zipfile.is_zipfile(path):
+        return
+    env = os.environ.get("VITKIT_MAX_CHECKPOINT_BYTES", "").strip()
+    limit = int(env) if env.isdigit() else 8 << 30
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # torch.load names the damage
+    total = sum(i.file_size for i in infos)
+    bomb = next((i for i in infos if i.compress_size and i.file_size > 1000 * i.compress_size), None)
+    if total > limit or bomb is not None:
+        why = (f"member {bomb.filename} unpacks {bomb.file_size:,} bytes from {bomb.compress_size:,}" if bomb else
+               f"its members unpack to {total:,} bytes, over the limit of {limit:,}")
+        raise ValueError(f"{path}: {why} (a zip bomb?); raise the limit with $VITKIT_MAX_CHECKPOINT_BYTES")
 
 
 def pickle_refusal(e: BaseException) -> str:
@@ -203,6 +227,10 @@ def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     for k, v in obj.items():
         if not isinstance(v, torch.Tensor):
             raise ValueError(f"{path}: entry {k!r} is a {type(v).__name__}, expected a tensor")
+        if v.numel() and v.untyped_storage().nbytes() < v.numel() * v.element_size():  # stride 0 or overlapping
+            raise ValueError(f"{path}: tensor {k!r} of shape {tuple(v.shape)} is a view of only "
+                             f"{v.untyped_storage().nbytes():,} bytes (stride {tuple(v.stride())}): not saved weights, "
+                             "and a model of that shape would be built for nothing")
         out[k[len("module.") :] if k.startswith("module.") else k] = v
     return out
 
