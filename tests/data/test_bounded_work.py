@@ -92,3 +92,22 @@ def test_a_tiny_pth_of_stride_0_views_and_a_zip_bomb_are_refused_before_a_model_
     with pytest.raises(ValueError, match=r"bomb.pth: member archive/data/998 unpacks 268,435,456 bytes from"):
         vitkit.load_pretrained(bomb, num_heads=2)
     assert time.perf_counter() - t0 < 5
+
+
+def test_a_config_asking_for_far_more_than_its_weights_is_refused_before_building(tmp_path: Path) -> None:
+    import json
+    import time
+
+    import pytest
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
+                            num_classes=3)
+    d = vitkit.save_pretrained(m, tmp_path / "m")
+    doc = json.loads((d / "config.json").read_text())
+    for key, value in (("num_classes", 16_000_000), ("depth", 1000), ("width", 8192)):
+        (d / "config.json").write_text(json.dumps({**doc, "model": {**doc["model"], key: value}}))
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError, match=r"config.json: describes a model of ~[\d,]+ parameters .* but "
+                                             r"model.safetensors holds 5,683 values"):
+            vitkit.load_pretrained(d)
+        assert time.perf_counter() - t0 < 2, key
