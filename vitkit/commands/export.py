@@ -53,6 +53,14 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.utils import check_int
 
     check_export(args.format, args.int8)
+    check_int("--batch", args.batch, low=1)
+    if args.format == "onnx":  # before torch's exporter, whose own message is about its internals
+        import onnx
+
+        top = onnx.defs.onnx_opset_version()
+        if not 14 <= args.opset <= top:
+            raise ValueError(f"--opset {args.opset}: vitkit's ONNX export needs opset 14 (attention) to {top} (the "
+                             "newest this onnx knows)")
     src = Path(args.source)
     out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
     if out.suffix != SUFFIX[args.format]:

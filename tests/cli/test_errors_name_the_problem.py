@@ -1,0 +1,43 @@
+"""Mistakes named in vitkit's words before any work: a misspelt model name (with the nearest names), a `skimage:`
+name that is not a bundled photo, an ONNX opset or a batch the export cannot take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import vitkit
+from tests.helpers import digits_model
+from vitkit.cli import main
+from vitkit.formats import save_pretrained
+
+
+def test_a_misspelt_model_name_suggests_the_nearest() -> None:
+    with pytest.raises(ValueError, match=r"2244 px is not a whole number of 16-px patches; did you mean "
+                                         r"'vit_base_patch16_224'"):
+        vitkit.create_model("vit_base_patch16_2244")
+    with pytest.raises(ValueError, match=r"known names include \['vit_base_patch16_224'"):
+        vitkit.create_model("vit_bse_patch16_224")
+
+
+def test_only_bundled_photos_are_skimage_names(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    pytest.importorskip("skimage")
+    model = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
+    capsys.readouterr()
+    assert main(["inspect", "--model", str(model), "--images", "skimage:download_all", "--out", str(tmp_path / "i"),
+                 "--no-progress"]) == 2
+    assert "skimage:download_all is not one of scikit-image's bundled photos (astronaut" in capsys.readouterr().err
+
+
+def test_export_options_out_of_range_are_named(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    pytest.importorskip("onnx")
+    model = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
+    for flags, why in ((["--opset", "1"], "--opset 1: vitkit's ONNX export needs opset 14"),
+                       (["--opset", "99"], "--opset 99: vitkit's ONNX export needs opset 14"),
+                       (["--batch", "0"], "--batch must be")):
+        capsys.readouterr()
+        assert main(["export", str(model), "--out", str(tmp_path / "m.onnx"), *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "m.onnx").exists()
