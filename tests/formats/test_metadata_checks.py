@@ -149,6 +149,10 @@ def test_config_files_that_are_not_regular_or_hold_strings_for_numbers_are_named
         d.mkdir()
         (d / "model.safetensors").write_bytes(b"")
         make(d / "config.json")
+        def hung(*_: object) -> None:
+            raise TimeoutError("hung on a config.json that is not a regular file")
+
+        old = signal.signal(signal.SIGALRM, hung)
         signal.alarm(60)  # (before the fix: a FIFO hung here)
         try:
             for argv in (["convert", str(d), str(tmp_path / "out"), "--to", "vitkit"],
@@ -158,6 +162,7 @@ def test_config_files_that_are_not_regular_or_hold_strings_for_numbers_are_named
                 assert "config.json: it is a " in capsys.readouterr().err
         finally:
             signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
     transformers = pytest.importorskip("transformers")
     for cls, cfg_cls in (("ViTModel", "ViTConfig"), ("Dinov2Model", "Dinov2Config")):
         hf = tmp_path / cls
