@@ -4,8 +4,9 @@ or crashed (any other ending). Covers issue #39's classes: silently wrong answer
 
     python benchmarks/crafted_inputs.py [--code PATH] [--timeout 60] [--markdown]
 
-`--code` puts another vitkit checkout first on the path (to compare a fix with the code before it). Prints one line
-per case and the counts per verdict (BENCHMARKS.md "Crafted inputs").
+Cases run in this process by default (seconds in all); `--subprocess` runs each as `python -m vitkit` (`--code`: another
+checkout). To compare with the code before a fix, run this file with that checkout first on PYTHONPATH. Prints one
+line per case and the counts per verdict (BENCHMARKS.md "Crafted inputs").
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def c_int_hf(d: Path) -> list[str]:
 def c_bool_timm(d: Path) -> list[str]:
     f = _model(d / "m.safetensors", "timm")
     _spoil_safetensors(f, torch.bool)
-    return ["convert", str(f), str(d / "out"), "--to", "vitkit"]
+    return ["convert", str(f), str(d / "out"), "--to", "vitkit", "--num-heads", "2"]
 
 
 def c_complex_npz(d: Path) -> list[str]:
@@ -75,6 +76,7 @@ def c_complex_npz(d: Path) -> list[str]:
         a = {k: z[k] for k in z.files}
     a["head/bias"] = a["head/bias"].astype(np.complex64)
     np.savez(f, **a)
+    (d / "m.vitkit.json").unlink()  # (a bare .npz: its sidecar would name the rewrite first)
     return ["predict", str(_png(d / "x.png")), "--model", str(f)]
 
 
@@ -92,12 +94,22 @@ def c_one_class(d: Path) -> list[str]:
     return ["fewshot", "--model", str(_model(d / "m")), "--data", str(d / "data")]
 
 
+def _gray(root: Path) -> Path:  # a 1-channel model, for the digits fewshot defaults to
+    import vitkit
+    from vitkit.models.preprocess import PreprocessConfig
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=16, patch_size=4, in_chans=1,
+                            num_classes=10)
+    m.preprocess = PreprocessConfig(img_size=(16, 16), mean=(0.5,), std=(0.5,))
+    return vitkit.save_pretrained(m, root)
+
+
 def c_shots(d: Path) -> list[str]:
-    return ["fewshot", "--model", str(_model(d / "m")), "--shots", "-5"]
+    return ["fewshot", "--model", str(_gray(d / "m")), "--shots", "-5"]
 
 
 def c_l2(d: Path) -> list[str]:
-    return ["fewshot", "--model", str(_model(d / "m")), "--l2", "nan"]
+    return ["fewshot", "--model", str(_gray(d / "m")), "--l2", "nan"]
 
 
 def c_negative_head(d: Path) -> list[str]:
@@ -126,7 +138,7 @@ def c_resample(d: Path) -> list[str]:
 def c_sidecar(d: Path) -> list[str]:
     f = _model(d / "m.npz", "npz")
     side = json.loads((d / "m.vitkit.json").read_text())
-    _model(d / "m.npz", "npz", num_classes=4)  # another model's weights ...
+    _model(d / "m.npz", "npz", width=32)  # another model's weights ...
     (d / "m.vitkit.json").write_text(json.dumps(side))  # ... beside the first one's sidecar (a kill between writes)
     return ["predict", str(_png(d / "x.png")), "--model", str(f)]
 
@@ -263,6 +275,38 @@ CASES: list[Case] = [
 ]
 
 
+def _in_process(argv: list[str], timeout: float, cwd: Path) -> subprocess.CompletedProcess | None:
+    """`vitkit ARGV` in this process (no torch import per case: seconds for the whole set), stderr captured; None
+    when it ran past `timeout` (SIGALRM interrupts a blocking open of a FIFO)."""
+    import contextlib
+    import io
+    import signal
+
+    from vitkit.cli import main as cli
+
+    def hung(*_: object) -> None:
+        raise TimeoutError
+
+    err, out = io.StringIO(), io.StringIO()
+    old, here = signal.signal(signal.SIGALRM, hung), os.getcwd()
+    signal.alarm(max(1, int(timeout)))
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                rc = cli(argv)
+            except TimeoutError:
+                return None
+            except BaseException as e:  # noqa: BLE001 - a crash is a verdict here
+                print(f"crash: {type(e).__name__}: {e}", file=sys.stderr)
+                rc = 3
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        os.chdir(here)
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
+
+
 def verdict(r: subprocess.CompletedProcess | None) -> str:
     if r is None:
         return "hung"
@@ -278,26 +322,34 @@ def verdict(r: subprocess.CompletedProcess | None) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--code", default=None, help="a vitkit checkout to run instead of this one")
+    ap.add_argument("--code", default=None, help="with --subprocess: a vitkit checkout to run instead of this one "
+                    "(in-process, put it first on PYTHONPATH instead)")
+    ap.add_argument("--subprocess", action="store_true", help="one `python -m vitkit` process a case (~3 s each)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    ap.add_argument("--only", nargs="+", default=None, help="run only these classes (e.g. 'silently wrong')")
     args = ap.parse_args()
     here = str(Path(__file__).resolve().parent.parent)
     code = str(Path(args.code).resolve()) if args.code else here
     env = {**os.environ, "PYTHONPATH": code, "HOME": tempfile.mkdtemp(prefix="vitkit-home-")}
     rows, counts = [], Counter()
     for name, group, build, want in CASES:
+        if args.only and group not in args.only:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             argv = build(d)
             t0 = time.perf_counter()
-            try:
-                r = subprocess.run([sys.executable, "-m", "vitkit", *argv], capture_output=True, text=True,
-                                   timeout=args.timeout, env=env, cwd=d)
-            except subprocess.TimeoutExpired:
-                r = None
+            if args.subprocess:
+                try:
+                    r = subprocess.run([sys.executable, "-m", "vitkit", *argv], capture_output=True, text=True,
+                                       timeout=args.timeout, env=env, cwd=d)
+                except subprocess.TimeoutExpired:
+                    r = None
+            else:
+                r = _in_process(argv, args.timeout, d)
             v, took = verdict(r), time.perf_counter() - t0
-            kept = all(p.read_text() == "mine" for p in d.rglob("*") if p.name in ("notes.txt", "notes.onnx",
+            kept = all(p.read_bytes() == b"mine" for p in d.rglob("*") if p.name in ("notes.txt", "notes.onnx",
                                                                                      "mine.txt"))
             if not kept:
                 v = "data lost"
