@@ -9,6 +9,7 @@ import importlib
 import os
 import pkgutil
 import sys
+import warnings
 
 import vitkit
 import vitkit.commands
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    shown = warnings.showwarning
+    if not debug:  # a warning is one line in vitkit's words, not Python's file:line: UserWarning: block
+        warnings.showwarning = lambda message, *_a, **_k: print(f"vitkit {args.command}: warning: {message}",
+                                                                file=sys.stderr)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
@@ -85,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         tail = "" if code == 2 else f" (vitkit's own failure: rerun with --debug or {DEBUG_ENV}=1 for the traceback)"
         print(f"vitkit {args.command}: error: {msg}{tail}", file=sys.stderr)
         return code
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

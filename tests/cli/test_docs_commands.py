@@ -157,7 +157,7 @@ def test_documented_commands_run_in_smoke_form(where: str, command: str, sandbox
         extra += ["--out", f"runs/smoke-{abs(hash(command))}"]
     if argv[0] == "inspect" and "--out" not in argv:
         extra += ["--out", f"runs/inspect-{abs(hash(command))}"]
-    if argv[0] in ("train", "finetune", "demo", "convert") and "--overwrite" not in argv:
+    if argv[0] in ("train", "finetune", "demo", "convert", "inspect", "export") and "--overwrite" not in argv:
         extra.append("--overwrite")  # the sandbox is shared: a second command may write the same folder
     if argv[0] == "inspect" and "--images" not in argv:
         extra = [e for e in extra if e not in ("--num-images", "4")] + ["--num-images", "4"]

@@ -235,7 +235,7 @@ def test_cli_reports_unreadable_images_and_goes_on(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err
     assert "broken.png" in err and "skipping" in err
     assert [im["name"] for im in json.loads((out / "inspect.json").read_text())["images"]] == ["chelsea"]
-    assert main(args + [str(bad), "skimage:no_such_photo"]) == 2
+    assert main(args + [str(bad), "skimage:no_such_photo", "--overwrite"]) == 2
     assert "none of the 2 images" in capsys.readouterr().err
 
 

@@ -31,10 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vitkit.formats import detect_format, load_pretrained, save_pretrained
+    from vitkit.formats import detect_format, load_pretrained, restore_interrupted, save_pretrained
 
     src_fmt = detect_format(args.src)
     src, dst = Path(args.src).resolve(), Path(args.dst).resolve()
+    restore_interrupted(dst)  # an earlier --overwrite killed mid-swap: the old checkpoint is back, and protected
     if not args.overwrite:
         if dst == src or src.is_relative_to(dst) or dst.is_relative_to(src):
             raise FileExistsError(f"{args.dst}: that is (inside) the source {args.src}; converting onto it would "

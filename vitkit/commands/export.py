@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17; SDPA needs >= 14)")
     p.add_argument("--int8", action="store_true",
                    help="onnx: also write <out>.int8.onnx (onnxruntime dynamic quantisation)")
+    p.add_argument("--overwrite", action="store_true", help="replace files an earlier export wrote at --out")
     p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
     p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
     p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
@@ -60,11 +61,23 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.utils import check_int
 
     check_export(args.format, args.int8)
+    check_int("--batch", args.batch, low=1)
+    if args.format == "onnx":  # before torch's exporter, whose own message is about its internals
+        import onnx
+
+        top = onnx.defs.onnx_opset_version()
+        if not 14 <= args.opset <= top:
+            raise ValueError(f"--opset {args.opset}: vitkit's ONNX export needs opset 14 (attention) to {top} (the "
+                             "newest this onnx knows)")
     src = Path(args.source)
     out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
     if out.suffix != SUFFIX[args.format]:
         raise ValueError(f"--out {out}: a {args.format} export is a {SUFFIX[args.format]} file")
     refuse_overwriting_inputs(output_paths(args.format, out, args.int8), src if src.exists() else None)
+    taken = [p for p in output_paths(args.format, out, args.int8) if p.exists() or p.is_symlink()]
+    if taken and (not args.overwrite or taken[0].is_dir()):  # the rule of every writer: never silently replaced
+        raise FileExistsError(f"{taken[0]} already exists{' (a folder)' if taken[0].is_dir() else ''}; choose "
+                              f"another --out{'' if taken[0].is_dir() else ', or --overwrite'}")
     model, src = _load(args.source, load_hints(args))
     model = model.float().eval()
     if args.img_size:

@@ -40,12 +40,13 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from vitkit.data.base import match_channels
+    from vitkit.data.base import match_channels, require_classes
     from vitkit.data.datasets import DataConfig, open_splits
     from vitkit.formats import load_pretrained
     from vitkit.inference.evaluate import eval_loader
     from vitkit.inference.fewshot import (
         DEFAULT_L2,
+        check_fewshot_args,
         describe_representation,
         extract_features,
         fewshot_table,
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         shots = [int(s) for s in args.shots.split(",") if s]
     except ValueError as e:
         raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
+    check_fewshot_args(shots, range(args.seeds), DEFAULT_L2 if args.l2 is None else args.l2)  # before any work
     model = load_pretrained(args.model, **load_hints(args))
     pp = model.preprocess
     if args.knn_k < 1 or not args.knn_temperature > 0:
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     say = lambda m: print(f"note: {m}", file=sys.stderr)  # noqa: E731
     train = match_channels(splits["train"], model.config.in_chans, args.data, say)
     test = match_channels(splits["test"], model.config.in_chans, f"{args.data} (test)")
+    require_classes(train, args.data, "few-shot evaluation")
     k = len(train.classes)
     tr = extract_features(model, eval_loader(train, pp, args.batch_size, args.workers), args.representation)
     te = extract_features(model, eval_loader(test, pp, args.batch_size, args.workers), args.representation)

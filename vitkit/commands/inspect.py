@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="checkpoint vitkit can load (e.g. runs/demo)")
     parser.add_argument("--images", nargs="+", metavar="FILE", help="image files or skimage:NAME (default: see above)")
     parser.add_argument("--out", default="runs/inspect", help="output folder (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true", help="write into an existing, non-empty --out")
     parser.add_argument(
         "--num-images", type=int, default=32, help="default images to use when --images is not given (default: 32)"
     )
@@ -44,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("num_images", "show", "components", "batch_size"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be at least 1")
+    dest = Path(args.out)
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(20, "--out is a file; inspect writes a folder of figures", str(dest))
+    if dest.is_dir() and any(dest.iterdir()) and not args.overwrite:  # the rule of every writer
+        raise FileExistsError(f"{dest} already exists and is not empty; choose another --out, or --overwrite")
     model = vitkit.load_pretrained(args.model, **load_hints(args))
 
     def warn(msg: str) -> None:

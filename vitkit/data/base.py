@@ -183,6 +183,16 @@ def class_names(names: Sequence[str] | None, labels: np.ndarray, where: str, unn
     return [str(i) for i in range(k)]
 
 
+def require_classes(ds: Dataset, where: str, what: str = "training") -> None:
+    """Classification needs at least two classes with examples: with one, every prediction is that class and every
+    accuracy 100%, which measures nothing. Refused, naming the single class."""
+    present = np.unique(np.asarray(ds.labels))
+    if len(present) < 2:
+        only = (f"only class {ds.classes[int(present[0])]!r} ({len(ds)} images)" if len(present) else "no images")
+        raise ValueError(f"{where}: {what} needs at least 2 classes, the data has {only}: every prediction would be "
+                         "right and the accuracy (100%) would mean nothing; add a folder per class")
+
+
 def holdout(ds: Dataset, fraction: float, seed: int = 0) -> tuple[Subset, Subset]:
     kept, held = stratified_holdout(ds.labels, fraction, seed)
     return Subset(ds, kept), Subset(ds, held)

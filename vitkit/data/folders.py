@@ -24,11 +24,11 @@ def _scan(root: Path, channels: int, classes: list[str] | None = None, max_pixel
     paths, labels = [], []
     for c in dirs:
         if (root / c).is_symlink():
-            _check_inside(root / c, root)
+            check_inside(root / c, root)
         for f in sorted((root / c).rglob("*")):
             if f.suffix.lower() in IMAGE_EXTENSIONS and f.is_file():
                 if f.is_symlink():
-                    _check_inside(f, root)
+                    check_inside(f, root)
                 paths.append(str(f))
                 labels.append(classes.index(c))
     if not paths:
@@ -41,7 +41,7 @@ def _scan(root: Path, channels: int, classes: list[str] | None = None, max_pixel
     return FileDataset(paths, labels, classes, channels, max_pixels)
 
 
-def _check_inside(link: Path, root: Path) -> None:
+def check_inside(link: Path, root: Path) -> None:
     """A symlink in a data folder must point inside it: one that leaves it would read files nobody asked for."""
     if not inside(link, root):
         raise ValueError(f"{link} is a symlink to {link.resolve()}, outside the data folder {root}: vitkit reads only "

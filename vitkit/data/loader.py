@@ -14,6 +14,8 @@ the trainer counts and logs them.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -86,6 +88,11 @@ class StepLoader:
         if batch_size % world:
             raise ValueError(f"the global batch {batch_size} is not divisible by the world size {world}")
         self.dataset, self.batch_size, self.transform, self.seed = dataset, batch_size, transform, seed
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if num_workers > cores:  # more loader processes than cores only adds memory and switching
+            logging.getLogger("vitkit").warning("%d data-loading workers asked for on %d cores: using %d",
+                                                num_workers, cores, cores)
+            num_workers = cores
         self.shuffle, self.rank, self.world, self.num_workers = shuffle, rank, world, num_workers
         self.pin_memory = pin_memory  # for a CUDA device: batches arrive page-locked (copies overlap compute)
         # files much larger than this are decoded smaller (JPEG draft / Pillow reduce); None: full size
@@ -119,6 +126,8 @@ class StepLoader:
         for p, j in pos:
             try:
                 img, label = self.dataset.get(j, self.decode_size)
+                if hasattr(self.transform, "check"):
+                    self.transform.check(img)
             except ValueError as e:
                 skipped.append(str(e) if self.dataset.describe(j) in str(e) else f"{self.dataset.describe(j)}: {e}")
                 continue

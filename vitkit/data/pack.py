@@ -9,6 +9,7 @@ leaves a folder that readers refuse instead of training on part of the data.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from tqdm.auto import tqdm
 from vitkit.data.datasets import DataConfig, open_splits
 from vitkit.data.shards import CLASSES_FILE, MANIFEST_FILE, pack
 from vitkit.utils.atomic import atomic_write_text
-from vitkit.utils.files import FolderLock, inside, overlapping
+from vitkit.utils.files import FolderLock, inside, overlapping, read_json
 
 
 def _source_root(src: str) -> Path | None:
@@ -26,6 +27,21 @@ def _source_root(src: str) -> Path | None:
         return None
     cut = min([i for i in (src.find("{"), src.find("*")) if i >= 0], default=-1)
     return Path(src[:cut]).parent if cut >= 0 else Path(src)
+
+
+def _own_shards(out: Path) -> list[Path]:
+    """The shards a pack wrote in `out`: those its manifest lists, and any named as a pack names them
+    (`train-000000.tar`, `test-000003.tar`; a killed pack leaves them without a manifest). Another `.tar` in the
+    folder (a user's `backup.tar`) is not a pack's and is never removed."""
+    listed: set[str] = set()
+    try:
+        doc = read_json(out / MANIFEST_FILE, "pack manifest")
+        if isinstance(doc, dict) and isinstance(doc.get("shards"), dict):
+            listed = {n for n in doc["shards"] if isinstance(n, str) and "/" not in n and n.endswith(".tar")}
+    except (OSError, ValueError):
+        pass
+    return sorted(f for f in out.glob("*.tar") if f.is_file() and not f.is_symlink() and (
+        f.name in listed or re.fullmatch(r"(train|test)-\d{6}\.tar", f.name)))
 
 
 def pack_source(src: str, out: str | Path, shard_size: int, channels: int = 3, overwrite: bool = False,
@@ -41,7 +57,7 @@ def pack_source(src: str, out: str | Path, shard_size: int, channels: int = 3, o
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(20, "the pack destination is a file", str(out))
     with FolderLock(out, "pack destination"):
-        old = sorted(out.glob("*.tar"))
+        old = _own_shards(out)
         if old and not overwrite:
             raise FileExistsError(f"{out} already holds {len(old)} shard(s); choose another folder or pass --overwrite")
         splits = open_splits(DataConfig.from_flag(src, channels))

@@ -44,6 +44,9 @@ def is_shard_pattern(path: str) -> bool:
     return _BRACE.search(path) is not None
 
 
+MAX_SHARDS = 1 << 20
+
+
 def expand_pattern(pattern: str) -> list[Path]:
     """`dir/train-{000000..000009}.tar` -> the 10 paths (zero padding kept); `dir/train-*.tar` -> the matching
     files in name order; a plain path is itself; a folder is its *.tar files in name order. Every listed shard
@@ -54,6 +57,9 @@ def expand_pattern(pattern: str) -> list[Path]:
         lo, hi = m.group(1), m.group(2)
         if int(hi) < int(lo):
             raise ValueError(f"shard pattern {pattern!r}: the range {lo}..{hi} is empty")
+        if int(hi) - int(lo) >= MAX_SHARDS:  # checked before a path is built (10^8 of them would take gigabytes)
+            raise ValueError(f"shard pattern {pattern!r}: {int(hi) - int(lo) + 1:,} shards, over the limit of "
+                             f"{MAX_SHARDS:,} (ImageNet-21k packs into ~1,500); a typo in the range?")
         width = len(lo)
         paths = [Path(pattern[: m.start()] + str(i).zfill(width) + pattern[m.end() :]) for i in range(int(lo), int(hi) + 1)]
     elif "*" in pattern:

@@ -126,3 +126,7 @@ class EvalTransform:
 
     def __call__(self, img: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:
         return self.preprocess(img[None])[0]
+
+    def check(self, img: torch.Tensor) -> None:
+        """A ValueError (the image is skipped and named) when its preprocessing would cost far more than its output."""
+        self.preprocess.check_input_size(*img.shape[-2:])

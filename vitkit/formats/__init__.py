@@ -44,15 +44,22 @@ def detect_format(path: str | Path) -> str:
     """Name of the checkpoint format at `path`, or a ValueError that says what was found."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"no checkpoint at {p}")
+        old = interrupted_copy(p)
+        raise FileNotFoundError(f"no checkpoint at {p}" + (
+            f" (a replace of it was interrupted: the old checkpoint is in {old}; the next write of {p.name} restores "
+            "it, or rename it back)" if old else ""))
     doc: Any = None
-    if p.is_dir() and (p / "config.json").is_file():  # a folder format: its config must be readable JSON
+    if p.is_dir() and ((p / "config.json").exists() or (p / "config.json").is_symlink()):  # a folder format: its
+        # config must be readable JSON, from a regular file of bounded size (never a FIFO's wait, never /dev/zero)
         doc = read_json(p / "config.json", "checkpoint's config")  # bounded: size, depth, a regular file
         if not isinstance(doc, dict):
             raise ValueError(f"{p / 'config.json'}: expected a JSON object, found {type(doc).__name__}")
     for name, detect, _ in LOADERS:
         if detect(p):
             return name
+    if isinstance(doc, dict) and doc.get("model_type") in HF_MODEL_TYPES:  # a family vitkit reads, without weights
+        raise FileNotFoundError(f"{p}: a transformers {doc['model_type']!r} folder without weights (no "
+                                "model.safetensors, pytorch_model.bin or a sharded save's index): only its config")
     if isinstance(doc, dict) and isinstance(doc.get("model_type"), str):  # a transformers folder of another model
         raise ValueError(f"{p}: a transformers {doc['model_type']!r} model, which vitkit does not build; it reads the "
                          f"ViT families {', '.join(HF_MODEL_TYPES)} (README \"Checkpoints\")")
@@ -92,6 +99,9 @@ def load_pretrained(
     except (ValueError, TypeError, KeyError) as e:  # every message names the file it is about
         msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         raise ValueError(msg if str(p) in msg else f"{p}: {msg}") from e
+    labels, k = model.preprocess.labels, getattr(model.config, "num_classes", 0)
+    if k and labels and len(labels) != k:  # else predict would print names for some outputs and indices for others
+        raise ValueError(f"{p}: {len(labels)} class names (labels) for a {k}-way head; give one per output")
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
     return adapt(model, num_classes, img_size).eval()
@@ -131,6 +141,43 @@ CHECKPOINT_FILES = {"config.json", "model.safetensors", "preprocessor_config.jso
                     "model.vitkit.json"}
 
 
+def interrupted_copy(out: Path) -> Path | None:
+    """The old checkpoint a replace of `out` killed between its two renames left (`.out.*.old.tmp`), when `out`
+    itself is missing."""
+    import glob
+
+    if out.exists() or out.is_symlink():
+        return None
+    olds = [p for p in out.parent.glob(f".{glob.escape(out.name)}.*.old.tmp") if p.is_dir() and not p.is_symlink()]
+    return max(olds, key=lambda p: p.stat().st_mtime) if olds else None
+
+
+def restore_interrupted(out: Path) -> None:
+    """Put back the old checkpoint of an interrupted replace (see `interrupted_copy`), saying so."""
+    import logging
+    import os
+
+    old = interrupted_copy(out)
+    if old is not None:
+        os.rename(old, out)
+        logging.getLogger("vitkit").warning("%s: restored the checkpoint an interrupted replace left in %s", out,
+                                            old.name)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the system or file system lacks it."""
+    import ctypes
+    import os
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
     """Write a checkpoint folder as a whole: `write(tmp)` fills a new temporary folder beside `out`, which then
     takes `out`'s place, so a kill at any point leaves the old checkpoint or the new one, never a mix of the two
@@ -151,6 +198,7 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
         raise FileExistsError(f"{out} holds folders that are not a checkpoint's ({', '.join(dirs[:5])}); a "
                               "checkpoint folder is replaced as a whole: move them, or choose another folder")
     out.parent.mkdir(parents=True, exist_ok=True)
+    restore_interrupted(out)
     for stale in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):  # left by a write of `out` that was killed
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
@@ -167,9 +215,10 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
                     os.link(f, tmp / f.name, follow_symlinks=False)
                 except OSError:
                     shutil.copy2(f, tmp / f.name, follow_symlinks=False)
-        if out.exists():
-            os.rename(out, old)
-        os.rename(tmp, out)
+        if not (out.exists() and _exchange(tmp, out)):  # one atomic swap where the system has it (Linux)
+            if out.exists():
+                os.rename(out, old)  # (a kill before the next rename: the next write restores `old`)
+            os.rename(tmp, out)
     finally:
         for leftover in (tmp, old):
             if leftover.exists():

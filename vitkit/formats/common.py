@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import re
 import zipfile
@@ -165,6 +166,26 @@ def config_count(vc: dict[str, Any], key: str, default: int, where: Path, kind: 
     return v
 
 
+# config.json numbers a ViT reads: (key, whole number?, may be 0); a string, a bool or a value out of range is
+# refused naming the file and the key (never Python's "could not convert string to float")
+CONFIG_NUMBERS = (("hidden_size", True, False), ("num_hidden_layers", True, False), ("num_attention_heads", True, False),
+                  ("intermediate_size", True, False), ("num_channels", True, False), ("num_register_tokens", True, True),
+                  ("layer_norm_eps", False, False), ("layerscale_value", False, True), ("mlp_ratio", False, False))
+
+
+def check_config_numbers(vc: dict[str, Any], where: Path) -> None:
+    """Every number of `CONFIG_NUMBERS` that config.json holds is one, of the right kind and range."""
+    for key, whole, zero in CONFIG_NUMBERS:
+        if key not in vc or vc[key] is None:
+            continue
+        v = vc[key]
+        ok = not isinstance(v, bool) and (isinstance(v, int) if whole else isinstance(v, (int, float)) and
+                                          math.isfinite(v)) and (v > 0 or (zero and v == 0))
+        if not ok:
+            want = f"whole number {'>= 0' if zero else '> 0'}" if whole else f"positive{' (or 0)' if zero else ''} number"
+            raise ValueError(f"{where}: config.json {key} is {v!r}, expected a {want}")
+
+
 def label_fields(model: Any) -> dict[str, Any]:
     """A transformers config.json's id2label / label2id of a classifier: its class names, or transformers' LABEL_i."""
     k = model.config.num_classes
@@ -182,12 +203,36 @@ def table1_heads(width: int) -> int | None:
 
 def torch_load_weights(path: Path) -> dict[str, torch.Tensor]:
     """`torch.load(weights_only=True)`: never runs pickled code; a non-weights pickle is a clear error."""
+    check_zip_sizes(path)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError,
             KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError, MemoryError) as e:
         raise ValueError(f"{path}: {pickle_refusal(e)}") from e
     return unwrap_state(obj, path)
+
+
+def check_zip_sizes(path: Path) -> None:
+    """Before `torch.load`: a zip-format checkpoint's members may unpack to at most the checkpoint limit (8 GiB,
+    $VITKIT_MAX_CHECKPOINT_BYTES) and none may be compressed far beyond what torch.save writes (it stores members
+    uncompressed): a zip bomb is refused from its directory, before anything is inflated."""
+    import os
+
+    if not zipfile.is_zipfile(path):
+        return
+    env = os.environ.get("VITKIT_MAX_CHECKPOINT_BYTES", "").strip()
+    limit = int(env) if env.isdigit() else 8 << 30
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # torch.load names the damage
+    total = sum(i.file_size for i in infos)
+    bomb = next((i for i in infos if i.compress_size and i.file_size > 1000 * i.compress_size), None)
+    if total > limit or bomb is not None:
+        why = (f"member {bomb.filename} unpacks {bomb.file_size:,} bytes from {bomb.compress_size:,}" if bomb else
+               f"its members unpack to {total:,} bytes, over the limit of {limit:,}")
+        raise ValueError(f"{path}: {why} (a zip bomb?); raise the limit with $VITKIT_MAX_CHECKPOINT_BYTES")
 
 
 def pickle_refusal(e: BaseException) -> str:
@@ -208,8 +253,14 @@ def pickle_refusal(e: BaseException) -> str:
 
 def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     """The tensor dict inside a training checkpoint ({'model': ...}, {'state_dict': ...}), `module.` stripped."""
-    for wrapper in ("state_dict_ema", "model_ema", "state_dict", "model"):
+    for wrapper in ("state_dict_ema", "model_ema", "state_dict", "model"):  # timm's load_checkpoint(use_ema=True)
         if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
+            others = [k for k in ("state_dict_ema", "model_ema", "state_dict", "model") if k != wrapper and
+                      isinstance(obj.get(k), dict)]
+            if wrapper.endswith("_ema"):  # two copies of the weights: say which one is read
+                log.warning("%s: read the EMA copy of the weights (%r), as timm's load_checkpoint does by default"
+                            "%s", path, wrapper, f"; the file also holds {', '.join(map(repr, others))}" if others
+                            else "")
             obj = obj[wrapper]
             break
     if not isinstance(obj, dict) or not obj:
@@ -218,6 +269,10 @@ def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     for k, v in obj.items():
         if not isinstance(v, torch.Tensor):
             raise ValueError(f"{path}: entry {k!r} is a {type(v).__name__}, expected a tensor")
+        if v.numel() and v.untyped_storage().nbytes() < v.numel() * v.element_size():  # stride 0 or overlapping
+            raise ValueError(f"{path}: tensor {k!r} of shape {tuple(v.shape)} is a view of only "
+                             f"{v.untyped_storage().nbytes():,} bytes (stride {tuple(v.stride())}): not saved weights, "
+                             "and a model of that shape would be built for nothing")
         out[k[len("module.") :] if k.startswith("module.") else k] = v
     return out
 
@@ -262,7 +317,9 @@ def gather_state(
         ref = own[base]
         expected = tuple(ref.shape) if not chunk else (ref.shape[0] // chunks[base], *ref.shape[1:])
         value = require(src, fkey, path)
-        t = to_torch(kind, value).to(ref.dtype)
+        t = to_torch(kind, value)
+        check_tensor_values(fkey, t, ref, path)  # before the cast: an int, bool or complex file tensor is refused
+        t = t.to(ref.dtype)
         if tuple(t.shape) != expected:
             expect_shape(path, fkey, tuple(value.shape), file_shape(kind, expected))
         if chunk:
@@ -301,6 +358,14 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupt?): {e}") from e
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (read in chunks): what a side file records of the weights it belongs to."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def check_tensor_values(key: str, t: torch.Tensor, ref: torch.Tensor, source: Path | str) -> None:

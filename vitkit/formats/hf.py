@@ -27,6 +27,7 @@ from vitkit.formats.common import (
     Choices,
     KeyTable,
     appendix_parts,
+    check_config_numbers,
     config_count,
     gather_state,
     label_fields,
@@ -105,24 +106,59 @@ def key_table(cfg: ViTConfig, layout: str = "classic", base: str = "vit.") -> Ke
 # ----------------------------------------------------------------------------- reading
 def _read_config(folder: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads((folder / CONFIG_NAME).read_text())
+        doc = read_json(folder / CONFIG_NAME, "model config")
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
 
 
 def is_hf_dir(path: Path) -> bool:
-    if not (path.is_dir() and ((path / SAFETENSORS_NAME).is_file() or (path / BIN_NAME).is_file())):
+    if not (path.is_dir() and any((path / n).is_file() for n in (SAFETENSORS_NAME, BIN_NAME, *INDEX_NAMES))):
         return False
     doc = _read_config(path)
     return doc is not None and doc.get("model_type") in HF_MODEL_TYPES
+
+
+# transformers' sharded saves: an index {"weight_map": {tensor: shard file}} beside the shards
+INDEX_NAMES = (SAFETENSORS_NAME + ".index.json", BIN_NAME + ".index.json")
 
 
 def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     st = folder / SAFETENSORS_NAME
     if st.is_file():
         return read_safetensors(st), st
-    return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
+    if (folder / BIN_NAME).is_file():
+        return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
+    for index in INDEX_NAMES:
+        if (folder / index).is_file():
+            return _sharded(folder / index), folder / index
+    raise FileNotFoundError(f"{folder}: a transformers folder without weights (no {SAFETENSORS_NAME}, {BIN_NAME} or "
+                            f"a sharded save's {INDEX_NAMES[0]}): only config.json is there")
+
+
+def _sharded(index: Path) -> dict[str, torch.Tensor]:
+    """A sharded save read shard by shard (safetensors memory-mapped): every tensor the index names must be in the
+    shard it names, and a shard may hold no other; shards are plain file names beside the index."""
+    doc = read_json(index, "sharded-save index")
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: no 'weight_map' of tensor names to shard files")
+    shards: dict[str, set[str]] = {}
+    for key, name in weight_map.items():
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{index}: tensor {key!r} is mapped to {name!r}, not a shard file beside the index")
+        shards.setdefault(name, set()).add(key)
+    state: dict[str, torch.Tensor] = {}
+    for name, keys in sorted(shards.items()):
+        f = index.parent / name
+        if not f.is_file():
+            raise ValueError(f"{index}: shard {name} is missing ({len(keys)} tensors, e.g. {sorted(keys)[0]!r})")
+        part = read_safetensors(f) if name.endswith(".safetensors") else torch_load_weights(f)
+        if set(part) != keys:
+            odd = sorted(keys - set(part)) or sorted(set(part) - keys)
+            raise ValueError(f"{f}: holds other tensors than {index.name} says (e.g. {odd[0]!r})")
+        state.update(part)
+    return state
 
 
 def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: str, path: Path,
@@ -130,6 +166,7 @@ def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: 
     """Our config from HF's config.json; the head (and pooler) sizes come from the tensors present. A key the
     config.json leaves out takes transformers' `ViTConfig` default, as transformers itself would (logged)."""
     choices = choices or Choices(path)
+    check_config_numbers(doc, path)
 
     def value(key: str, default: Any, ours: str | None = None) -> Any:
         return choices.pick(ours, doc.get(key), default, f"transformers' ViTConfig default {key}") if ours else \
@@ -187,6 +224,9 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
     outputs (DINOv2's 224 crop for a 518 config), which may differ from the model's (see `run_at_input_size`)."""
     labels: list[str] = []
     id2label = doc.get("id2label") or {}
+    if cfg.num_classes and id2label and len(id2label) != cfg.num_classes:
+        raise ValueError(f"{folder / CONFIG_NAME}: id2label names {len(id2label)} classes, but the classifier in the "
+                         f"weights has {cfg.num_classes} outputs")
     if cfg.num_classes and len(id2label) == cfg.num_classes:
         labels = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(cfg.num_classes)]
     pre = PreprocessConfig(img_size=cfg.img_size, mean=(0.5,) * cfg.in_chans, std=(0.5,) * cfg.in_chans, labels=labels)
@@ -211,10 +251,23 @@ def _preprocess(folder: Path, cfg: ViTConfig, doc: dict[str, Any]) -> Preprocess
         else:
             mean, std = (0.0,) * cfg.in_chans, (1.0,) * cfg.in_chans
         return PreprocessConfig(img_size=out_size, mean=mean, std=std, labels=labels, crop_pct=crop_pct,
-                                crop_mode=crop_mode, interpolation=RESAMPLE.get(proc.get("resample"), pre.interpolation),
+                                crop_mode=crop_mode, interpolation=_resample(proc, pre.interpolation, folder),
                                 crop_offset="floor")  # transformers' center_crop: margin // 2
     except (ValueError, TypeError) as e:  # validated as a whole: NaN or zero std, wrong lengths
         raise ValueError(f"{folder / PREPROCESSOR_NAME}: {e}") from e
+
+
+def _resample(proc: dict[str, Any], default: str, folder: Path) -> str:
+    """The interpolation of an image processor's PIL `resample` code; a code vitkit does not reproduce (PIL's 1
+    LANCZOS, 4 BOX, 5 HAMMING) or not a code at all is refused by name, never run as bilinear."""
+    code = proc.get("resample")
+    if code is None:
+        return default
+    if isinstance(code, bool) or code not in RESAMPLE:
+        raise ValueError(f"{folder / PREPROCESSOR_NAME}: resample {code!r} is not an interpolation vitkit reproduces "
+                         f"({', '.join(f'{k} {v}' for k, v in RESAMPLE.items())}; PIL's 1 LANCZOS, 4 BOX, 5 HAMMING "
+                         "are not)")
+    return RESAMPLE[code]
 
 
 # Image processors whose bare-number `size` (the legacy feature-extractor files: `"size": 224`) is the shorter side
@@ -231,6 +284,8 @@ def _hw(value: Any, where: Path, key: str) -> tuple[int, int] | None:
         value = (value["height"], value["width"])
     elif isinstance(value, int) and not isinstance(value, bool):
         value = (value, value)
+    elif isinstance(value, list) and len(value) == 2:  # transformers' get_size_dict: (height, width)
+        value = (value[0], value[1])
     if not (isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
         raise ValueError(f"{where}: {key} is {value!r}, expected a number of pixels or {{'height', 'width'}}")
     return value

@@ -22,6 +22,7 @@ from vitkit.formats import families
 from vitkit.formats.common import (
     ACT_NAMES,
     Choices,
+    check_config_numbers,
     config_count,
     gather_state,
     load_state_checked,
@@ -51,6 +52,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     kind = doc["model_type"]
     fam = _family(kind)
     vc = fam.hf_vision_config(doc)
+    check_config_numbers(vc, wpath)
     choices = Choices(wpath, hints)
     act = vc.get("hidden_act", "gelu")
     if act not in ACTS:

@@ -8,6 +8,7 @@ Writes are atomic; loading never unpickles (safetensors only).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.files import read_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -29,7 +31,8 @@ def is_native_dir(path: Path) -> bool:
     if not (path.is_dir() and (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file()):
         return False
     try:
-        return json.loads((path / CONFIG_NAME).read_text()).get("format") == FORMAT_TAG
+        doc = read_json(path / CONFIG_NAME, "model config")
+        return isinstance(doc, dict) and doc.get("format") == FORMAT_TAG
     except (OSError, ValueError):
         return False
 
@@ -60,12 +63,30 @@ def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | N
     return out
 
 
+def _check_fits_weights(cfg: ViTConfig, weights: Path, cfg_path: Path) -> None:
+    """Before a model is built: the ViT config.json describes must be about the size of the weights beside it (a
+    config asking for 16M classes or 100 layers beside a small file would allocate gigabytes first)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(weights), "pt") as f:
+            held = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    except (SafetensorError, OSError, ValueError, RuntimeError):
+        return  # read_safetensors names the damage
+    d = cfg.width
+    asked = (cfg.depth * (4 * d * d + 2 * d * cfg.mlp_dim) + cfg.num_classes * (cfg.representation_size or d)
+             + cfg.num_patches * d)
+    if asked > 2 * held + (1 << 20):
+        raise ValueError(f"{cfg_path}: describes a model of ~{asked:,} parameters (depth {cfg.depth}, width {d}, "
+                         f"{cfg.num_classes:,} classes), but {weights.name} holds {held:,} values")
+
+
 def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Module:
     """Load a vitkit folder: everything is in config.json (a hint that contradicts it is an error)."""
     folder = Path(path)
     cfg_path = folder / CONFIG_NAME
     try:
-        doc = json.loads(cfg_path.read_text())
+        doc = read_json(cfg_path, "model config")
     except (OSError, ValueError) as e:
         raise ValueError(f"{cfg_path}: cannot read the model config: {e}") from e
     if "model" not in doc:
@@ -80,6 +101,8 @@ def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Mod
         raise ValueError(f"{cfg_path}: {e}") from e
     choices = Choices(cfg_path, hints)
     choices.agree(cfg, arch)
+    if arch == "vit":
+        _check_fits_weights(cfg, folder / WEIGHTS_NAME, cfg_path)
     model = model_cls(cfg)
     load_state_checked(model, read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME)
     if "preprocess" in doc:  # else the model's default: the original code's [-1, 1] scaling

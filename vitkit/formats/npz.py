@@ -27,6 +27,7 @@ from vitkit.formats.common import (
     KeyTable,
     appendix_parts,
     expect_shape,
+    file_sha256,
     gather_state,
     load_state_checked,
     require,
@@ -379,13 +380,18 @@ def save_npz(model: VisionTransformer, out: Path) -> Path:
     file = out if out.suffix == ".npz" else out / NPZ_NAME
     arrays = model_to_npz(model)
 
+    digest = ""
+
     def write(tmp: Path) -> None:
+        nonlocal digest
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
+        digest = file_sha256(tmp)
 
     atomic_write_with(file, write)
-    atomic_write_text(sidecar_path(file), json.dumps({"format": SIDECAR_FORMAT, "preprocess": model.preprocess.to_dict()},
-                                                     indent=2) + "\n")
+    # the sidecar names the .npz it belongs to: a kill between the two writes leaves a pair the reader refuses
+    atomic_write_text(sidecar_path(file), json.dumps({"format": SIDECAR_FORMAT, "npz_sha256": digest,
+                                                      "preprocess": model.preprocess.to_dict()}, indent=2) + "\n")
     return file
 
 
@@ -409,6 +415,10 @@ def read_sidecar(file: Path, cfg: ViTConfig, choices: Choices) -> PreprocessConf
     doc = read_json(side, "preprocessing sidecar")
     if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT or not isinstance(doc.get("preprocess"), dict):
         raise ValueError(f"{side}: not a vitkit .npz sidecar (format {SIDECAR_FORMAT!r} with a 'preprocess' object)")
+    if "npz_sha256" in doc and doc["npz_sha256"] != file_sha256(file):
+        raise ValueError(f"{side} belongs to another {file.name} (the SHA-256 it records differs): a write killed "
+                         f"between the two files, or {file.name} replaced; delete {side.name} to load the weights with "
+                         "the default preprocessing, or write the model again")
     try:
         pre = PreprocessConfig.from_dict(doc["preprocess"])
     except (ValueError, TypeError) as e:

@@ -13,7 +13,9 @@ paper's Table 1 sizes (64-wide heads otherwise). timm files use exact GELU and L
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import warnings
 from pathlib import Path
 from typing import Any
@@ -45,11 +47,14 @@ from vitkit.models.resnet import hybrid_stride
 from vitkit.models.timm_api import GELU_ACTS, POOL_FROM_TIMM, TIMM_ACTS, TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.files import read_json
 
+log = logging.getLogger("vitkit")
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 META_KEY = "vitkit_config"
+PRE_KEY = "vitkit_preprocess"  # a bare file's preprocessing and labels (timm reads them from a hub folder only)
 # The only names that differ: timm's (pre-0.9) representation layer `pre_logits.fc`, and its attention pooling
 # (`attn_pool`, SigLIP's MAP head) which is vitkit's `map_head` with the latent query as `probe`.
 RENAMES = (("pre_logits.fc.", "pre_logits.0."), ("attn_pool.latent", "map_head.probe"), ("attn_pool.", "map_head."))
@@ -84,7 +89,8 @@ def _timm_folder(path: Path) -> bool:
     if not (path.is_dir() and (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file()):
         return False
     try:
-        return "architecture" in json.loads((path / CONFIG_NAME).read_text())
+        doc = read_json(path / CONFIG_NAME, "model config")
+        return isinstance(doc, dict) and "architecture" in doc
     except (OSError, ValueError):
         return False
 
@@ -99,7 +105,7 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
     """(state dict, side metadata, weights file) from a file or a timm hub folder."""
     meta: dict[str, Any] = {}
     if path.is_dir():
-        meta = json.loads((path / CONFIG_NAME).read_text())
+        meta = read_json(path / CONFIG_NAME, "model config")
         path = path / WEIGHTS_NAME
     if path.suffix == ".safetensors":
         state = read_safetensors(path)
@@ -107,6 +113,8 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
             md = f.metadata() or {}
         if META_KEY in md:
             meta.setdefault("vitkit", json.loads(md[META_KEY]))
+        if PRE_KEY in md:
+            meta.setdefault(PRE_KEY, json.loads(md[PRE_KEY]))
         return state, meta, path
     return torch_load_weights(path), meta, path
 
@@ -271,7 +279,7 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     cfg = infer_config(state, meta, wpath, choices)
     if how is not None:
         cfg = cfg.replace(posemb_resample=how)
-    if not meta.get("pretrained_cfg") and "vitkit" not in meta:
+    if not meta.get("pretrained_cfg") and PRE_KEY not in meta:
         choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
                                          "timm state dict stores no preprocessing (a hub folder's pretrained_cfg does)")
     cfg = choices.record(cfg)
@@ -287,6 +295,11 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     if isinstance(size, (list, tuple)) and len(size) == 3 and all(isinstance(v, int) and v > 0 for v in size):
         run_at_input_size(model, size[1:], wpath, "pretrained_cfg input_size")  # timm resamples E_pos at load
     model.preprocess = _preprocess(meta, model.preprocess, model.config)
+    if PRE_KEY in meta:  # written by vitkit into a bare file: exact
+        run = model.config
+        stored = PreprocessConfig.from_dict({**meta[PRE_KEY], "img_size": run.img_size})
+        model.preprocess = dataclasses.replace(stored, labels=stored.labels if len(stored.labels) == run.num_classes
+                                               else [])
     return model.eval()
 
 
@@ -381,6 +394,11 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
     tensors = _timm_state(model, bare=file == out)
     resample_warning(cfg, "bicubic_antialias", "timm")
     meta = {"format": "pt", META_KEY: cfg.to_json()}
+    if file == out:  # a bare file: no config.json for timm to read the preprocessing and labels from
+        meta[PRE_KEY] = json.dumps(model.preprocess.to_dict())
+        log.warning("%s: a bare .safetensors file has no place timm reads preprocessing or labels from (timm takes "
+                    "them from a hub folder's config.json): they are kept in the file's metadata for vitkit; write a "
+                    "folder (a path without .safetensors) to give timm them too", out)
     atomic_write_with(file, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     if file != out:
         pre = model.preprocess

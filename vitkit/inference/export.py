@@ -157,6 +157,14 @@ def ort_session(path: str | Path, threads: int | None = None, spin: bool = True)
 
 
 def _ov():  # noqa: ANN202 - optional dependency
+    """`import openvino`, with Intel's telemetry declined first: importing OpenVINO otherwise writes a client id
+    under ~/intel and its converter sends usage events over the network on every run."""
+    try:
+        from openvino_telemetry.utils.opt_in_checker import ConsentCheckResult, OptInChecker
+    except ImportError:  # no telemetry package: OpenVINO uses its own no-op stand-in
+        pass
+    else:
+        OptInChecker.check = lambda self, *a, **k: ConsentCheckResult.DECLINED
     try:
         import openvino
     except ImportError as e:

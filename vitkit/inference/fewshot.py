@@ -114,6 +114,18 @@ def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) ->
     return np.concatenate(idx)
 
 
+def check_fewshot_args(shots: Sequence[int], seeds: Sequence[int], l2: float) -> None:
+    """Shots are whole numbers >= 1, there is at least one seed, and the ridge L2 is a finite number >= 0 (a NaN
+    L2 makes every prediction one class: an accuracy that measures nothing)."""
+    bad = [s for s in shots if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1]
+    if bad or not len(shots):
+        raise ValueError(f"shots must be whole numbers >= 1, got {list(shots)}")
+    if not len(seeds):
+        raise ValueError("seeds: at least one random draw of the shots is needed (--seeds N with N >= 1)")
+    if not (isinstance(l2, (int, float, np.floating)) and np.isfinite(l2) and l2 >= 0):
+        raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
+
+
 def fewshot_table(
     train: tuple[np.ndarray, np.ndarray],
     test: tuple[np.ndarray, np.ndarray],
@@ -129,6 +141,7 @@ def fewshot_table(
     least squares) or "knn" (DINO's weighted k-NN, `knn_accuracy`)."""
     if method not in METHODS:
         raise ValueError(f"unknown few-shot method {method!r}; one of {', '.join(METHODS)}")
+    check_fewshot_args(shots, seeds, l2)
     out: dict[int, dict[str, float | list[float]]] = {}
     for n in shots:
         accs = []

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from vitkit.data.base import FileDataset
-from vitkit.data.folders import IMAGE_EXTENSIONS
+from vitkit.data.folders import IMAGE_EXTENSIONS, check_inside
 from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.atomic import atomic_path
@@ -35,6 +35,8 @@ def expand_inputs(items: list[str]) -> list[str]:
         p = Path(item)
         if p.is_dir():
             found = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+            for f in found:  # the rule of every data folder: a link that leads outside it is refused
+                check_inside(Path(f), p)
             if not found:
                 raise ValueError(f"{p}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in this folder")
             out += found

@@ -31,6 +31,11 @@ from vitkit.models.vit import VisionTransformer
 
 SKIMAGE_PREFIX = "skimage:"
 DEFAULT_PHOTOS = ("chelsea", "astronaut", "coffee", "rocket")
+# scikit-image's photos shipped inside its wheel: the only `skimage:` names (other skimage.data functions download
+# data sets or are not photos)
+SKIMAGE_PHOTOS = ("astronaut", "brick", "camera", "cat", "chelsea", "coffee", "coins", "grass", "gravel", "horse",
+                  "hubble_deep_field", "immunohistochemistry", "logo", "microaneurysms", "moon", "page", "retina",
+                  "rocket", "text")
 
 
 @dataclass
@@ -63,9 +68,9 @@ def _skimage_photo(name: str, pre: PreprocessConfig) -> torch.Tensor:
         import skimage.data
     except ImportError as e:
         raise ValueError("skimage: images need scikit-image (pip install 'vitkit[images]')") from e
-    loader = getattr(skimage.data, name, None)
+    loader = getattr(skimage.data, name, None) if name in SKIMAGE_PHOTOS else None
     if not callable(loader):
-        raise ValueError(f"scikit-image has no sample image {name!r} (try chelsea, astronaut, coffee, rocket)")
+        raise ValueError(f"skimage:{name} is not one of scikit-image's bundled photos ({', '.join(SKIMAGE_PHOTOS)})")
     arr = np.asarray(loader())
     if arr.dtype.kind != "u" or arr.ndim not in (2, 3):
         raise ValueError(f"scikit-image sample {name!r} is not an 8-bit photo")

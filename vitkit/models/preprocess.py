@@ -22,6 +22,7 @@ import torch.nn.functional as F
 # up to 0.33; 8x stayed within mean 0.0012 / max 0.022 up to 17x the input size (BENCHMARKS.md, "Huge images").
 EVAL_DECODE_MARGIN = 8
 CROP_MODES = ("center", "squash")
+MAX_RESIZE_RATIO = 64  # the resize before a centre crop: at most this many times the model's input pixels
 CROP_OFFSETS = ("round", "floor")
 
 
@@ -100,17 +101,33 @@ class PreprocessConfig:
         H, W = self.img_size
         if self.crop_pct is None:
             return _unit(self._interpolate(x, (H, W)))
-        h, w = x.shape[-2:]
-        size = self.scale_size()
-        if self.crop_mode == "center" and H == W:
-            short = size[0]
-            size = (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
+        size = self.resized_size(*x.shape[-2:])
         x = self._interpolate(x, size)
         if self.crop_offset == "floor":
             top, left = (size[0] - H) // 2, (size[1] - W) // 2
         else:
             top, left = int(round((size[0] - H) / 2.0)), int(round((size[1] - W) / 2.0))
         return _unit(x[..., top : top + H, left : left + W])
+
+    def resized_size(self, h: int, w: int) -> tuple[int, int]:
+        """The size an h x w image is resized to before the centre crop (img_size itself without crop_pct)."""
+        if self.crop_pct is None:
+            return self.img_size
+        size = self.scale_size()
+        if self.crop_mode == "center" and self.img_size[0] == self.img_size[1]:
+            short = size[0]
+            size = (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
+        return size
+
+    def check_input_size(self, h: int, w: int) -> None:
+        """A ValueError for an image whose resize before the centre crop would cost far more than the model's input
+        (a 100000 x 1 image resized to 256 px high is 25.6 million pixels wide): the work stays bounded by the
+        output size, and such an image is skipped and named like an unreadable one."""
+        rh, rw = self.resized_size(h, w)
+        if rh * rw > MAX_RESIZE_RATIO * self.img_size[0] * self.img_size[1]:
+            raise ValueError(f"a {w}x{h} image would be resized to {rw:,}x{rh:,} before its centre crop, over "
+                             f"{MAX_RESIZE_RATIO}x the model's {self.img_size[1]}x{self.img_size[0]} input: an aspect "
+                             "ratio this extreme is not an image the model can see")
 
     def scale_size(self) -> tuple[int, int]:
         """img_size / crop_pct, floored as timm does: the resize before the centre crop ("center": the shorter side

@@ -209,6 +209,14 @@ def list_models(pattern: str = "*") -> list[str]:
     return sorted(n for n in _REGISTRY if fnmatch.fnmatch(n, pattern.lower()))
 
 
+def _nearest(name: str) -> list[str]:
+    """The registered or timm-style names closest to a misspelt one."""
+    import difflib
+
+    timm = [f"vit_{size}_patch{p}_{r}" for size in _LONG for p in (8, 14, 16, 32) for r in (224, 384, 448, 518)]
+    return difflib.get_close_matches(name.strip().lower(), [*_REGISTRY, *timm], n=2, cutoff=0.75)
+
+
 def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Module:
     """Build a registered model by name; keyword overrides replace config fields (e.g. num_classes=10), and
     timm's keywords mean the same here (`drop_path_rate`, `drop_rate`, `attn_drop_rate`, `global_pool`,
@@ -219,8 +227,13 @@ def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Mo
         raise ValueError(f"create_model({name!r}, pretrained=True): vitkit downloads no weights; load a file you "
                          "have with vitkit.load_pretrained(path) (a timm or Hugging Face checkpoint, or an .npz)")
     key = canonical_name(name)
+    m = _TIMM_NAME.fullmatch(name.strip().lower())
+    if m and int(m.group(3)) % int(m.group(2)):  # a typo read as a resolution (vit_base_patch16_2244)
+        raise ValueError(f"unknown model {name!r}: {m.group(3)} px is not a whole number of {m.group(2)}-px patches; "
+                         f"did you mean {' or '.join(map(repr, _nearest(name)))}?")
     if key not in _REGISTRY:
-        close = [n for n in _REGISTRY if key.split("_")[0] in n][:8]
+        near = _nearest(name)
+        close = near + [n for n in _REGISTRY if key.split("_")[0] in n and n not in near][:8 - len(near)]
         hint = ""
         if "." in name:
             hint = "; a '.tag' names pretrained weights, which vitkit does not download (use load_pretrained(path))"

@@ -57,6 +57,7 @@ GELUS = ("tanh", "exact", "quick")
 MAX_SIZES = {"img_size": 1 << 16, "patch_size": 1 << 12, "in_chans": 1 << 10, "width": 1 << 16, "depth": 1 << 10,
              "num_heads": 1 << 12, "mlp_dim": 1 << 18, "num_classes": 1 << 24, "num_registers": 1 << 10}
 MAX_PARAMETERS = 10**11
+MAX_TOKENS = 1 << 18  # patches per image (a 8192 px image in 16 px patches)
 
 
 @dataclass
@@ -143,6 +144,10 @@ class ViTConfig:
                 raise ValueError(
                     f"image size {self.img_size} is not divisible by the patch stride {self.total_stride}"
                 )
+        if self.num_patches > MAX_TOKENS:  # checked before a position table or a model of that length is built
+            raise ValueError(f"image size {self.img_size} with patch stride {self.total_stride} makes "
+                             f"{self.num_patches:,} patches, over vitkit's sanity bound of {MAX_TOKENS:,} tokens "
+                             "(attention over them would need terabytes)")
 
     def _check_model(self) -> None:
         """The paper's model: sizes within vitkit's sanity bounds, heads that divide the width, its numerics."""
@@ -544,6 +549,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
 
     def reset_head(self, num_classes: int, bias: float = 0.0, drop_pre_logits: bool = False) -> None:
         """Replace the classifier with a zero-initialised K-way Dense (the paper's fine-tuning head, §3.2)."""
+        self.config.replace(num_classes=num_classes)  # validated (0 <= K <= 2^24) before anything is allocated
         if drop_pre_logits and self.pre_logits is not None:
             self.pre_logits = None
             self.config.representation_size = None

@@ -7,13 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.utils.atomic import atomic_path
+from vitkit.utils.files import read_regular_file
+
+MAX_METRICS_BYTES = 1 << 30  # a run's log: ~100 bytes a logged step
 
 
 def metric_lines(path: str | Path) -> list[tuple[int, str, dict[str, Any] | None]]:
     """(line number, text, record) of each non-blank line of a metrics.jsonl; the record is None for a
     torn line (a kill in the middle of an append)."""
     out: list[tuple[int, str, dict[str, Any] | None]] = []
-    for n, ln in enumerate(Path(path).read_text().splitlines(), 1):
+    text = read_regular_file(path, MAX_METRICS_BYTES, "metrics log").decode(errors="replace")  # never a FIFO's wait
+    for n, ln in enumerate(text.splitlines(), 1):
         if ln.strip():
             try:
                 out.append((n, ln, json.loads(ln)))

@@ -22,7 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vitkit import distributed as dist
-from vitkit.data.base import match_channels
+from vitkit.data.base import match_channels, require_classes
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import Dataset, open_splits, synthetic
 from vitkit.data.loader import StepLoader
@@ -167,7 +167,10 @@ def _dry_run_config(cfg: RunConfig, steps: int) -> RunConfig:
 
 def _splits(cfg: RunConfig, dry_run: int) -> dict[str, Dataset]:
     if not dry_run:
-        return open_splits(cfg.data)
+        splits = open_splits(cfg.data)
+        if cfg.objective == "classify":
+            require_classes(splits["train"], cfg.data.path or cfg.data.name)
+        return splits
     k = cfg.model.num_classes or 10
     ch = cfg.model.in_chans or cfg.data.channels
     size = cfg.model.size or (32, 32)  # a checkpoint's own size: the images are resized to it anyway

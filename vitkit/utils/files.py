@@ -66,7 +66,16 @@ class FolderLock:
         self.folder, self.what = Path(folder), what
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / LOCK_NAME
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a symlink (onto a user's file), never blocking on a FIFO
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise ValueError(f"{self.path} is not a regular file (a symlink): vitkit's lock file is never written "
+                             "through a link; remove it") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError(f"{self.path} is not a regular file: vitkit's lock file must be one; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -1,0 +1,74 @@
+"""Mistakes named in vitkit's words before any work: a misspelt model name (with the nearest names), a `skimage:`
+name that is not a bundled photo, an ONNX opset or a batch the export cannot take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import vitkit
+from tests.helpers import digits_model
+from vitkit.cli import main
+from vitkit.formats import save_pretrained
+
+
+def test_a_misspelt_model_name_suggests_the_nearest() -> None:
+    with pytest.raises(ValueError, match=r"2244 px is not a whole number of 16-px patches; did you mean "
+                                         r"'vit_base_patch16_224'"):
+        vitkit.create_model("vit_base_patch16_2244")
+    with pytest.raises(ValueError, match=r"known names include \['vit_base_patch16_224'"):
+        vitkit.create_model("vit_bse_patch16_224")
+
+
+def test_only_bundled_photos_are_skimage_names(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    pytest.importorskip("skimage")
+    model = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
+    capsys.readouterr()
+    assert main(["inspect", "--model", str(model), "--images", "skimage:download_all", "--out", str(tmp_path / "i"),
+                 "--no-progress"]) == 2
+    assert "skimage:download_all is not one of scikit-image's bundled photos (astronaut" in capsys.readouterr().err
+
+
+def test_export_options_out_of_range_are_named(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    pytest.importorskip("onnx")
+    model = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
+    for flags, why in ((["--opset", "1"], "--opset 1: vitkit's ONNX export needs opset 14"),
+                       (["--opset", "99"], "--opset 99: vitkit's ONNX export needs opset 14"),
+                       (["--batch", "0"], "--batch must be")):
+        capsys.readouterr()
+        assert main(["export", str(model), "--out", str(tmp_path / "m.onnx"), *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_warning_is_one_line_in_vitkits_words(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import warnings
+
+    tanh = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["convert", str(tanh), str(tmp_path / "t.safetensors"), "--to", "timm"]) == 0
+    err = capsys.readouterr().err
+    assert "vitkit convert: warning: this model uses tanh GELU" in err
+    assert "UserWarning" not in err and ".py:" not in err
+
+
+def test_the_crafted_input_script_gives_its_cases_their_verdicts(tmp_path: Path) -> None:
+    """benchmarks/crafted_inputs.py (BENCHMARKS.md "Round 3"), a seconds-long slice: the data-loss and error cases."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "crafted_inputs.py"
+    spec = importlib.util.spec_from_file_location("crafted_inputs", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for i, (name, group, build, want) in enumerate(mod.CASES):
+        if group in ("data loss", "errors", "held checkpoints"):
+            d = tmp_path / str(i)
+            d.mkdir()
+            got = mod.verdict(mod._in_process(build(d), 30, d))
+            assert got == want, (name, got)
+            assert all(p.read_bytes() == b"mine" for p in d.rglob("*") if p.name in ("notes.txt", "notes.onnx",
+                                                                                       "mine.txt")), name

@@ -1,0 +1,113 @@
+"""Work bounded by the output, checked before anything is allocated: an image whose resize before the centre crop
+would be gigabytes is skipped and named (the rest of the batch goes on)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+import vitkit
+from tests.inputs import png_bytes
+from vitkit.cli import main
+from vitkit.models.preprocess import PreprocessConfig
+
+
+def test_an_extreme_aspect_ratio_is_skipped_and_named_not_a_crash(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=224, patch_size=16,
+                            num_classes=3)
+    m.preprocess = PreprocessConfig(img_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.875,
+                                    labels=["a", "b", "c"])
+    model = vitkit.save_pretrained(m, tmp_path / "m")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.fromarray(np.zeros((1, 100_000), np.uint8)).save(photos / "wide.png")  # 177 bytes: 78 GB to resize before
+    Image.fromarray(np.zeros((1_000_000, 1), np.uint8)).save(photos / "tall.png")
+    (photos / "ok.png").write_bytes(png_bytes())
+    capsys.readouterr()
+    assert main(["predict", str(photos), "--model", str(model), "--runtime", "torch"]) == 1  # (skipped files: 1)
+    out = capsys.readouterr()
+    assert "wide.png: a 100000x1 image would be resized to 25,600,000x256 before its centre crop" in out.err
+    assert "tall.png: a 1x1000000 image would be resized to 256x256,000,000" in out.err
+    assert "ok.png" in out.out and "2 of 3 images could not be read" in out.err
+    assert m.preprocess.resized_size(300, 400) == (256, 341)  # an ordinary photo: resized as before
+    m.preprocess.check_input_size(256, 256 * 32)  # a 32:1 panorama still goes through
+
+
+def test_a_huge_shard_range_is_refused_before_its_paths_are_built(tmp_path: Path) -> None:
+    import time
+
+    import pytest
+
+    from vitkit.data.shards import expand_pattern
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"100,000,000 shards, over the limit of 1,048,576"):
+        expand_pattern(str(tmp_path / "train-{000000..099999999}.tar"))
+    assert time.perf_counter() - t0 < 1
+
+
+def test_more_loader_workers_than_cores_are_capped_and_said(caplog) -> None:  # noqa: ANN001
+    import logging
+    import os
+
+    from vitkit.data.base import synthetic
+    from vitkit.data.loader import StepLoader
+    from vitkit.data.transforms import EvalTransform
+
+    ds = synthetic(3, (8, 8), 1, n=8)
+    with caplog.at_level(logging.WARNING, logger="vitkit"):
+        loader = StepLoader(ds, 4, EvalTransform(PreprocessConfig(img_size=(8, 8), mean=(0.5,), std=(0.5,))),
+                            num_workers=200)
+    cores = len(os.sched_getaffinity(0))
+    assert loader.num_workers == cores and f"200 data-loading workers asked for on {cores} cores" in caplog.text
+
+
+def test_a_tiny_pth_of_stride_0_views_and_a_zip_bomb_are_refused_before_a_model_is_built(tmp_path: Path) -> None:
+    import io
+    import time
+    import zipfile
+
+    import pytest
+    import torch
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
+                            num_classes=3)
+    state = m.state_dict()
+    state["pos_embed"] = torch.zeros(1, 1, 1).expand(1, 10**6, 16)  # 4 bytes stored, 64 MB announced
+    torch.save(state, tmp_path / "views.pth")
+    assert (tmp_path / "views.pth").stat().st_size < 100_000
+    with pytest.raises(ValueError, match=r"tensor 'pos_embed' of shape \(1, 1000000, 16\) is a view of only 4 bytes"):
+        vitkit.load_pretrained(tmp_path / "views.pth", num_heads=2)
+    buf = io.BytesIO()
+    torch.save(m.state_dict(), buf)
+    bomb = tmp_path / "bomb.pth"
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src, zipfile.ZipFile(bomb, "w") as z:
+        for info in src.infolist():
+            z.writestr(info.filename, src.read(info.filename))
+        # 256 MiB of zeros deflated to ~250 KB (torch.save stores its members uncompressed)
+        z.writestr(zipfile.ZipInfo("archive/data/998"), b"\0" * (256 << 20), compress_type=zipfile.ZIP_DEFLATED)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"bomb.pth: member archive/data/998 unpacks 268,435,456 bytes from"):
+        vitkit.load_pretrained(bomb, num_heads=2)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_a_config_asking_for_far_more_than_its_weights_is_refused_before_building(tmp_path: Path) -> None:
+    import json
+    import time
+
+    import pytest
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
+                            num_classes=3)
+    d = vitkit.save_pretrained(m, tmp_path / "m")
+    doc = json.loads((d / "config.json").read_text())
+    for key, value in (("num_classes", 16_000_000), ("depth", 1000), ("width", 8192)):
+        (d / "config.json").write_text(json.dumps({**doc, "model": {**doc["model"], key: value}}))
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError, match=r"config.json: describes a model of ~[\d,]+ parameters .* but "
+                                             r"model.safetensors holds 5,683 values"):
+            vitkit.load_pretrained(d)
+        assert time.perf_counter() - t0 < 2, key
