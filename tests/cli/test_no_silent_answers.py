@@ -49,7 +49,7 @@ def test_fewshot_settings_that_measure_nothing_are_refused(tmp_path: Path, capsy
         assert main(["fewshot", "--model", model, *flags]) == 2, flags
         out = capsys.readouterr()
         assert why in out.err and "accuracy" not in out.out, (flags, out)
-    from vitkit.fewshot import fewshot_table
+    from vitkit.inference.fewshot import fewshot_table
 
     with pytest.raises(ValueError, match="l2 must be a finite number"):
         fewshot_table((None, None), (None, None), 3, [1], [0], float("inf"))
@@ -59,7 +59,7 @@ def test_convert_refuses_a_negative_head_and_three_image_sides(tmp_path: Path, c
     src = _tiny(tmp_path)
     for flags, why in ((["--num-classes", "-1"], "num_classes must be"),
                        (["--num-classes", "1000000000"], "num_classes must be"),
-                       (["--img-size", "32", "32", "32"], "img_size should be an int or a (height, width) pair"),
+                       (["--img-size", "32", "32", "32"], "expected a size S or HxW in pixels"),
                        (["--img-size", "65536"], "over vitkit's sanity bound of 262,144 tokens")):
         capsys.readouterr()
         assert main(["convert", str(src), str(tmp_path / "out"), "--to", "vitkit", *flags]) == 2, flags

@@ -208,3 +208,11 @@ def test_class_token_vs_gap_is_an_equivalence_with_each_rate_bracketed(tmp_path:
     assert verdict("pooling", result(-0.05, (0.7, 0.8, 0.75)))[2].verdict == "does not reproduce"
     assert verdict("pooling", result(0.001, (0.6, 0.7, 0.8)))[2].verdict.startswith("not established (precondition")
     assert plots.draw("pooling", result(0.001, (0.7, 0.8, 0.75)), tmp_path) == ["pooling.png"]
+
+
+def test_the_plain_data_names_are_the_experiments_and_scales_built() -> None:
+    """commands/reproduce.py lists names from plan.py without importing the trainer: they must be the ones built."""
+    from vitkit.reproduce import CROSSOVER_SCALE_NAMES, CROSSOVER_SCALES, EXPERIMENT_NAMES, EXPERIMENTS
+
+    assert tuple(EXPERIMENTS) == EXPERIMENT_NAMES
+    assert tuple(CROSSOVER_SCALES) == CROSSOVER_SCALE_NAMES

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS
+from vitkit.reproduce.plan import CROSSOVER_SCALE_NAMES, EXPERIMENT_NAMES
 
-NAMES = tuple(EXPERIMENTS)  # the library's experiments, in its order
+NAMES = EXPERIMENT_NAMES  # the library's experiments, in its order
 HELP = f"re-run the paper's experiments at laptop scale ({' '.join(NAMES)}, or --all)"
 
 
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: runs/reproduce, runs/reproduce-smoke with --smoke)")
     p.add_argument("--smoke", action="store_true", help="a seconds-long version that checks the plumbing, not the "
                    "findings (tiny data, a few steps)")
-    p.add_argument("--scale", choices=[s for s in CROSSOVER_SCALES if s != "smoke"], default="laptop",
+    p.add_argument("--scale", choices=[s for s in CROSSOVER_SCALE_NAMES if s != "smoke"], default="laptop",
                    help="the crossover's grid: laptop (1,000 and 4,000 steps on 4 data sizes up to 10^6 images, one "
                    "seed) or long (laptop's runs, 12,000 steps on the two largest sizes, 3 seeds everywhere, every "
                    "schedule's learning rate tuned on a bracketed grid; several hours on 2 cores)")
@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from vitkit.reproduce import SCALES, redraw, run_experiments
+    from vitkit.reproduce import CROSSOVER_SCALES, SCALES, redraw, run_experiments
 
     if args.redraw is not None:
         if args.experiments or args.all:

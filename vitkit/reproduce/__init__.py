@@ -6,9 +6,22 @@ units of work, experiments.py the experiments, crossover.py the data-and-compute
 each experiment's rule and the verdict it gives, summary.py SUMMARY.md.
 """
 
-from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale
-from vitkit.reproduce.experiments import EXPERIMENTS, redraw, run_experiments
-from vitkit.reproduce.plan import FULL, SCALES, SMOKE, Pretrain, Scale
+import importlib
+from typing import Any
 
-__all__ = ["CROSSOVER_SCALES", "EXPERIMENTS", "FULL", "SCALES", "SMOKE", "CrossoverScale", "Pretrain", "Scale",
-           "redraw", "run_experiments"]
+from vitkit.reproduce.plan import CROSSOVER_SCALE_NAMES, EXPERIMENT_NAMES, FULL, SCALES, SMOKE, Pretrain, Scale
+
+# the experiments and the crossover grid import the trainer and matplotlib: loaded on first use (PEP 562), so that
+# the CLI, which lists the experiment names, starts without them
+_LAZY = {"CROSSOVER_SCALES": "crossover", "CrossoverScale": "crossover", "EXPERIMENTS": "experiments",
+         "redraw": "experiments", "run_experiments": "experiments"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"vitkit.reproduce.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'vitkit.reproduce' has no attribute {name!r}")
+
+
+__all__ = ["CROSSOVER_SCALES", "CROSSOVER_SCALE_NAMES", "EXPERIMENTS", "EXPERIMENT_NAMES", "FULL", "SCALES", "SMOKE",
+           "CrossoverScale", "Pretrain", "Scale", "redraw", "run_experiments"]

@@ -177,3 +177,9 @@ def finetune_config(scale: Scale, pretrained: str, lr: float, img_size: int = IM
         "train": {"batch_size": scale.finetune_batch, "seed": seed, "log_every": max(1, min(50, s // 3)),
                   "eval_every": 0, "ckpt_every": max(1, s // 2), "tensorboard": False, "device": device},
     }
+
+
+#: the experiments of `vitkit reproduce`, in their order (experiments.py builds each; a test checks the two agree)
+EXPERIMENT_NAMES = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "pooling", "crossover")
+#: the crossover grid's scales (crossover.py's CROSSOVER_SCALES)
+CROSSOVER_SCALE_NAMES = ("smoke", "laptop", "long")
