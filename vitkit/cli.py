@@ -74,10 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    shown = warnings.showwarning
+    shown = warnings.formatwarning
     if not debug:  # a warning is one line in vitkit's words, not Python's file:line: UserWarning: block
-        warnings.showwarning = lambda message, *_a, **_k: print(f"vitkit {args.command}: warning: {message}",
-                                                                file=sys.stderr)
+        warnings.formatwarning = lambda message, *_a, **_k: f"vitkit {args.command}: warning: {message}\n"
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vitkit {args.command}: error: {msg}{tail}", file=sys.stderr)
         return code
     finally:
-        warnings.showwarning = shown
+        warnings.formatwarning = shown
 
 
 if __name__ == "__main__":
