@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._merge_args import add_merge_argument, apply_merge
 
 HELP = "few-shot linear evaluation (closed-form least squares) of a frozen model"
 
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=0, help="data loading processes")
     p.add_argument("--json", default=None, help="also write the table as JSON here")
     add_load_arguments(p, img_size=True)
+    add_merge_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         shots = [int(s) for s in args.shots.split(",") if s]
     except ValueError as e:
         raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
-    model = load_pretrained(args.model, **load_hints(args))
+    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     pp = model.preprocess
     dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size)
     splits = open_splits(dcfg)
