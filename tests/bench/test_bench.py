@@ -185,3 +185,17 @@ def test_bench_data_measures_the_loader_beside_the_model(tmp_path, capsys) -> No
         want = "loader" if r["img_per_s"] < doc["model_train_img_per_s"] else "model"
         assert f"{r['img_per_s']:9.1f} {r['img_per_s_per_worker']:10.1f}  {want}" in printed
     assert "vit_ti16 training step (fp32, same batch)" in printed
+
+
+def test_bench_merge_times_token_merging_beside_vitkit(tmp_path, capsys) -> None:  # noqa: ANN001
+    """`vitkit bench --merge 4,8`: vitkit with ToMe at each r, timed in the same interleaved rounds, with a ratio
+    and no roofline fraction (its FLOPs are fewer than the unmerged count)."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "--models", "vit_ti16", "--img-size", "64", "--batch", "2", "--repeats", "1", "--warmup", "0"]
+    assert main(args + ["--peers", "none", "--no-memory", "--merge", "4,8", "--json", str(out)]) == 0
+    rows = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"vitkit", "vitkit+tome4", "vitkit+tome8"}
+    for name in ("vitkit+tome4", "vitkit+tome8"):
+        assert rows[name]["img_per_s"] > 0 and rows[name]["vs_vitkit"] > 0
+        assert rows[name]["roofline_frac"] is None or rows[name]["roofline_frac"] != rows[name]["roofline_frac"]
+    assert "vitkit+tome8" in capsys.readouterr().out

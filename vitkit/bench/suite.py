@@ -26,6 +26,7 @@ from vitkit.utils.precision import autocast, get, input_dtype
 
 VITKIT = "vitkit"
 COMPILED = "vitkit+compile"
+MERGED = "vitkit+tome"  # + r: vitkit with token merging (ToMe), r tokens per block (models/tome.py)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class SuiteConfig:
     min_repeats: int = 3
     case_budget_s: float = 40.0  # fewer repeats (not below min_repeats) when a case would take longer
     compile: bool = False
+    merge: tuple[int, ...] = ()  # token merging: also time vitkit merging each r tokens per block (inference)
     measure_memory: bool = True
     peak_sizes: tuple[int, ...] = (1024, 2048)  # square matmul sizes for the roofline
     peak_repeats: int = 10  # the peak is the fastest of these (per size), measured before and after the cases
@@ -137,7 +139,7 @@ def grid_cases(
     return [Case(*c) for c in itertools.product(models, img_sizes, batches, modes, precisions)]
 
 
-def _impls(case: Case, peers: list[str], compile_: bool) -> list[tuple[str, str]]:
+def _impls(case: Case, peers: list[str], compile_: bool, merge: tuple[int, ...] = ()) -> list[tuple[str, str]]:
     """(implementation, precision it runs) for a case. In a bf16 case vitkit runs bf16 weights and,
     beside it, bf16 autocast; peers run autocast (their standard bf16 path)."""
     prec = get(case.precision, BENCH_PRECISIONS).name
@@ -149,6 +151,8 @@ def _impls(case: Case, peers: list[str], compile_: bool) -> list[tuple[str, str]
         out = [(VITKIT, "bf16"), (VITKIT, "bf16-autocast")] if prec == "bf16" else [(VITKIT, prec)]
     if compile_:
         out.append((COMPILED, out[0][1]))
+    if case.mode == "infer":
+        out += [(f"{MERGED}{r}", out[0][1]) for r in merge if r > 0]
     peer_prec = "fp32" if prec == "fp32" else "bf16-autocast"
     # HF's eager attention is reported beside its SDPA for fp32 inference only (it is the slower of the two)
     out += [(p, peer_prec) for p in peers if p != "hf-eager" or (case.mode == "infer" and prec == "fp32")]
@@ -192,6 +196,10 @@ def make_step(
 def _build(impl: str, cfg: ViTConfig) -> nn.Module:
     if impl in (VITKIT, COMPILED):
         return build_vitkit(cfg)
+    if impl.startswith(MERGED):
+        model = build_vitkit(cfg)
+        model.set_token_merging(int(impl[len(MERGED):]))
+        return model
     return PEERS[impl](cfg)
 
 
@@ -203,7 +211,7 @@ def run_case(case: Case, sc: SuiteConfig, peaks: dict[str, float], log: Callable
     results: list[Result] = []
     steps: dict[str, Callable[[], Any]] = {}
     keys: dict[str, Result] = {}
-    for impl, prec in _impls(case, sc.peers, sc.compile):
+    for impl, prec in _impls(case, sc.peers, sc.compile, sc.merge):
         key = f"{impl}[{prec}]"
         res = Result(case, impl, prec)
         results.append(res)
@@ -240,6 +248,9 @@ def run_case(case: Case, sc: SuiteConfig, peaks: dict[str, float], log: Callable
         res.median_s, res.spread, res.repeats = t.median, t.spread, len(t.samples)
         res.img_per_s = case.batch / t.median
         res.gflops = flops_per_img * case.batch / t.median / 1e9
+        if res.impl.startswith(MERGED):  # fewer FLOPs than the unmerged count: no roofline fraction
+            res.gflops = float("nan")
+            continue
         dtype = "fp32" if res.precision == "fp32" else "bf16"
         if dtype in peaks:
             res.roofline_frac = res.gflops * 1e9 / peaks[dtype]

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
 
 HELP = "features of image files, folders and lists (batched; .npz / .parquet / .jsonl output)"
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_arguments(p, img_size=True)
+    add_merge_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
     check_embed_output(args.output, args.overwrite)
-    model = load_pretrained(args.model, **load_hints(args))
+    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     paths = expand_inputs(args.images)
     fnet = FeatureNet(model, args.pool, args.normalize)
     print(f"feature: {fnet.feature}{' (the family pooled output)' if args.pool == 'pooled' else ''}"

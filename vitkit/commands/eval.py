@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
 
 HELP = "top-1 / top-5 accuracy of a model on a data split (default: the digits test split)"
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pixels", type=int, default=None,
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
     add_load_arguments(p, img_size=True)
+    add_merge_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
-    model = load_pretrained(args.model, **load_hints(args))
+    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     pp = model.preprocess
     dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
     splits = open_splits(dcfg)

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.inference.backends import EXPORT_SUFFIXES, FORMATS
 from vitkit.utils.options import add_img_size_argument
 
@@ -26,12 +27,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8", action="store_true",
                    help="onnx: also write <out>.int8.onnx (onnxruntime dynamic quantisation)")
     p.add_argument("--overwrite", action="store_true", help="replace files an earlier export wrote at --out")
+    p.add_argument("--calibrate", nargs="+", default=None, metavar="PATH",
+                   help="with --int8: static quantisation (QDQ) calibrated on these images of your own (files, "
+                   "folders, lists; a few hundred, at most 512 read) instead of dynamic quantisation")
     p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
     p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
     p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats of --bench, interleaved (default: 7)")
     p.add_argument("--eval-digits", action="store_true", help="accuracy of every export on the digits test split")
     add_load_arguments(p)
+    add_merge_argument(p)
 
 
 def _load(source: str, hints: dict):  # noqa: ANN202
@@ -69,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         if not 14 <= args.opset <= top:
             raise ValueError(f"--opset {args.opset}: vitkit's ONNX export needs opset 14 (attention) to {top} (the "
                              "newest this onnx knows)")
+    if args.calibrate and not args.int8:
+        raise ValueError("--calibrate calibrates the int8 quantisation: add --int8")
     src = Path(args.source)
     out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
     if out.suffix != SUFFIX[args.format]:
@@ -82,7 +89,14 @@ def run(args: argparse.Namespace) -> int:
     model = model.float().eval()
     if args.img_size:
         model.set_img_size(args.img_size)
-    paths = export_model(model, args.format, out, args.opset, args.int8)
+    apply_merge(model, args)  # recorded in the file's metadata (vitkit.token_merging)
+    calibration = None
+    if args.calibrate:
+        from vitkit.inference.predict import calibration_images
+
+        calibration = calibration_images(args.calibrate, model.preprocess)
+        print(f"calibrating int8 on {len(calibration)} images")
+    paths = export_model(model, args.format, out, args.opset, args.int8, calibration)
     for name, p in paths.items():
         print(f"wrote {p}" + (f" (dynamic batch, {model.config.img_size[0]}x{model.config.img_size[1]})"
                               if name.endswith("fp32") else ""))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._merge_args import add_merge_argument, apply_merge
 
 HELP = "few-shot linear evaluation (closed-form least squares) of a frozen model"
 
@@ -34,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=0, help="data loading processes")
     p.add_argument("--json", default=None, help="also write the table as JSON here")
     add_load_arguments(p, img_size=True)
+    add_merge_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
     check_fewshot_args(shots, range(args.seeds), DEFAULT_L2 if args.l2 is None else args.l2)  # before any work
-    model = load_pretrained(args.model, **load_hints(args))
+    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     pp = model.preprocess
     if args.knn_k < 1 or not args.knn_temperature > 0:
         raise ValueError(f"--knn-k must be >= 1 and --knn-temperature > 0, got {args.knn_k}, {args.knn_temperature}")

@@ -13,7 +13,7 @@ import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._run_args import add_run_arguments, prepare, report
-from vitkit.utils.options import add_img_size_argument
+from vitkit.utils.options import TRAIN_PRECISIONS, add_img_size_argument, precision_help
 
 HELP = "fine-tune a pretrained model (new head, resampled position embeddings) with the paper's recipe"
 
@@ -45,9 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-checkpoint", action="store_true",
                    help="gradient checkpointing: recompute each block's activations in the backward pass (less memory, "
                    "about one more forward pass of time)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16-autocast"), default=None,
-                   help="auto: bf16 autocast where the CPU multiplies bf16 natively (AVX512_BF16 / AMX) or the GPU "
-                   "supports it, else fp32 (default: the recipe's train.bf16)")
+    p.add_argument("--precision", choices=("auto", *TRAIN_PRECISIONS), default=None,
+                   help=precision_help(("auto", *TRAIN_PRECISIONS), "the recipe's train.precision"))
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
     p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
     add_run_arguments(p, "finetune_base", "finetune")
@@ -77,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if args.precision is not None:
         from vitkit.utils.precision import resolve
 
-        name, why = resolve(args.precision, native="bf16-autocast", allowed=("fp32", "bf16-autocast"))
+        name, why = resolve(args.precision, native="bf16-autocast", allowed=TRAIN_PRECISIONS)
         print(f"precision: {name} ({why})", flush=True)
-        values["train.bf16"] = name == "bf16-autocast"
+        values["train.precision"] = name
     cfg = prepare(args, values)
     if cfg.model.pretrained != args.model:  # a --set named another checkpoint: that one is read instead
         source = None

@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
+from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
@@ -36,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_arguments(p, img_size=True)
+    add_merge_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     max_image_pixels(args.max_pixels)  # --max-pixels 0 or a bad $VITKIT_MAX_IMAGE_PIXELS: refused before any work
     if args.output:
         check_output(args.output)
-    model = load_pretrained(args.model, **load_hints(args))
+    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     if model.config.num_classes == 0:
         raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes: "
                          "`vitkit embed` writes them; "

@@ -35,6 +35,7 @@ from vitkit.inference.export import (
     openvino_compile,
     ort_session,
     quantize_int8,
+    quantize_static_int8,
 )
 from vitkit.utils.options import TORCH_PRECISIONS
 
@@ -175,13 +176,17 @@ def check_export(fmt: str, int8: bool = False) -> None:
         raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
 
 
-def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False) -> dict[str, Path]:
+def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False,
+                 calibration: torch.Tensor | None = None) -> dict[str, Path]:
     """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` (onnx) its dynamic
-    quantisation beside; returns {"<fmt> fp32": path, "onnx int8": path}."""
+    quantisation beside, or its static quantisation calibrated on `calibration` (normalised images of the user's
+    own); returns {"<fmt> fp32": path, "onnx int8": path}."""
     check_export(fmt, int8)
     out = Path(out)
     FORMATS[fmt].export(model, out, opset)
     paths = {f"{fmt} fp32": out}
-    if int8:
+    if int8 and calibration is not None:
+        paths["onnx int8"] = quantize_static_int8(out, out.with_suffix(".int8.onnx"), calibration)
+    elif int8:
         paths["onnx int8"] = quantize_int8(out, out.with_suffix(".int8.onnx"))
     return paths

@@ -12,7 +12,9 @@ resolution, export again with `img_size=` (the model's E_pos is resampled first,
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import warnings
 from collections.abc import Callable
@@ -78,6 +80,7 @@ def export_onnx(
             dynamo=False,
         )
     _tag_onnx(path, json.dumps(model.preprocess.to_dict()))
+    _tag_onnx(path, _merge_doc(model), MERGE_KEY)
     return path
 
 
@@ -85,9 +88,15 @@ def export_onnx(
 # An exported graph takes normalised pixels; the preprocessing that makes them (size, mean/std, crop, labels) is
 # written where the format allows: ONNX metadata_props, OpenVINO rt_info, a JSON sidecar beside a .pt2.
 META_KEY = "vitkit.preprocess"
+MERGE_KEY = "vitkit.token_merging"  # ToMe's tokens merged per block, when the graph merges (JSON: r or [r_1, ...])
 
 
-def _tag_onnx(path: Path, doc: str | None) -> None:
+def _merge_doc(model: nn.Module) -> str | None:
+    r = getattr(model, "merge_r", 0)
+    return json.dumps(r if isinstance(r, int) else list(r)) if r else None
+
+
+def _tag_onnx(path: Path, doc: str | None, key: str = META_KEY) -> None:
     if doc is None:
         return
     try:
@@ -97,20 +106,34 @@ def _tag_onnx(path: Path, doc: str | None) -> None:
                       "metadata needs the onnx package (pip install 'vitkit[onnx]')", UserWarning, stacklevel=3)
         return
     proto = onnx.load(str(path), load_external_data=False)  # weights over 2 GB stay in their external file
-    kept = [p for p in proto.metadata_props if p.key != META_KEY]
+    kept = [p for p in proto.metadata_props if p.key != key]
     del proto.metadata_props[:]
     proto.metadata_props.extend(kept)
     entry = proto.metadata_props.add()
-    entry.key, entry.value = META_KEY, doc
+    entry.key, entry.value = key, doc
     atomic_write_bytes(path, proto.SerializeToString())
 
 
-def _onnx_doc(path: str | Path) -> str | None:
-    """The preprocessing JSON stored in an ONNX file's metadata_props, or None."""
+def _onnx_doc(path: str | Path, key: str = META_KEY) -> str | None:
+    """The preprocessing JSON (or another vitkit `key`) stored in an ONNX file's metadata_props, or None."""
     import onnx
 
     proto = onnx.load(str(path), load_external_data=False)
-    return next((p.value for p in proto.metadata_props if p.key == META_KEY), None)
+    return next((p.value for p in proto.metadata_props if p.key == key), None)
+
+
+def exported_merge(path: str | Path) -> int | list[int]:
+    """The token merging (ToMe's r per block, or one r for all) built into an exported `.onnx` / `.xml` graph;
+    0 for a graph that does not merge."""
+    path = Path(path)
+    doc = None
+    if path.suffix == ".onnx":
+        doc = _onnx_doc(path, MERGE_KEY)
+    elif path.suffix == ".xml":
+        model = _ov().Core().read_model(str(path))
+        if model.has_rt_info(["vitkit", "token_merging"]):
+            doc = model.get_rt_info(["vitkit", "token_merging"]).astype(str)
+    return json.loads(doc) if doc else 0
 
 
 def _sidecar(path: Path) -> Path:
@@ -190,6 +213,9 @@ def export_openvino(onnx_path: str | Path, path: str | Path) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an untagged ONNX: its own warning below says what is lost
         pre = exported_preprocess(onnx_path)
+    merge = exported_merge(onnx_path)
+    if merge:
+        model.set_rt_info(json.dumps(merge), ["vitkit", "token_merging"])
     if pre is not None:
         model.set_rt_info(json.dumps(pre.to_dict()), ["vitkit", "preprocess"])
     else:
@@ -251,5 +277,76 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _tag_onnx(dst, _onnx_doc(src))  # quantisation keeps the graph, not always its metadata
+    _copy_tags(src, dst)
     return dst
+
+
+#: the fewest calibration images `quantize_static_int8` takes: activation ranges from fewer are a guess
+MIN_CALIBRATION = 8
+
+
+def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8) -> Path:
+    """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
+    user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
+    channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activation
+    percentiles. Kept in float as onnxruntime's guidance for transformers has it: softmax, LayerNorm, GELU, the
+    attention's activation x activation MatMuls (q k^T, a v) and the classifier head (the graph's last MatMul/Gemm).
+    The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out)."""
+    _ort()
+    import logging
+
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    batch_size = min(batch_size, len(calibration))
+    if calibration.ndim != 4 or len(calibration) < MIN_CALIBRATION:
+        raise ValueError(f"static int8 needs at least {MIN_CALIBRATION} calibration images (N, C, H, W), got "
+                         f"{tuple(calibration.shape)}: give a few hundred of your own images with --calibrate")
+    dst = Path(dst)
+    pre = dst.with_name(dst.stem + ".pre.onnx")
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quant_pre_process(str(src), str(pre))
+        graph = onnx.load(str(pre)).graph
+        weights = {t.name for t in graph.initializer}
+        matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
+        # a MatMul of two activations (attention scores, attention x values) stays in float; so does the head
+        keep_float = [n.name for n in matmuls if not any(i in weights for i in n.input[1:2])]
+        keep_float += [matmuls[-1].name] if matmuls else []
+
+        class Reader(CalibrationDataReader):
+            def __init__(self) -> None:  # equal batches: the calibrator stacks each tensor's batches
+                n = len(calibration) // batch_size * batch_size
+                self.batches = iter(calibration[:n].float().split(batch_size))
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                b = next(self.batches, None)
+                return None if b is None else {INPUT_NAME: b.numpy()}
+
+        with contextlib.redirect_stdout(io.StringIO()):  # its calibration progress, printed
+            quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            op_types_to_quantize=["MatMul", "Conv"], nodes_to_exclude=keep_float,
+                            calibrate_method=CalibrationMethod.Percentile,
+                            extra_options={"CalibPercentile": 99.999, "ActivationSymmetric": False})
+    finally:
+        root.setLevel(level)
+        pre.unlink(missing_ok=True)
+    _copy_tags(src, dst)
+    return dst
+
+
+def _copy_tags(src: str | Path, dst: Path) -> None:
+    """vitkit's metadata (preprocessing, token merging) copied from `src` to `dst`: quantisation keeps the graph,
+    not always its metadata."""
+    for key in (META_KEY, MERGE_KEY):
+        _tag_onnx(dst, _onnx_doc(src, key), key)

@@ -96,3 +96,20 @@ def write_predictions(rows: list[dict[str, Any]], path: str | Path, k: int) -> P
             for r in rows:
                 w.writerow([r["path"]] + [v for lab, p in zip(r["labels"], r["probs"]) for v in (lab, p)])
     return path
+
+
+#: calibration images read at most (static int8): a few hundred give stable activation ranges
+MAX_CALIBRATION = 512
+
+
+def calibration_images(items: list[str], preprocess: PreprocessConfig, limit: int = MAX_CALIBRATION,
+                       batch_size: int = 32) -> torch.Tensor:
+    """The first `limit` readable images of `items` (files, folders, list files, as `expand_inputs`), through the
+    model's preprocessing: the (N, C, H, W) calibration set of static int8 quantisation (`--calibrate`)."""
+    paths = expand_inputs(items)[:limit]
+    ds = FileDataset(paths, [0] * len(paths), [""], preprocess.channels)
+    loader = eval_loader(ds, preprocess, batch_size, 0)
+    batches = [b.x for b in loader.iterate(0, len(loader)) if len(b.y)]
+    if not batches:
+        raise ValueError(f"--calibrate {' '.join(items)}: no readable image")
+    return torch.cat(batches)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from vitkit.inference.backends import BACKENDS, RUNTIMES
-from vitkit.inference.export import quantize_int8
+from vitkit.inference.export import quantize_int8, quantize_static_int8
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.hardware import set_threads
 from vitkit.utils.precision import PRECISIONS
@@ -116,14 +116,16 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
 
 def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: str | None = "torch", compile: bool = False,
                     device: str | torch.device = "cpu", threads: int | None = None,
-                    log: Callable[[str], None] | None = None, n_images: int | None = None) -> Predictor:
+                    log: Callable[[str], None] | None = None, n_images: int | None = None,
+                    calibration: torch.Tensor | None = None) -> Predictor:
     """`model` as a `Predictor` on `runtime` in `precision`: the one place where both are decided. "auto" for either
     is resolved here (`precision.resolve`, `resolve_runtime` with `n_images`, the size of the job); `runtime=None`
     is torch (the reference numbers), or auto for int8, which only onnxruntime runs. A runtime that `auto` chose
     but that cannot run this model (an exporter or graph compiler refusing it) falls back to torch, saying so; one
     asked for by name is refused with the reason. onnxruntime and OpenVINO run an ONNX export of `model` (fixed
     resolution, any batch) written to a temporary folder. `threads`: intra-op threads (default: torch's).
-    `compile` applies to the torch runtime only. `log` is told every choice and why."""
+    `compile` applies to the torch runtime only. `log` is told every choice and why. `calibration` (normalised
+    images of the user's data) makes int8 static, calibrated on them (`quantize_static_int8`), instead of dynamic."""
     say = log or (lambda _m: None)
     precision, why = precision_mod.resolve(precision, device)
     asked = runtime or ("auto" if precision == "int8" else "torch")
@@ -131,8 +133,10 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     if asked == "auto" and compile and runtime != "torch":
         runtime, rwhy = "torch", "--compile asks for torch.compile"
     set_threads(threads)
+    if calibration is not None and precision != "int8":
+        raise ValueError(f"calibration images are for int8 (static quantisation); precision is {precision}")
     try:
-        net = _build(model, precision, runtime, compile, device, threads, say)
+        net = _build(model, precision, runtime, compile, device, threads, say, calibration)
     except Exception as e:  # noqa: BLE001 - an export or graph compiler refusing this model, reported below
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         if asked != "auto" or runtime == "torch" or precision not in SUPPORTED["torch"]:
@@ -145,7 +149,7 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
 
 
 def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device: str | torch.device,
-           threads: int | None, say: Callable[[str], None]) -> Predictor:
+           threads: int | None, say: Callable[[str], None], calibration: torch.Tensor | None = None) -> Predictor:
     if runtime == "torch":
         return _torch_predictor(model, precision, compile, device)
     if compile:
@@ -154,9 +158,13 @@ def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device
     backend = BACKENDS[runtime]
     with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
         path = backend.export(model, Path(tmp) / f"model{backend.suffix}", 17)  # exports an fp32 copy
-        if precision == "int8":
+        if precision == "int8" and calibration is not None:
+            path = quantize_static_int8(path, Path(tmp) / "model.int8.onnx", calibration)
+        elif precision == "int8":
             path = quantize_int8(path, Path(tmp) / "model.int8.onnx")
         run = backend.runner(path, precision, threads or torch.get_num_threads())
     say(f"{runtime}: exported and compiled the model in {time.perf_counter() - t0:.1f} s")
     what = "int8 (dynamic quantisation of MatMul/Gemm)" if precision == "int8" else precision
+    if precision == "int8" and calibration is not None:
+        what = f"int8 (static QDQ, calibrated on {len(calibration)} images)"
     return Predictor(run, runtime, precision, f"{runtime}, {what}")

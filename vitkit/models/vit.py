@@ -34,6 +34,7 @@ from vitkit.models.base import PreprocessDeclared
 from vitkit.models.posemb import RelativePositionBias, resample_axis, resample_posemb, sincos_2d
 from vitkit.models.resnet import ResNetStem, hybrid_stride, root_width
 from vitkit.models.timm_api import TimmApi
+from vitkit.models.tome import merge_schedule, merge_tokens, size_bias, weighted_mean
 from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
 
 Pooling = Literal["token", "gap", "map"]  # class token, global average (D.3), attention pooling (MAP)
@@ -333,10 +334,17 @@ class Attention(nn.Module):
         self.record: list[torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attend(x)[0]
+
+    def attend(self, x: torch.Tensor, size: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the attention's output, its keys (B, heads, T, head_dim)); `size` (B, T, 1), the patch count of each
+        token after token merging, adds ToMe's proportional-attention bias log(size) to the logits of each key."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         drop = self.attn_drop if self.training else 0.0
         bias = self.rel(q, self.scale) if self.rel is not None else None
+        if size is not None:
+            bias = size_bias(size) if bias is None else bias + size_bias(size)
         if self.record is not None:
             logits = (q * self.scale) @ k.transpose(-2, -1)
             attn = torch.softmax(logits if bias is None else logits + bias, dim=-1)
@@ -345,7 +353,7 @@ class Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
         out = out.transpose(1, 2).reshape(B, T, C)
-        return self.proj(out)
+        return self.proj(out), k
 
 
 @contextlib.contextmanager
@@ -414,6 +422,16 @@ class Block(nn.Module):
         x = x + self.drop_path(self.ls1(self.drop(self.attn(self.norm1(x)))))  # eq. 2: z' = MSA(LN(z)) + z
         return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # eq. 3: z = MLP(LN(z')) + z'
 
+    def merged(self, x: torch.Tensor, size: torch.Tensor | None, r: int,
+               prefix: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The block with token merging (models/tome.py): proportional attention by `size`, then `r` patch tokens
+        merged between eq. 2 and eq. 3 by their keys; returns (z, sizes)."""
+        y, k = self.attn.attend(self.norm1(x), size)
+        x = x + self.drop_path(self.ls1(self.drop(y)))
+        if r:
+            x, size = merge_tokens(x, k.mean(dim=1), size, r, prefix)
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x)))), size
+
 
 class PatchEmbed(nn.Module):
     """eq. 1's x_p E: a P x P stride-P convolution is exactly the linear map of flattened patches.
@@ -451,11 +469,13 @@ class MAPHead(nn.Module):
         self.norm = nn.LayerNorm(D, eps=cfg.ln_eps)
         self.mlp = Mlp(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, size: torch.Tensor | None = None) -> torch.Tensor:
+        """The pooled representation of tokens `x`; `size` (merged tokens' patch counts) weights the keys."""
         B, T, D = x.shape
         q = self.q(self.probe.expand(B, -1, -1).to(x.dtype)).view(B, 1, self.num_heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(x).view(B, T, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        y = self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, 1, D))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=size_bias(size))
+        y = self.proj(y.transpose(1, 2).reshape(B, 1, D))
         y = y + self.mlp(self.norm(y))
         return y[:, 0]
 
@@ -500,6 +520,7 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         if cfg.distill_token:
             self.head_dist = nn.Linear(D, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
         self.grad_checkpointing = False
+        self.merge_r: int | tuple[int, ...] = 0  # token merging (ToMe), an inference option: set_token_merging
         self.init_preprocess(cfg.img_size, cfg.in_chans)  # the original's [-1, 1] until a file or run says otherwise
         self.reset_parameters()
 
@@ -683,12 +704,48 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
             return self.config.grid_size
         raise ValueError(f"{z.shape[1]} tokens do not fit the model's {self.config.grid_size} grid; pass grid=")
 
+    # ----------------------------------------------------------------------------- token merging
+    def set_token_merging(self, r: int | list[int] | tuple[int, ...] = 0) -> None:
+        """Merge `r` patch tokens in every block (ToMe, Bolya et al. 2023; models/tome.py), or `r[i]` in block i;
+        0 turns merging off. An inference-time option, not part of the config: it changes no weight, applies to any
+        checkpoint, and an export records it in the file's metadata. Class, distillation and register tokens are
+        never merged. Refused for the paper's ablations whose positions must stay a full grid after the first
+        block: relative position embeddings, per-layer position embeddings, Axial-ViT."""
+        cfg = self.config
+        merge_schedule(r, cfg.depth, cfg.num_prefix_tokens + cfg.num_patches, cfg.num_prefix_tokens)  # checks r
+        if any(v > 0 for v in ([r] if isinstance(r, int) else r)):
+            if cfg.block == "axial":
+                raise ValueError("token merging needs the global block: Axial-ViT's row / column attention needs the "
+                                 "full patch grid in every block")
+            if cfg.posemb == "relative" or cfg.posemb_placement != "input":
+                raise ValueError(f"token merging needs position embeddings added once at the input; this model has "
+                                 f"posemb={cfg.posemb!r}, posemb_placement={cfg.posemb_placement!r}, which need the "
+                                 "full patch grid in every block")
+        self.merge_r = r if isinstance(r, int) else tuple(int(v) for v in r)
+
     def encode(self, z: torch.Tensor, grid: tuple[int, int] | None = None, keep: list[torch.Tensor] | None = None,
                last: int | None = None) -> torch.Tensor:
         """eq. 2-3 applied L times to z_0, then the LN of eq. 4 on every token. With appendix D.4's
         per-layer placements E_pos is added before each block; Axial-ViT's blocks see the 2-D grid.
-        `keep` (a list) receives each block's output z_l; `last` stops after that block (no final LN)."""
+        `keep` (a list) receives each block's output z_l; `last` stops after that block (no final LN).
+        With token merging (`set_token_merging`) the sequence shortens block by block."""
+        return self._encode(z, grid, keep, last)[0]
+
+    def _encode(self, z: torch.Tensor, grid: tuple[int, int] | None = None, keep: list[torch.Tensor] | None = None,
+                last: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`encode`, and the patch count of each output token under token merging (None without)."""
         cfg = self.config
+        prefix = cfg.num_prefix_tokens
+        rs = merge_schedule(self.merge_r, cfg.depth, z.shape[1], prefix) if self.merge_r else ()
+        if any(rs):
+            size = None
+            for i, blk in enumerate(self.blocks):
+                z, size = blk.merged(z, size, rs[i], prefix)
+                if keep is not None:
+                    keep.append(z)
+                if i == last:
+                    return z, size
+            return self.norm(z), size
         per_layer = cfg.posemb_placement != "input" and cfg.posemb in ("learn1d", "learn2d")
         if grid is None and (per_layer or cfg.block == "axial"):
             grid = self._grid_of(z)
@@ -703,12 +760,16 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
             if keep is not None:
                 keep.append(z)
             if i == last:
-                return z
-        return self.norm(z)
+                return z, None
+        return self.norm(z), None
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder output LN(z_L) for all tokens, (B, T, D)."""
         return self.encode(*self._embed(x))
+
+    def _features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward_features`, and the merged tokens' patch counts (None without token merging)."""
+        return self._encode(*self._embed(x))
 
     def intermediates(self, x: torch.Tensor, attention: bool = False, last_block: int | None = None,
                       patch_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -729,30 +790,34 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
         out: dict[str, Any] = {"embedded": z, "blocks": []}
         with contextlib.ExitStack() as stack:
             maps = stack.enter_context(recording_attention(self)) if attention else None
-            z = self.encode(z, grid, out["blocks"] if blocks else None, last_block)
+            z, size = self._encode(z, grid, out["blocks"] if blocks else None, last_block)
         if attention:
             out["attention"] = maps if self.config.block != "axial" else [
                 AxialBlock.full_map(a, x.shape[0], grid, i % 2 == 0) for i, a in enumerate(maps)]
         if last_block is not None:
             return out
         out["encoded"] = z
-        out["pooled"] = self.pool(z)
+        out["pooled"] = self.pool(z, size)
         out["pre_logits"] = self.pre_logits(out["pooled"]) if self.pre_logits is not None else out["pooled"]
         out["logits"] = self.head(out["pre_logits"]) if self.head_dist is None else self._two_heads(z).mean()
         return out
 
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
+    def pool(self, x: torch.Tensor, size: torch.Tensor | None = None) -> torch.Tensor:
         """eq. 4's y: the class token z_L^0, the mean over patch tokens (GAP), or their attention pooling
         (MAP); prefix tokens (class token, registers) are not pooled by GAP and MAP. With fc_norm, eq. 4's LN
-        comes here, after pooling."""
+        comes here, after pooling. `size`: the tokens' patch counts after token merging, which weight GAP's mean
+        and MAP's keys."""
         if self.config.pooling == "token":
             return self.fc_norm(x[:, 0])
-        patches = x[:, self.config.num_prefix_tokens :]
-        return self.fc_norm(patches.mean(dim=1) if self.map_head is None else self.map_head(patches))
+        p = self.config.num_prefix_tokens
+        patches, size = x[:, p:], (size[:, p:] if size is not None else None)
+        return self.fc_norm(weighted_mean(patches, size) if self.map_head is None else self.map_head(patches, size))
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Classification head on the encoder output; `pre_logits=True` returns the representation."""
-        x = self.pool(x)
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False, size: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+        """Classification head on the encoder output; `pre_logits=True` returns the representation; `size`: the
+        tokens' patch counts after token merging."""
+        x = self.pool(x, size)
         if self.pre_logits is not None:
             x = self.pre_logits(x)
         return x if pre_logits else self.head(x)
@@ -760,9 +825,9 @@ class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
     def forward(self, x: torch.Tensor) -> Any:
         """Logits (B, K). With a distillation token: in training, both heads' logits as `TwoHeads` (the engine
         supervises the second by the teacher); in eval mode their mean (DeiT's inference)."""
-        z = self.forward_features(x)
+        z, size = self._features(x)
         if self.head_dist is None:
-            return self.forward_head(z)
+            return self.forward_head(z, size=size)
         heads = self._two_heads(z)
         return heads if self.training else heads.mean()
 

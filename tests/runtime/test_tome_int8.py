@@ -1,0 +1,131 @@
+"""Token merging and calibrated static int8 through the serving paths: `--merge` on predict / eval / export (the
+exported graph merges and says so in its metadata), `--calibrate` (onnxruntime's static QDQ quantisation on the
+user's images, accuracy-sensitive parts kept in float), their errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import trained_digits_vit
+from tests.inputs import assert_one_line_error, digit_folder, run_cli
+
+pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[Path, Path]:
+    """(a trained digits model's folder, a folder of 100 digit images to calibrate on)."""
+    from vitkit.formats import save_pretrained
+
+    root = tmp_path_factory.mktemp("tome")
+    save_pretrained(trained_digits_vit(), root / "model")
+    return root / "model", digit_folder(root / "imgs", list(range(10)), 100)
+
+
+def _digits_test(model) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    from vitkit.data.digits import load_digits_split
+
+    _, test = load_digits_split()
+    pre = model.preprocess
+    return pre.normalize(pre.resize(test.images)), torch.from_numpy(test.labels)
+
+
+def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, saved) -> None:
+    from vitkit.inference.export import export_onnx, exported_runner, quantize_static_int8
+    from vitkit.inference.predict import calibration_images
+
+    model = trained_digits_vit()
+    calib = calibration_images([str(saved[1])], model.preprocess)
+    assert calib.shape == (100, 1, 16, 16)
+    q = quantize_static_int8(export_onnx(model, tmp_path / "m.onnx"), tmp_path / "m.int8.onnx", calib)
+    graph = onnx.load(str(q)).graph
+    ops = [n.op_type for n in graph.node]
+    assert "QuantizeLinear" in ops and "DynamicQuantizeLinear" not in ops  # static: fixed activation scales
+    produced_by = {o: n for n in graph.node for o in n.output}
+    weights = {t.name for t in graph.initializer}
+    for n in graph.node:
+        if n.op_type == "MatMul":
+            quantised = all(i in produced_by and produced_by[i].op_type == "DequantizeLinear" for i in n.input)
+            from_weight = n.input[1] in weights or (n.input[1] in produced_by and produced_by[n.input[1]].op_type
+                                                    == "DequantizeLinear")
+            assert quantised == from_weight, n.name  # the Linears' MatMuls in int8, q k^T and a v in float
+        if n.op_type in ("Softmax", "LayerNormalization", "Erf", "Tanh"):
+            assert all(produced_by.get(i) is None or produced_by[i].op_type != "DequantizeLinear" for i in n.input)
+    head = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")][-1]
+    assert head.input[1] in weights  # the classifier head keeps its float weight
+    x, y = _digits_test(model)
+    with torch.no_grad():
+        ref = model(x)
+    got = exported_runner(q)(x)
+    agree = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    drop = (ref.argmax(-1) == y).float().mean().item() - (got.argmax(-1) == y).float().mean().item()
+    assert agree >= 0.98 and drop <= 0.02, (agree, drop)
+    with pytest.raises(ValueError, match="at least 8 calibration images"):
+        quantize_static_int8(tmp_path / "m.onnx", tmp_path / "x.onnx", calib[:3])
+
+
+def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
+    from vitkit.inference.export import exported_merge, exported_preprocess, exported_runner
+
+    model_dir, imgs = saved
+    out = tmp_path / "m.onnx"
+    r = run_cli("export", str(model_dir), "--out", str(out), "--merge", "3", "--int8", "--calibrate", str(imgs))
+    assert r.returncode == 0, r.stderr
+    assert "calibrating int8 on 100 images" in r.stdout
+    int8 = out.with_suffix(".int8.onnx")
+    assert exported_merge(out) == 3 and exported_merge(int8) == 3
+    assert exported_preprocess(int8).labels == trained_digits_vit().preprocess.labels
+    model = trained_digits_vit()
+    x, _ = _digits_test(model)
+    model.set_token_merging(3)
+    with torch.no_grad():
+        ref = model(x[:64])
+    model.set_token_merging(0)
+    got = exported_runner(out)(x[:64])
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), atol=1e-4)  # the exported graph merges as the model does
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert "TopK" in ops and "ScatterElements" in ops  # ranking and merging are in the graph
+    # a per-block schedule is recorded as given
+    r = run_cli("export", str(model_dir), "--out", str(tmp_path / "s.onnx"), "--merge", "2,4", "--no-check")
+    assert r.returncode == 0, r.stderr
+    assert exported_merge(tmp_path / "s.onnx") == [2, 4]
+
+
+def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
+    model_dir, imgs = saved
+    out = tmp_path / "p.jsonl"
+    r = run_cli("predict", str(imgs), "--model", str(model_dir), "--merge", "3", "--runtime", "torch",
+                "--precision", "fp32", "--topk", "1", "--output", str(out), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    from vitkit.inference.predict import calibration_images
+
+    from vitkit.formats import load_pretrained
+
+    model = load_pretrained(model_dir)
+    model.set_token_merging(3)
+    x = calibration_images([str(imgs)], model.preprocess)
+    with torch.no_grad():
+        probs = model(x).softmax(-1)
+    assert [row["probs"][0] for row in rows] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
+    r = run_cli("eval", "--model", str(model_dir), "--precision", "int8", "--calibrate", str(imgs), "--merge", "3")
+    assert r.returncode == 0, r.stderr
+    assert "static QDQ, calibrated on 100 images" in r.stderr and "token merging: 3" in r.stderr
+    top1 = float(r.stdout.split("top-1: ")[1].split("%")[0])
+    assert top1 > 85.0  # the trained model's ~93%, merged and in int8
+
+
+def test_errors_are_clear(tmp_path, saved) -> None:
+    model_dir, imgs = saved
+    assert_one_line_error(run_cli("export", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--calibrate",
+                                  str(imgs)), "--calibrate", "--int8")
+    assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--calibrate", str(imgs)), "--calibrate", "int8")
+    assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--merge", "2,2,2"), "one r per layer",
+                          "2 layers")
+    assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--merge", "x"), "--merge")
