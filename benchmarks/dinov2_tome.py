@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from vitkit.inference.export import export_onnx, exported_runner, quantize_int8, quantize_static_int8
-from vitkit.inference.fewshot import fewshot_accuracy
 
 import vitkit
+from vitkit.inference.backends import exported_runner
+from vitkit.inference.export import export_onnx, quantize_int8, quantize_static_int8
+from vitkit.inference.fewshot import fewshot_accuracy
 
 PREFIX = "backbone."
 

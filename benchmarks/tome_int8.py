@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from vitkit.inference.export import export_onnx, exported_runner, ort_session, quantize_int8, quantize_static_int8
 
 from vitkit.bench.peers import PEERS, PeerUnavailable
 from vitkit.bench.timing import time_interleaved
+from vitkit.inference.backends import exported_runner
+from vitkit.inference.export import export_onnx, ort_session, quantize_int8, quantize_static_int8
 from vitkit.models import create_model
 from vitkit.models.registry import vit_config
 

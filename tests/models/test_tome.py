@@ -182,7 +182,8 @@ def test_map_pooling_and_distillation_token_run_merged() -> None:
 
 def test_merged_model_exports_to_onnx(tmp_path) -> None:  # noqa: ANN001
     pytest.importorskip("onnxruntime")
-    from vitkit.inference.export import check_parity, export_onnx
+    from vitkit.inference.backends import check_parity
+    from vitkit.inference.export import export_onnx
 
     model = random_vit(img_size=32, num_registers=1)
     model.set_token_merging(12)

@@ -37,7 +37,8 @@ def _digits_test(model) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
 
 
 def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, saved) -> None:
-    from vitkit.inference.export import export_onnx, exported_runner, quantize_static_int8
+    from vitkit.inference.backends import exported_runner
+    from vitkit.inference.export import export_onnx, quantize_static_int8
     from vitkit.inference.predict import calibration_images
 
     model = trained_digits_vit()
@@ -71,7 +72,8 @@ def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, sa
 
 
 def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
-    from vitkit.inference.export import exported_merge, exported_preprocess, exported_runner
+    from vitkit.inference.backends import exported_runner
+    from vitkit.inference.export import exported_merge, exported_preprocess
 
     model_dir, imgs = saved
     out = tmp_path / "m.onnx"
@@ -104,9 +106,8 @@ def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
                 "--precision", "fp32", "--topk", "1", "--output", str(out), "--no-progress")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    from vitkit.inference.predict import calibration_images
-
     from vitkit.formats import load_pretrained
+    from vitkit.inference.predict import calibration_images
 
     model = load_pretrained(model_dir)
     model.set_token_merging(3)
