@@ -140,3 +140,11 @@ def test_batched_transforms_equal_the_one_by_one_path(augment: str, flip: bool) 
     batch = loader.load(2)
     one = torch.stack([tf(train.get(j)[0], step_generator(5, 2, 2 + p)) for p, j in loader.positions(2)])
     assert batch.x.shape == (64, 1, 16, 16) and torch.equal(batch.x, one)
+
+
+def test_every_data_name_is_a_registered_source() -> None:
+    """config.py's DATA_NAMES (checked when a recipe is read) and datasets.py's registry name the same sources."""
+    from vitkit.data.config import DATA_NAMES
+    from vitkit.data.datasets import SOURCES
+
+    assert set(SOURCES) == set(DATA_NAMES) - {"auto"}

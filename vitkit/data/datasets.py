@@ -3,10 +3,15 @@
 Sources: the bundled digits and lfw_subset, procedurally drawn glyphs (glyphs.py), WebDataset-style tar
 shards (shards.py), Hugging Face `datasets` on disk (hfdatasets.py: save_to_disk folders, Parquet), image
 folders, list files and CIFAR python batches (the types are in base.py). Nothing is downloaded.
+`SOURCES` is the registry of sources by `data.name`: **add a data source** with `@register_source(name)` here
+(and its name in config.py's `DATA_NAMES`, which validates recipes before any import of the data; a test checks the
+two agree).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +70,72 @@ def _carved(train: Dataset, fraction: float) -> tuple[Subset, Subset]:
     return kept, held
 
 
+#: an opener: (the [data] section, data.path) -> (train, test), test None where the source has no test split
+Opener = Callable[[DataConfig, str], tuple[Dataset, Dataset | None]]
+#: data.name -> (opener, needs data.path)
+SOURCES: dict[str, tuple[Opener, bool]] = {}
+
+
+def register_source(name: str, needs_path: bool = False) -> Callable[[Opener], Opener]:
+    """Register `opener` as the data source `name` (a value of `data.name` / `--data`)."""
+    def add(opener: Opener) -> Opener:
+        if name in SOURCES:
+            raise ValueError(f"data source {name!r} is registered twice")
+        SOURCES[name] = (opener, needs_path)
+        return opener
+    return add
+
+
+@register_source("digits")
+def _digits(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
+    return load_digits_split()
+
+
+@register_source("lfw")
+def _lfw(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
+    return holdout(load_lfw_subset(), 0.25)
+
+
+@register_source("glyphs")
+def _glyphs(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
+    n, k, size, seed = cfg.glyph_images, cfg.glyph_classes, cfg.glyph_size, cfg.glyph_seed
+    source = GlyphStream if cfg.glyph_stream else glyphs
+    return source(n, k, size, seed, "train"), source(glyph_test_size(n), k, size, seed, "test")
+
+
+def _cifar(kind: str, cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
+    return load_cifar(path, kind)
+
+
+for _kind in ("cifar10", "cifar100"):
+    register_source(_kind, needs_path=True)(functools.partial(_cifar, _kind))
+
+
+@register_source("folder", needs_path=True)
+def _folder(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
+    return image_folder(path, cfg.channels, cfg.pixel_limit)
+
+
+@register_source("list", needs_path=True)
+def _list(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
+    train = list_file(path, cfg.channels, max_pixels=cfg.pixel_limit)
+    test = list_file(cfg.test_path, cfg.channels, train.classes, cfg.pixel_limit) if cfg.test_path else None
+    return train, test
+
+
+@register_source("shards", needs_path=True)
+def _shards(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
+    """data.path / test_path are patterns (dir/train-{0..9}.tar), or a folder of `vitkit data pack` output (its
+    train-*.tar and test-*.tar)."""
+    path, packed_test = split_patterns(path)
+    test_path = cfg.test_path or packed_test or ""
+    train = ShardDataset(path, cfg.channels, max_pixels=cfg.pixel_limit)
+    return train, (ShardDataset(test_path, cfg.channels, train.classes, cfg.pixel_limit) if test_path else None)
+
+
+register_source("hf", needs_path=True)(_hf_splits)
+
+
 def open_splits(cfg: DataConfig) -> dict[str, Dataset]:
     """{"train", "test", and "dev" when data.dev_fraction > 0} for a [data] section (see DataConfig's keys): the
     source's own test split, else a stratified holdout of data.holdout; data.subset trains on a random subset of
@@ -78,40 +149,14 @@ def open_splits(cfg: DataConfig) -> dict[str, Dataset]:
         if not path:
             raise ValueError("data.path is not set: point at an image folder, a CIFAR folder or a list file")
         name = detect_kind(path)
-    if name in ("cifar10", "cifar100", "folder", "list", "shards", "hf") and not path:
-        raise ValueError(f"data.name is {name!r} but data.path is not set (e.g. --set data.path=/data/{name})")
-    test: Dataset | None
-    if name == "digits":
-        train, test = load_digits_split()
-    elif name == "lfw":
-        train, test = holdout(load_lfw_subset(), 0.25)
-    elif name == "glyphs":
-        n, k, size, seed = cfg.glyph_images, cfg.glyph_classes, cfg.glyph_size, cfg.glyph_seed
-        source = GlyphStream if cfg.glyph_stream else glyphs
-        train = source(n, k, size, seed, "train")
-        test = source(glyph_test_size(n), k, size, seed, "test")
-    elif name in ("cifar10", "cifar100"):
-        train, test = load_cifar(path, name)
-    elif name == "hf":
-        train, test = _hf_splits(cfg, path)
-        if test is None:
-            train, test = _carved(train, cfg.holdout)
-    elif name in ("folder", "list", "shards"):  # shards: data.path / test_path are patterns (dir/train-{0..9}.tar)
-        channels, max_pixels = cfg.channels, cfg.pixel_limit
-        if name == "folder":
-            train, test = image_folder(path, channels, max_pixels)
-        else:
-            source = list_file if name == "list" else ShardDataset
-            test_path = cfg.test_path
-            if name == "shards":  # a folder of `vitkit data pack` output: its train-*.tar and test-*.tar
-                path, packed_test = split_patterns(path)
-                test_path = test_path or packed_test or ""
-            train = source(path, channels, max_pixels=max_pixels)
-            test = source(test_path, channels, train.classes, max_pixels) if test_path else None
-        if test is None:
-            train, test = _carved(train, cfg.holdout)
-    else:
+    if name not in SOURCES:
         raise ValueError(f"unknown data set {name!r}; choose one of {', '.join(DATA_NAMES)}")
+    if SOURCES[name][1] and not path:
+        raise ValueError(f"data.name is {name!r} but data.path is not set (e.g. --set data.path=/data/{name})")
+    opener, _ = SOURCES[name]
+    train, test = opener(cfg, path)
+    if test is None:  # a source without its own test split: a stratified holdout of data.holdout
+        train, test = _carved(train, cfg.holdout)
     out: dict[str, Dataset] = {"train": train, "test": test}
     subset = cfg.subset
     if subset:
