@@ -107,6 +107,21 @@ def test_embed_pools_normalises_and_writes_parquet_and_jsonl(tmp_path: Path, pho
     assert main(["embed", *files, "--model", str(folder), "-o", str(tmp_path / "f.csv")]) == 2
 
 
+
+def test_embed_merge_gives_the_token_merged_models_features(tmp_path: Path, photos: list[Path]) -> None:
+    """`embed --merge R` is `set_token_merging(R)` on the loaded model (ToMe: registers never merged)."""
+    folder = hub_folder(tmp_path, "dinov2_reg")
+    files = [str(p) for p in photos[:2]]
+    model = vitkit.load_pretrained(folder)
+    full = vitkit.embed(model, files).features
+    model.set_token_merging(8)
+    merged = vitkit.embed(model, files).features
+    assert np.abs(merged - full).max() > 1e-4  # merging changed the features
+    assert main(["embed", *files, "--model", str(folder), "-o", str(tmp_path / "m.npz"), "--merge", "8",
+                 "--runtime", "torch", "--no-progress"]) == 0
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as z:
+        np.testing.assert_allclose(z["features"], merged, atol=1e-5)
+
 TINY_RUN = ["--no-progress", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
             "train.batch_size=8", "--set", "data.num_workers=0", "--set", "train.tensorboard=false", "--set",
             "data.eval_batch_size=64"]
