@@ -113,12 +113,12 @@ def test_embed_merge_gives_the_token_merged_models_features(tmp_path: Path, phot
     folder = hub_folder(tmp_path, "dinov2_reg")
     files = [str(p) for p in photos[:2]]
     model = vitkit.load_pretrained(folder)
-    full = vitkit.embed(model, files).features
+    full = vitkit.embed(model, files, feature="mean").features
     model.set_token_merging(8)
-    merged = vitkit.embed(model, files).features
-    assert np.abs(merged - full).max() > 1e-4  # merging changed the features
+    merged = vitkit.embed(model, files, feature="mean").features
+    assert np.abs(merged - full).max() > 1e-3  # merging changed the features
     assert main(["embed", *files, "--model", str(folder), "-o", str(tmp_path / "m.npz"), "--merge", "8",
-                 "--runtime", "torch", "--no-progress"]) == 0
+                 "--pool", "mean", "--runtime", "torch", "--no-progress"]) == 0
     with np.load(tmp_path / "m.npz", allow_pickle=False) as z:
         np.testing.assert_allclose(z["features"], merged, atol=1e-5)
 
