@@ -10,13 +10,22 @@ import os
 import pkgutil
 import sys
 import warnings
+from typing import NoReturn
 
 import vitkit
 import vitkit.commands
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a mistake on one line, as every other user mistake (`vitkit CMD: error: ...`, exit 2),
+    instead of the usage block before it; the hint points to the command's --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformer toolkit (Dosovitskiy et al., 2021)")
+    parser = _Parser(prog="vitkit", description="Vision Transformer toolkit (Dosovitskiy et al., 2021)")
     parser.add_argument("--version", action="version", version=f"vitkit {vitkit.__version__}")
     parser.add_argument("--debug", action="store_true",
                         help=f"show the Python traceback of an error (also: {DEBUG_ENV}=1)")

@@ -38,3 +38,13 @@ def test_finetune_batch_larger_than_small_folder_shrinks_and_resumes(tmp_path: P
     again = run_cli(*args, "--resume")  # the same command resumes: the shrunk batch is no recipe change
     assert again.returncode == 0, again.stderr[-1500:]
     assert "another recipe" not in again.stderr and "already finished" in again.stdout
+
+
+def test_argparse_mistakes_are_one_line_with_a_help_hint(tmp_path: Path) -> None:
+    cases = [(("predict", "--model", "m", "--batch-size", "x", "a.png"), "vitkit predict", "--batch-size"),
+             (("data", "pack"), "vitkit data pack", "required"), (("frobnicate",), "vitkit", "invalid choice")]
+    for argv, prog, what in cases:
+        r = run_cli(*argv)
+        assert r.returncode == 2, r.stderr
+        assert_one_line_error(r, f"{prog}: error:", what, f"(see {prog} --help)")
+        assert r.stderr.count("\n") == 1 and "usage:" not in r.stderr, r.stderr
