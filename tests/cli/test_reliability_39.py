@@ -48,3 +48,24 @@ def test_argparse_mistakes_are_one_line_with_a_help_hint(tmp_path: Path) -> None
         assert r.returncode == 2, r.stderr
         assert_one_line_error(r, f"{prog}: error:", what, f"(see {prog} --help)")
         assert r.stderr.count("\n") == 1 and "usage:" not in r.stderr, r.stderr
+
+
+def test_fewshot_names_the_pooling_it_uses(tmp_path: Path) -> None:
+    """SigLIP-style MAP pooling, GAP and registers are described as what is pooled, not as a class token."""
+    cases = [(dict(pooling="map"), "attention pooling (MAP, a learned query) of the final patch "
+              "tokens (after the final LN) features"),
+             (dict(pooling="gap", num_registers=4), "mean (GAP) of the final patch tokens"),
+             (dict(pooling="token"), "final class token LN(z_L^0) features")]
+    for i, (kw, want) in enumerate(cases):
+        m = vitkit.create_model("vit", img_size=16, patch_size=8, width=16, depth=1, num_heads=2, mlp_dim=32,
+                                num_classes=3, **kw)
+        vitkit.save_pretrained(m, tmp_path / f"m{i}")
+    _, data = _rgb_model_and_folder(tmp_path, per_class=4)
+    for i, (kw, want) in enumerate(cases):
+        r = run_cli("fewshot", "--model", str(tmp_path / f"m{i}"), "--data", str(data), "--shots", "1",
+                    "--seeds", "1", "--representation", "token", "--workers", "0")
+        assert r.returncode == 0, r.stderr[-1500:]
+        assert want in r.stdout, r.stdout
+        assert ("class token" in r.stdout) == (kw["pooling"] == "token"), r.stdout
+        if kw.get("num_registers"):
+            assert "the 4 register tokens are not pooled" in r.stdout
