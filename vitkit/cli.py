@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p = sub.add_parser(info.name.replace("_", "-"), help=getattr(mod, "HELP", None), description=mod.__doc__)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _parser=p)
     return parser
 
 
@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake never shows a traceback: one line on stderr names what is
     wrong and the exit code is non-zero; `--debug` (or VITKIT_DEBUG=1) re-raises with the traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's parser, so that its hint is the command's --help
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

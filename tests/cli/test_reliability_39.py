@@ -56,7 +56,7 @@ def test_fewshot_names_the_pooling_it_uses(tmp_path: Path) -> None:
               "tokens (after the final LN) features"),
              (dict(pooling="gap", num_registers=4), "mean (GAP) of the final patch tokens"),
              (dict(pooling="token"), "final class token LN(z_L^0) features")]
-    for i, (kw, want) in enumerate(cases):
+    for i, (kw, _) in enumerate(cases):
         m = vitkit.create_model("vit", img_size=16, patch_size=8, width=16, depth=1, num_heads=2, mlp_dim=32,
                                 num_classes=3, **kw)
         vitkit.save_pretrained(m, tmp_path / f"m{i}")
@@ -69,3 +69,28 @@ def test_fewshot_names_the_pooling_it_uses(tmp_path: Path) -> None:
         assert ("class token" in r.stdout) == (kw["pooling"] == "token"), r.stdout
         if kw.get("num_registers"):
             assert "the 4 register tokens are not pooled" in r.stdout
+
+
+def test_one_exit_rule_for_skipped_inputs(tmp_path: Path) -> None:
+    """Exit 2: nothing was done (a user mistake); exit 1: the job ran to the end but skipped unreadable inputs, each
+    named on stderr -- the same in predict, eval, fewshot, inspect and fine-tuning."""
+    model, data = _rgb_model_and_folder(tmp_path, per_class=6)
+    (data / "red" / "corrupt.png").write_bytes(b"\x89PNG broken")
+    runs = {"predict": ("predict", str(data), "--model", str(model), "--runtime", "torch"),
+            "eval": ("eval", "--model", str(model), "--data", str(data), "--workers", "0"),
+            "fewshot": ("fewshot", "--model", str(model), "--data", str(data), "--shots", "1", "--seeds", "1",
+                        "--workers", "0"),
+            "inspect": ("inspect", "--model", str(model), "--images", str(data / "red" / "0.png"),
+                        str(data / "red" / "corrupt.png"), "--out", str(tmp_path / "insp"), "--no-progress"),
+            "finetune": ("finetune", "--model", str(model), "--data", str(data), "--steps", "1", "--out",
+                         str(tmp_path / "ft"), "--no-progress", "--set", "data.num_workers=0", "--set",
+                         "train.eval_every=0", "--set", "data.holdout=0.25", "--set", "train.tensorboard=false")}
+    for name, argv in runs.items():
+        r = run_cli(*argv)
+        assert r.returncode == 1, (name, r.stderr[-1500:])
+        assert "corrupt.png" in r.stderr + r.stdout + (
+            (tmp_path / "ft" / "metrics.jsonl").read_text() if name == "finetune" else ""), name
+        assert "vitkit's own failure" not in r.stderr, (name, r.stderr)
+    only_bad = run_cli("inspect", "--model", str(model), "--images", str(data / "red" / "corrupt.png"),
+                       "--out", str(tmp_path / "insp2"), "--no-progress")
+    assert only_bad.returncode == 2 and not (tmp_path / "insp2").exists()  # nothing could be done: a user mistake

@@ -31,8 +31,10 @@ REPRESENTATIONS = ("pre_logits", "token")
 
 
 @torch.no_grad()
-def extract_features(model: nn.Module, loader, representation: str = "pre_logits") -> tuple[np.ndarray, np.ndarray]:
-    """(features, labels) of every readable example of a sequential StepLoader.
+def extract_features(model: nn.Module, loader, representation: str = "pre_logits",
+                     skipped: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(features, labels) of every readable example of a sequential StepLoader; the unreadable ones are named
+    in `skipped` (when given).
 
     `pre_logits`: the input of the classification head (after the pre-training tanh layer when the
     model has one); `token`: the pooled final tokens, as `pooled_words` says (class token, GAP or MAP)."""
@@ -42,6 +44,8 @@ def extract_features(model: nn.Module, loader, representation: str = "pre_logits
     device = next(model.parameters()).device  # batches come from the loader on the CPU
     feats, labels = [], []
     for b in loader.iterate(0, len(loader)):
+        if skipped is not None:
+            skipped.extend(b.skipped)
         if not len(b.y):
             continue
         f = model.intermediates(b.x.to(device), blocks=False)["pre_logits" if representation == "pre_logits" else "pooled"]
