@@ -94,3 +94,13 @@ def test_one_exit_rule_for_skipped_inputs(tmp_path: Path) -> None:
     only_bad = run_cli("inspect", "--model", str(model), "--images", str(data / "red" / "corrupt.png"),
                        "--out", str(tmp_path / "insp2"), "--no-progress")
     assert only_bad.returncode == 2 and not (tmp_path / "insp2").exists()  # nothing could be done: a user mistake
+
+
+def test_reproduce_smoke_without_names_says_what_to_type() -> None:
+    """One smoke experiment takes over a minute on 2 cores (fig4: > 60 s, 2026-11-25), so `--smoke` alone is no
+    default run: the one-line error gives the exact commands."""
+    r = run_cli("reproduce", "--smoke")
+    assert r.returncode == 2
+    assert_one_line_error(r, "vitkit reproduce --smoke fig4", "vitkit reproduce --all --smoke")
+    plain = run_cli("reproduce")
+    assert_one_line_error(plain, "`vitkit reproduce fig4`", "`vitkit reproduce --all`")
