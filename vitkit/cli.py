@@ -10,13 +10,22 @@ import os
 import pkgutil
 import sys
 import warnings
+from typing import NoReturn
 
 import vitkit
 import vitkit.commands
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a mistake on one line, as every other user mistake (`vitkit CMD: error: ...`, exit 2),
+    instead of the usage block before it; the hint points to the command's --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformer toolkit (Dosovitskiy et al., 2021)")
+    parser = _Parser(prog="vitkit", description="Vision Transformer toolkit (Dosovitskiy et al., 2021)")
     parser.add_argument("--version", action="version", version=f"vitkit {vitkit.__version__}")
     parser.add_argument("--debug", action="store_true",
                         help=f"show the Python traceback of an error (also: {DEBUG_ENV}=1)")
@@ -29,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p = sub.add_parser(info.name.replace("_", "-"), help=getattr(mod, "HELP", None), description=mod.__doc__)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _parser=p)
     return parser
 
 
@@ -69,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake never shows a traceback: one line on stderr names what is
     wrong and the exit code is non-zero; `--debug` (or VITKIT_DEBUG=1) re-raises with the traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's parser, so that its hint is the command's --help
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -120,7 +120,7 @@ def test_eval_on_an_image_folder(demo_run, tmp_path) -> None:
     assert len(list((tmp_path / "digits").iterdir())) == 10  # every class present: folder index == digit
     (tmp_path / "digits" / "3" / "corrupt.png").write_bytes(b"\x89PNG broken")
     res = vitkit_cli("eval", "--model", str(out / "model"), "--data", str(tmp_path / "digits"))
-    assert res.returncode == 0, res.stderr  # a folder without splits is scored whole, and the header says so
+    assert res.returncode == 1, res.stderr  # ran, one file skipped and named; a folder without splits is scored whole
     assert f"scored {n} images, all of it (it has no test split of its own) (1 unreadable, skipped)" in res.stdout
     assert "corrupt.png" in res.stderr
     model = vitkit.load_pretrained(out / "model")

@@ -44,7 +44,9 @@ def prepare(args: argparse.Namespace, values: dict[str, Any] | None = None) -> R
     return cfg
 
 
-def report(res: dict[str, Any]) -> None:
+def report(res: dict[str, Any]) -> int:
+    """Print a finished run's scores; the exit code: 1 when unreadable images were skipped (the run finished
+    without them, named in metrics.jsonl), else 0."""
     for split in ("dev", "test"):
         if split in res:
             r = res[split]
@@ -55,3 +57,4 @@ def report(res: dict[str, Any]) -> None:
         print(f"skipped {res['skipped_images']} unreadable images (named in metrics.jsonl)")
     if "model_dir" in res:
         print(f"trained {res['steps']} steps in {res['train_s']:.1f}s; model: {res['model_dir']}, curves: {res['curves']}")
+    return 1 if res.get("skipped_images") else 0

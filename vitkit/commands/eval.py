@@ -1,7 +1,7 @@
 """Evaluate a saved model on a labelled split: top-1 and (when K >= 5) top-5 accuracy.
 
 `--data` is `digits` (default: the demo's fixed test split), `lfw`, or a path (image folder, list
-file, CIFAR batches). Unreadable images are skipped and named, as in training.
+file, CIFAR batches). Unreadable images are skipped and named, as in training (exit code 1).
 """
 
 from __future__ import annotations
@@ -71,4 +71,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"top-1: {100 * res['top1']:.2f}%")
     if "top5" in res:
         print(f"top-5: {100 * res['top5']:.2f}%")
-    return 0
+    return 1 if skipped else 0  # the job ran; the skipped files are named above

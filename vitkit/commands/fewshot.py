@@ -71,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
     test = match_channels(splits["test"], model.config.in_chans, f"{args.data} (test)")
     require_classes(train, args.data, "few-shot evaluation")
     k = len(train.classes)
-    tr = extract_features(model, eval_loader(train, pp, args.batch_size, args.workers), args.representation)
-    te = extract_features(model, eval_loader(test, pp, args.batch_size, args.workers), args.representation)
+    skipped: list[str] = []
+    tr = extract_features(model, eval_loader(train, pp, args.batch_size, args.workers), args.representation, skipped)
+    te = extract_features(model, eval_loader(test, pp, args.batch_size, args.workers), args.representation, skipped)
+    for s in skipped:
+        print(f"skipped: {s}", file=sys.stderr)
     l2 = DEFAULT_L2 if args.l2 is None else args.l2
     methods = ["ridge", "knn"] if args.method == "both" else [args.method]
     knn = {"k": args.knn_k, "temperature": args.knn_temperature}
@@ -98,4 +101,4 @@ def run(args: argparse.Namespace) -> int:
         from vitkit.utils.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(doc, indent=2) + "\n")
-    return 0
+    return 1 if skipped else 0  # the job ran; the skipped files are named above

@@ -82,11 +82,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = prepare(args, values)
     if cfg.model.pretrained != args.model:  # a --set named another checkpoint: that one is read instead
         source = None
+    code = 0
     try:
         res = run_experiment(cfg, args.out, resume=args.resume, progress=not args.no_progress, force=args.force,
                              overwrite=args.overwrite, header=True, source=source)
         if dist.rank() == 0:
-            report(res)
+            code = report(res)
     finally:
         dist.shutdown()
-    return 0
+    return code

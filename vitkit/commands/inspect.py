@@ -52,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
         raise FileExistsError(f"{dest} already exists and is not empty; choose another --out, or --overwrite")
     model = vitkit.load_pretrained(args.model, **load_hints(args))
 
+    unread: list[str] = []
+
     def warn(msg: str) -> None:
+        unread.append(msg)
         print(f"vitkit inspect: warning: {msg}", file=sys.stderr)
 
     if args.images:
@@ -79,4 +82,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {out / fig['png']}  (+ {fig['json']})")
     layers = summary["figures"]["attention_distance"]["mean_over_heads_per_layer"]
     print("  mean attention distance per layer (px): " + ", ".join(f"{d:.1f}" for d in layers))
-    return 0
+    return 1 if unread else 0  # the job ran; the skipped images are named above

@@ -27,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "scale's 3 seeds)")
     p.add_argument("--out", default="runs/reproduce", help="output folder; an interrupted run resumes from it "
                    "(default: runs/reproduce, runs/reproduce-smoke with --smoke)")
-    p.add_argument("--smoke", action="store_true", help="a seconds-long version that checks the plumbing, not the "
-                   "findings (tiny data, a few steps)")
+    p.add_argument("--smoke", action="store_true", help="a small version that checks the plumbing, not the "
+                   "findings (tiny data, a few steps; over a minute for fig4 on 2 cores)")
     p.add_argument("--scale", choices=[s for s in CROSSOVER_SCALE_NAMES if s != "smoke"], default="laptop",
                    help="the crossover's grid: laptop (1,000 and 4,000 steps on 4 data sizes up to 10^6 images, one "
                    "seed) or long (laptop's runs, 12,000 steps on the two largest sizes, 3 seeds everywhere, every "
@@ -58,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
     if args.figures is not None:
         raise ValueError("--figures goes with --redraw")
     names = list(NAMES) if args.all else list(dict.fromkeys(args.experiments))
-    if not names:
-        raise ValueError(f"name the experiments to run ({', '.join(NAMES)}) or pass --all")
+    if not names:  # say the exact command: one smoke experiment takes over a minute on 2 cores, so no default
+        flags = " --smoke" if args.smoke else ""
+        raise ValueError(f"name the experiments to run ({', '.join(NAMES)}), e.g. `vitkit reproduce{flags} "
+                         f"{NAMES[0]}`, or run them all with `vitkit reproduce --all{flags}`")
     if args.all and args.experiments:
         raise ValueError("give experiment names or --all, not both")
     if args.smoke and args.scale != "laptop":

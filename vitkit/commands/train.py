@@ -32,12 +32,13 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.train.run import run_experiment
 
     cfg = prepare(args)
+    code = 0
     try:
         res = run_experiment(cfg, args.out, resume=args.resume, dry_run=args.dry_run, progress=not args.no_progress,
                              force=args.force, overwrite=args.overwrite, save=True if args.save else None,
                              header=True)
         if dist.rank() == 0:
-            report(res)
+            code = report(res)
     finally:
         dist.shutdown()
-    return 0
+    return code

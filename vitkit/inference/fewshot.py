@@ -31,17 +31,21 @@ REPRESENTATIONS = ("pre_logits", "token")
 
 
 @torch.no_grad()
-def extract_features(model: nn.Module, loader, representation: str = "pre_logits") -> tuple[np.ndarray, np.ndarray]:
-    """(features, labels) of every readable example of a sequential StepLoader.
+def extract_features(model: nn.Module, loader, representation: str = "pre_logits",
+                     skipped: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(features, labels) of every readable example of a sequential StepLoader; the unreadable ones are named
+    in `skipped` (when given).
 
     `pre_logits`: the input of the classification head (after the pre-training tanh layer when the
-    model has one); `token`: the final class token LN(z_L^0) (or the GAP of the patch tokens)."""
+    model has one); `token`: the pooled final tokens, as `pooled_words` says (class token, GAP or MAP)."""
     if representation not in REPRESENTATIONS:
         raise ValueError(f"unknown representation {representation!r}; choose {REPRESENTATIONS}")
     model.eval()
     device = next(model.parameters()).device  # batches come from the loader on the CPU
     feats, labels = [], []
     for b in loader.iterate(0, len(loader)):
+        if skipped is not None:
+            skipped.extend(b.skipped)
         if not len(b.y):
             continue
         f = model.intermediates(b.x.to(device), blocks=False)["pre_logits" if representation == "pre_logits" else "pooled"]
@@ -55,12 +59,26 @@ def describe_representation(model: nn.Module, representation: str) -> str:
     representation layer has no separate pre_logits: the head's input is the pooled token)."""
     if isinstance(model, ResNetV2):  # the BiT ResNet: its head sees the averaged final feature map
         return "globally average-pooled final feature map features (the head's input)"
-    pooled = "GAP of the patch tokens" if model.config.pooling == "gap" else "final class token LN(z_L^0)"
+    pooled, left = pooled_words(model.config)
     if representation == "pre_logits" and model.config.representation_size:
-        return f"pre_logits features (the {model.config.representation_size}-d tanh layer on the {pooled})"
+        return f"pre_logits features (the {model.config.representation_size}-d tanh layer on the {pooled}){left}"
     if representation == "pre_logits":
-        return f"{pooled} features (the head's input; this model has no pre_logits layer)"
-    return f"{pooled} features"
+        return f"{pooled} features (the head's input; this model has no pre_logits layer){left}"
+    return f"{pooled} features{left}"
+
+
+def pooled_words(c) -> tuple[str, str]:  # noqa: ANN001 - a ViTConfig
+    """How a ViT pools its final tokens (eq. 4's y), in words: the class token (§3.1), the mean of the patch tokens
+    (GAP, appendix D.3) or their attention pooling (MAP, big_vision's MAPHead); and a note naming the tokens
+    left out of the pooling ("" when none)."""
+    if c.pooling == "token":
+        what = "final class token LN(z_L^0)" if not c.fc_norm else "final class token z_L^0 (LN after pooling)"
+    else:
+        how = "mean (GAP)" if c.pooling == "gap" else "attention pooling (MAP, a learned query)"
+        what = f"{how} of the final patch tokens" + (" (LN after pooling)" if c.fc_norm else " (after the final LN)")
+    left = [n for n, on in (("class token", c.pooling != "token" and c.class_token),
+                            (f"{c.num_registers} register tokens", c.num_registers)) if on]
+    return what, (f"; the {' and '.join(left)} are not pooled" if left else "")
 
 
 def _whiten_bias(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:

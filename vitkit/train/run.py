@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -175,6 +177,21 @@ def _splits(cfg: RunConfig, dry_run: int) -> dict[str, Dataset]:
     ch = cfg.model.in_chans or cfg.data.channels
     size = cfg.model.size or (32, 32)  # a checkpoint's own size: the images are resized to it anyway
     return {"train": synthetic(k, size, ch, n=16), "test": synthetic(k, size, ch, n=8, seed=1)}
+
+
+def fit_batch(cfg: RunConfig, n: int, world: int = 1) -> RunConfig:
+    """`cfg` with train.batch_size shrunk to the training data when the batch is larger than the `n` examples
+    (a small folder under a paper recipe's batch 512), to the largest multiple of grad_accum and the world size
+    that fits; logged, and recorded in the run config (run_config.json), so a resume sees the same value."""
+    t = cfg.train
+    unit = math.lcm(t.grad_accum, world)
+    fitted = n - n % unit
+    if t.batch_size <= n or fitted < 1:
+        return cfg
+    logging.getLogger("vitkit").warning(
+        "batch size %d is larger than the %d training examples: using batch %d (recorded in run_config.json; "
+        "set it with --set train.batch_size=N, recipe key train.batch_size)", t.batch_size, n, fitted)
+    return cfg.updated({"train.batch_size": fitted})
 
 
 def _eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: DataConfig) -> StepLoader:
@@ -374,13 +391,14 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
                          "(vitkit finetune --model PATH, or --set model.pretrained=PATH); to train it from a random "
                          "init instead, say so with --from-scratch")
     cfg = cfg.updated({"train.device": dist.init_from_env(cfg.train.device)})
+    splits = _splits(cfg, dry_run)
+    cfg = fit_batch(cfg, len(splits["train"]), dist.world_size())  # before the resume check: it sees the same value
     if dist.rank() == 0:
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(20, "the run folder is a file", str(out))
         held.enter_context(FolderLock(out, "run folder"))
         prepare_run_folder(out, cfg, resume, force, overwrite)
     dist.barrier()
-    splits = _splits(cfg, dry_run)
     torch.manual_seed(cfg.train.seed)  # the initial weights are a function of the seed
     train = splits["train"]
     notes: list[str] = []
