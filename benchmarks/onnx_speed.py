@@ -15,4 +15,4 @@ if __name__ == "__main__":
     model = sys.argv[1] if len(sys.argv) > 1 else "vit_b16"
     batch = sys.argv[2] if len(sys.argv) > 2 else "8"
     with tempfile.TemporaryDirectory() as d:
-        sys.exit(main(["export", model, "--out", f"{d}/{model}.onnx", "--int8", "--bench", "--batch", batch]))
+        sys.exit(main(["export", model, "--out", f"{d}/{model}.onnx", "--precision", "int8", "--bench", "--batch", batch]))

@@ -78,3 +78,24 @@ def test_commands_take_hxw_and_refuse_a_bad_size_by_name(tmp_path: Path, capsys)
         capsys.readouterr().err
     assert main(["bench", "--models", "vit_ti16", "--img-size", "32x16"]) == 2
     assert "--img-size 32x16: the benchmark times square images" in capsys.readouterr().err
+
+
+def test_export_precision_is_the_vocabulary_and_int8_a_deprecated_alias() -> None:
+    from vitkit.commands.export import export_int8
+
+    assert export_int8("int8", False) and not export_int8(None, False) and not export_int8("fp32", False)
+    with pytest.warns(FutureWarning, match="write --precision int8"):
+        assert export_int8(None, True)
+    with pytest.raises(ValueError, match="--int8 disagrees with --precision fp32"):
+        export_int8("fp32", True)
+
+
+def test_merge_has_one_parser() -> None:
+    import argparse
+
+    from vitkit.utils.options import merge_arg
+
+    assert merge_arg("4") == 4 and merge_arg("1,2,0") == [1, 2, 0]
+    for bad in ("x", "-1", "", "2,-3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="tokens merged per block"):
+            merge_arg(bad)

@@ -94,7 +94,7 @@ def test_benchmark_sessions_do_not_spin() -> None:
 def test_export_command(tmp_path, capsys) -> None:  # noqa: ANN001
     vitkit.save_pretrained(_tiny(), tmp_path / "ckpt")
     out = tmp_path / "out" / "m.onnx"
-    assert main(["export", str(tmp_path / "ckpt"), "--out", str(out), "--int8", "--bench", "--batch", "2"]) == 0
+    assert main(["export", str(tmp_path / "ckpt"), "--out", str(out), "--precision", "int8", "--bench", "--batch", "2"]) == 0
     text = capsys.readouterr().out
     assert out.exists() and out.with_suffix(".int8.onnx").exists()
     assert "onnx fp32 vs pytorch" in text and "x pytorch" in text

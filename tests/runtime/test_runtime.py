@@ -159,7 +159,7 @@ def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None
         for b in (1, 5, 37):
             err = (run(x[:b]) - ref[:b]).abs().max().item()
             assert err < 1e-4 * ref.abs().max().item(), (fmt, b, err)
-    assert main(["export", str(tmp_path / "m"), "--format", "aoti", "--int8"]) == 2
+    assert main(["export", str(tmp_path / "m"), "--format", "aoti", "--precision", "int8"]) == 2
 
 
 def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001

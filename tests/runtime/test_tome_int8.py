@@ -77,7 +77,7 @@ def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
 
     model_dir, imgs = saved
     out = tmp_path / "m.onnx"
-    r = run_cli("export", str(model_dir), "--out", str(out), "--merge", "3", "--int8", "--calibrate", str(imgs))
+    r = run_cli("export", str(model_dir), "--out", str(out), "--merge", "3", "--precision", "int8", "--calibrate", str(imgs))
     assert r.returncode == 0, r.stderr
     assert "calibrating int8 on 100 images" in r.stdout
     int8 = out.with_suffix(".int8.onnx")
@@ -125,7 +125,7 @@ def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
 def test_errors_are_clear(tmp_path, saved) -> None:
     model_dir, imgs = saved
     assert_one_line_error(run_cli("export", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--calibrate",
-                                  str(imgs)), "--calibrate", "--int8")
+                                  str(imgs)), "--calibrate", "--precision", "int8")
     assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--calibrate", str(imgs)), "--calibrate", "int8")
     assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--merge", "2,2,2"), "one r per layer",
                           "2 layers")

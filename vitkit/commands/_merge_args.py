@@ -8,23 +8,11 @@ import sys
 
 from torch import nn
 
-
-def merge_value(text: str) -> int | list[int]:
-    """`R` (every block) or `R1,R2,...` (one per block), each a count >= 0."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected R or R1,R2,... (tokens merged per block, >= 0), got {text!r}")
-    return values[0] if len(values) == 1 else values
+from vitkit.utils.options import MERGE_HELP, MERGE_METAVAR, merge_arg
 
 
 def add_merge_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--merge", type=merge_value, default=0, metavar="R|R1,R2,...",
-                   help="token merging (ToMe): merge R patch tokens in every block (or R_i in block i), by bipartite "
-                   "matching of the attention keys, with proportional attention; fewer tokens, faster, at a small "
-                   "accuracy cost (README 'Token merging and int8'); 0: off (default)")
+    p.add_argument("--merge", type=merge_arg, default=0, metavar=MERGE_METAVAR, help=MERGE_HELP)
 
 
 def apply_merge(model: nn.Module, args: argparse.Namespace) -> nn.Module:

@@ -4,12 +4,13 @@ OpenVINO IR, or a `torch.export` + AOTInductor package; check each against PyTor
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.inference.backends import EXPORT_SUFFIXES, FORMATS
-from vitkit.utils.options import add_img_size_argument
+from vitkit.utils.options import EXPORT_PRECISIONS, add_img_size_argument, precision_help
 
 HELP = "export a model to ONNX (optional int8), OpenVINO IR or an AOTInductor package, checked against PyTorch"
 SUFFIX = EXPORT_SUFFIXES
@@ -24,11 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output file (default: model.onnx / model.xml / model.pt2 next to the checkpoint)")
     add_img_size_argument(p, "export at this resolution (E_pos resampled)")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17; SDPA needs >= 14)")
-    p.add_argument("--int8", action="store_true",
-                   help="onnx: also write <out>.int8.onnx (onnxruntime dynamic quantisation)")
+    p.add_argument("--precision", choices=EXPORT_PRECISIONS, default=None,
+                   help=precision_help(EXPORT_PRECISIONS, "fp32") + "; the fp32 file is always written, int8 (onnx) "
+                   "beside it as <out>.int8.onnx (dynamic quantisation, or static with --calibrate)")
+    p.add_argument("--int8", action="store_true", help="deprecated: --precision int8")
     p.add_argument("--overwrite", action="store_true", help="replace files an earlier export wrote at --out")
     p.add_argument("--calibrate", nargs="+", default=None, metavar="PATH",
-                   help="with --int8: static quantisation (QDQ) calibrated on these images of your own (files, "
+                   help="with --precision int8: static quantisation (QDQ) calibrated on these images of your own (files, "
                    "folders, lists; a few hundred, at most 512 read) instead of dynamic quantisation")
     p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
     p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
@@ -37,6 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-digits", action="store_true", help="accuracy of every export on the digits test split")
     add_load_arguments(p)
     add_merge_argument(p)
+
+
+def export_int8(precision: str | None, int8_flag: bool) -> bool:
+    """Whether to write the int8 file: `--precision int8`, or the deprecated `--int8` (said once, by name)."""
+    if int8_flag:
+        warnings.warn("--int8 is deprecated: write --precision int8", FutureWarning, stacklevel=2)
+        if precision not in (None, "int8"):
+            raise ValueError(f"--int8 disagrees with --precision {precision}; --int8 is deprecated: keep --precision")
+    return precision == "int8" or int8_flag
 
 
 def _load(source: str, hints: dict):  # noqa: ANN202
@@ -65,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from vitkit.utils import check_int
 
+    args.int8 = export_int8(args.precision, args.int8)
     check_export(args.format, args.int8)
     check_int("--batch", args.batch, low=1)
     if args.format == "onnx":  # before torch's exporter, whose own message is about its internals
@@ -75,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--opset {args.opset}: vitkit's ONNX export needs opset 14 (attention) to {top} (the "
                              "newest this onnx knows)")
     if args.calibrate and not args.int8:
-        raise ValueError("--calibrate calibrates the int8 quantisation: add --int8")
+        raise ValueError("--calibrate calibrates the int8 quantisation: add --precision int8")
     src = Path(args.source)
     out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
     if out.suffix != SUFFIX[args.format]:

@@ -173,7 +173,7 @@ def check_export(fmt: str, int8: bool = False) -> None:
     if fmt not in FORMATS:
         raise ValueError(f"export format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if int8 and fmt != "onnx":
-        raise ValueError("--int8 is an ONNX quantisation: use it with --format onnx")
+        raise ValueError("--precision int8 is an ONNX quantisation: use it with --format onnx")
 
 
 def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False,

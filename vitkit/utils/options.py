@@ -112,6 +112,8 @@ INFERENCE_PRECISION = "fp32"
 #: what a training run may use (training keeps fp32 master weights), and its default
 TRAIN_PRECISIONS = ("fp32", "bf16-autocast")
 TRAIN_PRECISION = "fp32"
+#: what `vitkit export` writes: the fp32 graph, and with int8 its quantisation beside it
+EXPORT_PRECISIONS = ("fp32", "int8")
 
 
 def precision_help(allowed: Sequence[str] = PRECISION_CHOICES, default: str = INFERENCE_PRECISION) -> str:
@@ -132,6 +134,26 @@ def precision_list_arg(text: str) -> list[str]:
         return [parse_precision(v, PRECISIONS) for v in text.split(",") if v]
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e).split(" must ", 1)[-1]) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# token merging (ToMe, vitkit/models/tome.py): --merge R on the commands that run a model for inference
+
+MERGE_METAVAR = "R|R1,R2,..."
+MERGE_HELP = ("token merging (ToMe): merge R patch tokens in every block (or R_i in block i), by bipartite matching of "
+              "the attention keys, with proportional attention; fewer tokens, faster, at a small accuracy cost "
+              "(README 'Token merging and calibrated int8'); 0: off (default)")
+
+
+def merge_arg(text: str) -> int | list[int]:
+    """argparse `type=` of --merge: `R` (every block) or `R1,R2,...` (one per block), each a count >= 0."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected R or R1,R2,... (tokens merged per block, >= 0), got {text!r}")
+    return values[0] if len(values) == 1 else values
 
 
 # ---------------------------------------------------------------------------------------------------------------
