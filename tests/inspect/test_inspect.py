@@ -231,7 +231,7 @@ def test_cli_reports_unreadable_images_and_goes_on(tmp_path: Path, capsys: pytes
     bad.write_bytes(b"not an image")
     out = tmp_path / "out"
     args = ["inspect", "--model", str(tmp_path / "ckpt"), "--out", str(out), "--no-progress", "--images"]
-    assert main(args + [str(bad), "skimage:chelsea"]) == 0
+    assert main(args + [str(bad), "skimage:chelsea"]) == 1  # the one exit rule: done, inputs skipped and named
     err = capsys.readouterr().err
     assert "broken.png" in err and "skipping" in err
     assert [im["name"] for im in json.loads((out / "inspect.json").read_text())["images"]] == ["chelsea"]
