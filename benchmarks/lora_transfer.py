@@ -50,7 +50,7 @@ def finetune(root: Path, method: str, lr: float, seed: int, steps: int) -> dict:
     cfg = load_config("digits_finetune", values={
         **QUIET, **METHODS[method], "model.pretrained": str(root / "pretrain" / "model"), "model.img_size": 24,
         "optim.lr": lr, "train.seed": seed, "schedule.steps": steps, "schedule.warmup_steps": steps // 10,
-        "train.bf16": False})
+        "train.precision": "fp32"})
     out = root / f"{method}_lr{lr:g}_s{seed}"
     return run_experiment(cfg, out, progress=False, overwrite=True, save=False)
 
@@ -94,7 +94,7 @@ def main() -> None:
             print(method, json.dumps(saved["methods"][method]), flush=True)
     saved["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     saved["setup"] = {"arch": ARCH, "pretrain": "glyphs 16 px, 30k images, 300 classes", "finetune":
-                      f"digits 24 px, {a.steps} steps of digits_finetune, lr picked on dev (seed 0) from {a.lrs}"}
+                      f"digits 24 px, {a.steps} steps of digits_finetune, lr picked on dev (seed 0) from the grid in each method's dev_top1_by_lr"}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(saved, indent=2) + "\n")
     full = saved["methods"].get("full")
