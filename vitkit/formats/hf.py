@@ -39,6 +39,7 @@ from vitkit.formats.common import (
     torch_load_weights,
 )
 from vitkit.formats.families import HF_FAMILY_TYPES
+from vitkit.formats.families.family import VIT_BLOCK, VIT_BLOCK_CURRENT
 from vitkit.formats.hf_families import hf_family, is_family, load_hf_family, write_family
 from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
@@ -53,31 +54,13 @@ PREPROCESSOR_NAME = "preprocessor_config.json"
 HF_MODEL_TYPES = ("vit", "vit_msn", *HF_FAMILY_TYPES)  # config.json model_types read here (ViTMSN is a plain ViT)
 # and by the families' classes (formats/families/)
 
-# Per-block module paths, relative to the block's prefix, for both layouts.
+# Per-block module paths, relative to the block's prefix, for both layouts: the inverse of the family tables'
+# transformers -> vitkit block names (families/family.py), so the plain ViT's names are written once
 BLOCK_KEYS: dict[str, dict[str, str]] = {
-    "classic": {
-        "prefix": "encoder.layer.{i}.",
-        "norm1": "layernorm_before",
-        "q": "attention.attention.query",
-        "k": "attention.attention.key",
-        "v": "attention.attention.value",
-        "attn.proj": "attention.output.dense",
-        "norm2": "layernorm_after",
-        "mlp.fc1": "intermediate.dense",
-        "mlp.fc2": "output.dense",
-    },
-    "current": {
-        "prefix": "layers.{i}.",
-        "norm1": "layernorm_before",
-        "q": "attention.q_proj",
-        "k": "attention.k_proj",
-        "v": "attention.v_proj",
-        "attn.proj": "attention.o_proj",
-        "norm2": "layernorm_after",
-        "mlp.fc1": "mlp.fc1",
-        "mlp.fc2": "mlp.fc2",
-    },
+    layout: {"prefix": prefix, **{ours: theirs for theirs, ours in names.items()}}
+    for layout, prefix, names in (("classic", "encoder.layer.{i}.", VIT_BLOCK), ("current", "layers.{i}.", VIT_BLOCK_CURRENT))
 }
+
 # PIL resample codes used by HF image processors.
 RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 
