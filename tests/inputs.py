@@ -172,3 +172,27 @@ TIMM_FIXTURE = Path(__file__).parent / "fixtures" / "timm_preprocess"  # tests/r
 
 
 FAMILIES = Path(__file__).parent / "fixtures" / "timm_families"  # tests/reference/make_timm_family_reference.py
+
+
+PEAK_PROBE = """
+import resource, sys
+def _status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+{setup}
+_base, _vm = _status("VmRSS:"), _status("VmSize:")
+resource.setrlimit(resource.RLIMIT_AS, (_vm + {limit}, resource.RLIM_INFINITY))
+{work}
+print("PEAK", _status("VmHWM:") - _base)
+"""
+
+
+def peak_memory(setup: str, work: str, limit: int = 2 << 30) -> int:
+    """Peak resident bytes that `work` adds, run in a fresh interpreter after `setup` (imports, inputs): its
+    address space is capped at `limit` bytes above what setup left, so a blow-up fails fast (MemoryError) instead
+    of swapping the machine. The assertion names the failure."""
+    code = PEAK_PROBE.format(setup=setup, work=work, limit=limit)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "PEAK" in r.stdout, r.stderr[-1500:]
+    return int(r.stdout.split("PEAK")[-1])

@@ -77,3 +77,47 @@ def test_the_loader_reads_a_stream_subset_in_one_pass_with_the_same_batches() ->
     slow = torch.stack([tf(train.get(j)[0], torch.Generator()) for _, j in pos])
     assert torch.equal(fast.x, slow) and fast.y.tolist() == [int(train.labels[j]) for _, j in pos]
     assert fast.indices == [j for _, j in pos]
+
+
+# sha256 (first 16 hex digits) of images / labels drawn by the code before rendering went in bounded blocks
+# (main at 84dbd6d): the blocks change the memory, not one pixel
+GOLDEN = {("mem", 10, 1000, 16, 0, "train"): ("b8c474634c2cdae8", "4d9171c71256c73b"),
+          ("mem", 1500, 40, 16, 3, "test"): ("b73212ab2c887e92", "386fbd0eaf0511b3"),
+          ("mem", 7, 12, 48, 1, "train"): ("0dccf87965f58433", "33d7d58a6cda99a3"),
+          ("mem", 1003, 5, 20, 2, "train"): ("504e4c4252269ce5", "c7c1a29e0d96ea6d"),
+          ("stream", 5000, 30, 16, 0, "train"): ("834eeddd7aa33175", "e4bc7e26e0e87eee"),
+          ("stream", 100, 7, 40, 5, "test"): ("325cf5bfbe02d092", "49de20b090649896")}
+
+
+@pytest.mark.parametrize("block_bytes", [None, 1, 3 << 20])
+def test_bounded_blocks_draw_the_same_images_as_before(block_bytes: int | None, monkeypatch) -> None:  # noqa: ANN001
+    import hashlib
+
+    import vitkit.data.glyphs as g
+
+    def digest(a: np.ndarray) -> str:
+        return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+
+    if block_bytes is not None:  # one image a block, or a few: every split of the chunk gives the same pixels
+        monkeypatch.setattr(g, "RENDER_BLOCK_BYTES", block_bytes)
+        g._draw.cache_clear()
+    for (kind, n, k, size, seed, split), want in GOLDEN.items():
+        if kind == "mem":
+            d = glyphs(n, k, size, seed, split)
+            got = digest(d.images.numpy()), digest(d.labels)
+        else:
+            s = GlyphStream(n, k, size, seed, split)
+            got = digest(s.draw(np.array([0, 3, n - 1, 17, 42]))), digest(s.labels)
+        assert got == want, (kind, n, k, size, seed, split)
+    g._draw.cache_clear()
+
+
+def test_ten_large_glyphs_take_memory_for_ten_not_a_thousand() -> None:
+    """10 glyphs of 256 px: the old chunked draw asked for 6.3 GB float32 temporaries (a 1,000-image chunk) and
+    fails here under a 2 GiB address-space cap; bounded blocks peak near 0.4 GB (measured 374 MB)."""
+    from tests.inputs import peak_memory
+
+    setup = "import numpy as np, torch\nfrom vitkit.data.glyphs import GlyphStream, glyphs"
+    assert peak_memory(setup, "x = glyphs(10, 10, 256).images\nassert x.shape == (10, 1, 256, 256)") < 700 << 20
+    assert peak_memory(setup, "x = GlyphStream(1000, 10, 256).draw(np.arange(10))\nassert x.shape[0] == 10") \
+        < 700 << 20

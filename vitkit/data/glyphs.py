@@ -52,16 +52,33 @@ UNIFORM = {"angle": (-0.35, 0.35), "scale": (0.8, 1.1), "shift": (-0.08, 0.08), 
 JITTER_STD, NOISE_STD = 0.05, 0.04
 
 
-def _draw_chunk(protos: tuple[np.ndarray, np.ndarray], n: int, size: int, rng: np.random.Generator
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """n images from one random stream (the in-memory set): every random value of the chunk from `rng`."""
+def _draw_chunk(protos: tuple[np.ndarray, np.ndarray], n: int, size: int, rng: np.random.Generator,
+                out: np.ndarray) -> np.ndarray:
+    """The first len(out) of the n images of one random stream (the in-memory set) into `out`; returns all n labels.
+
+    Every random value of the chunk comes from `rng` in one order (labels, jitter, pose, style for all n, then the
+    pixel noise image by image), so the images do not depend on how many are drawn or in how many blocks."""
     labels = rng.integers(0, len(protos[0]), size=n)
     jitter = rng.normal(0.0, JITTER_STD, size=(n, 3, 3, 2))
     ang, scale = rng.uniform(*UNIFORM["angle"], n), rng.uniform(*UNIFORM["scale"], n)
     shift = rng.uniform(*UNIFORM["shift"], (n, 2))
     style = [rng.uniform(*UNIFORM[k], (n, 1)) for k in ("width", "ink", "paper")]
-    noise = rng.normal(0.0, NOISE_STD, (n, size * size))
-    return _render(protos, labels, jitter, ang, scale, shift, style, noise, size), labels
+    for b in _blocks(len(out), size):
+        noise = rng.normal(0.0, NOISE_STD, (b.stop - b.start, size * size))  # the stream's next rows of noise
+        out[b] = _render(protos, labels[b], jitter[b], ang[b], scale[b], shift[b], [v[b] for v in style], noise, size)
+    return labels
+
+
+# bytes of one (images, pixels, segments) float32 temporary of `_render`; it holds about six at once
+RENDER_BLOCK_BYTES = 32 << 20
+
+
+def _blocks(n: int, size: int) -> list[slice]:
+    """Row blocks of n images of side `size` whose rendering temporaries stay near RENDER_BLOCK_BYTES each
+    (at least one image a block): the memory of a draw follows its output, not its image count."""
+    per_image = size * size * 3 * (POINTS_PER_STROKE - 1) * 4  # pixels x segments x float32
+    rows = max(1, RENDER_BLOCK_BYTES // per_image)
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
 def _render(protos: tuple[np.ndarray, np.ndarray], labels: np.ndarray, jitter: np.ndarray, ang: np.ndarray,
@@ -99,13 +116,12 @@ def _render(protos: tuple[np.ndarray, np.ndarray], labels: np.ndarray, jitter: n
 @lru_cache(maxsize=4)
 def _draw(images: int, classes: int, size: int, seed: int, split: str) -> tuple[torch.Tensor, np.ndarray]:
     protos = _prototypes(classes, seed)
-    imgs, labels = [], []
+    imgs = np.empty((images, 1, size, size), np.uint8)
+    labels = []
     for c in range(-(-images // CHUNK)):
         rng = np.random.default_rng([seed, SPLIT_IDS[split], c])
-        x, y = _draw_chunk(protos, CHUNK, size, rng)
-        imgs.append(x)
-        labels.append(y)
-    return torch.from_numpy(np.concatenate(imgs)[:images]), np.concatenate(labels)[:images]
+        labels.append(_draw_chunk(protos, CHUNK, size, rng, imgs[c * CHUNK:(c + 1) * CHUNK]))
+    return torch.from_numpy(imgs), np.concatenate(labels)[:images]
 
 
 def glyphs(images: int, classes: int = 1000, size: int = 16, seed: int = 0, split: str = "train") -> ArrayDataset:
@@ -187,6 +203,12 @@ class GlyphStream:
         index = np.asarray(index, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= len(self)):
             raise IndexError(f"{self.name}: index out of range 0..{len(self) - 1}")
+        out = np.empty((len(index), 1, self.size, self.size), np.uint8)
+        for b in _blocks(len(index), self.size):  # bounded temporaries; every image is its own function
+            out[b] = self._draw_block(index[b])
+        return out
+
+    def _draw_block(self, index: np.ndarray) -> np.ndarray:
         n, width = len(index), sum(c for _, c in self._LAYOUT)
         u = _counter_uniforms(self.seed, self.split, index, width + self.size**2 + self.size**2 % 2)
         at, v = 0, {}
