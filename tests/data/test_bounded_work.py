@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 import vitkit
-from tests.inputs import png_bytes
+from tests.inputs import peak_memory, png_bytes
 from vitkit.cli import main
+from vitkit.data.preprocess import read_image
 from vitkit.models.preprocess import PreprocessConfig
 
 
@@ -111,3 +113,31 @@ def test_a_config_asking_for_far_more_than_its_weights_is_refused_before_buildin
                                              r"model.safetensors holds 5,683 values"):
             vitkit.load_pretrained(d)
         assert time.perf_counter() - t0 < 2, key
+
+
+def test_a_16_bit_png_is_read_with_a_peak_that_follows_its_output(tmp_path: Path) -> None:
+    """A 16-bit grey PNG is converted in strips straight into its output (and box-reduced while converted when the
+    model needs far fewer pixels): before, the uint16 copy, the float32 copy, the 3-channel repeat and its
+    contiguous copy made 32 bytes a pixel (9400^2 under the pixel limit: 2.2 GB); now Pillow's 2 bytes a pixel
+    plus the output."""
+
+    side, reduced = 4000, -(-4000 // (4000 // 224))
+    Image.fromarray(np.tile(np.arange(side, dtype=np.uint16) * 7, (side, 1))).save(tmp_path / "deep.png",
+                                                                                     compress_level=1)
+    setup = f"from vitkit.data.preprocess import read_image\npath = {str(tmp_path / 'deep.png')!r}"
+    full = peak_memory(setup, f"x = read_image(path, 3)\nassert x.shape == (3, {side}, {side})")
+    assert full < 3 * 4 * side**2 + 3 * side**2 + (64 << 20), full / 2**20  # output + decoded image (+ slack)
+    small = peak_memory(setup, f"x = read_image(path, 3, (224, 224))\nassert x.shape == (3, {reduced}, {reduced})")
+    assert small < 3 * side**2 + (64 << 20), small / 2**20  # the decoded image alone
+
+    # the values: rescaled by 65535, box-averaged by the decode factor (partial boxes at the edges average what
+    # they hold, as Pillow's reduce does), the same in every channel
+    ramp = np.arange(50 * 64, dtype=np.uint16).reshape(50, 64) * 20
+    Image.fromarray(ramp).save(tmp_path / "ramp.png")
+    x = read_image(tmp_path / "ramp.png", 3, (16, 16))  # factor min(64 // 16, 50 // 16) = 3
+    unit = ramp / 65535.0
+    want = np.array([[unit[i:i + 3, j:j + 3].mean() for j in range(0, 64, 3)] for i in range(0, 50, 3)])
+    assert x.shape == (3, 17, 22) and torch.equal(x[0], x[2])
+    np.testing.assert_allclose(x[1].numpy(), want, atol=1e-6)
+    np.testing.assert_array_equal(read_image(tmp_path / "ramp.png", 1)[0].numpy(),
+                                  np.multiply(ramp, np.float32(1 / 65535.0), dtype=np.float32))  # exact as before

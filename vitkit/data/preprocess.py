@@ -70,28 +70,55 @@ def _check_decoded_size(w: int, h: int, mode: str, limit: int, path_text: str) -
                          f"decompression bomb?); raise it with ${MAX_PIXELS_ENV} or the command's --max-pixels")
 
 
-def _to_unit_array(im: Any, path: str | Path) -> np.ndarray:
-    """Pixels of a single-band high-bit-depth image as floats in [0, 1], scaled by the format's range.
+STRIP_PIXELS = 1 << 22  # pixels of a high-bit-depth image converted to floats at a time (16 MiB of float32)
 
-    16-bit modes (I;16*) by 65535; 32-bit integer mode I by the file's bits per sample (16 for PNG,
-    the TIFF tag when present, else 32: 2^31 - 1); float mode F is taken as [0, 1] intensities and
-    clipped. Pillow's own conversion to 8 bits clips instead, which turns most 16-bit images white."""
-    a = np.asarray(im)
+
+def _unit_scale(im: Any, path: str | Path) -> float:
+    """What a single-band high-bit-depth sample is divided by to give [0, 1].
+
+    16-bit modes (I;16*) by 65535; 32-bit integer mode I by the file's bits per sample (16 for PNG, the TIFF tag
+    when present, else 32: 2^31 - 1); float mode F is taken as [0, 1] intensities (1). Pillow's own conversion to
+    8 bits clips instead, which turns most 16-bit images white."""
     if im.mode.startswith("I;16"):
-        return np.multiply(a, np.float32(1 / 65535.0), dtype=np.float32)
+        return 65535.0
     if im.mode == "I":
         bits = 16 if im.format in ("PNG", "PPM") else 32  # Pillow scales a PGM of any maxval > 255 to 16 bits
         tags = getattr(im, "tag_v2", None)
         if tags is not None and 258 in tags:
             b = tags[258]
             bits = int(b[0] if isinstance(b, tuple) else b)
-        top = 65535.0 if bits <= 16 else float(2**31 - 1)
-        out = np.multiply(a, np.float32(1 / top), dtype=np.float32)  # float32 throughout: no float64 copy
-        return np.clip(out, 0.0, 1.0, out=out)
+        return 65535.0 if bits <= 16 else float(2**31 - 1)
     if im.mode == "F":
-        out = np.nan_to_num(np.array(a, dtype=np.float32), copy=False)
-        return np.clip(out, 0.0, 1.0, out=out)
+        return 1.0
     raise ValueError(f"cannot read image {path}: unsupported mode {im.mode}")
+
+
+def _unit_planes(im: Any, channels: int, factor: int, path: str | Path) -> torch.Tensor:
+    """A single-band high-bit-depth image (modes I;16*, I, F) as (channels, H, W) float32 in [0, 1], rescaled by
+    `_unit_scale` (I and F clipped, F's NaN as 0) and, with `factor` >= 2, box-averaged factor x factor (Pillow's
+    `reduce`, which the 16-bit modes lack; partial boxes at the edges average what they hold).
+
+    Converted in strips of rows straight into the output, so the peak is Pillow's decoded image plus the output
+    (a 16-bit image under the pixel limit: 2.2 GB before, for 1.1 GB of output)."""
+    w, h = im.size
+    f = max(int(factor), 1)
+    out = torch.empty((channels, -(-h // f), -(-w // f)), dtype=torch.float32)
+    scale = np.float32(1.0 / _unit_scale(im, path))
+    rows = max(f, (STRIP_PIXELS // max(w, 1)) // f * f)
+    for y in range(0, h, rows):
+        a = np.asarray(im.crop((0, y, w, min(y + rows, h))))
+        strip = np.multiply(a, scale, dtype=np.float32)  # float32 throughout: no float64 copy
+        if im.mode == "F":
+            np.nan_to_num(strip, copy=False)
+        if im.mode in ("I", "F"):
+            np.clip(strip, 0.0, 1.0, out=strip)
+        t = torch.from_numpy(strip)
+        if f >= 2:
+            t = torch.nn.functional.avg_pool2d(t[None, None], f, f, ceil_mode=True)[0, 0]
+        out[0, y // f:y // f + len(t)] = t
+    if channels == 3:
+        out[1:] = out[0]
+    return out
 
 
 @functools.cache
@@ -205,14 +232,13 @@ def read_image(
                 im.draft(im.mode, (max(w // factor, 1), max(h // factor, 1)))
             im.load()
             factor = min(im.size[0] // min_size[1], im.size[1] // min_size[0]) if min_size else 1
-            if factor >= 2 and im.mode in ("1", "L", "LA", "RGB", "RGBA", "P", "CMYK", "I", "F"):
+            high = im.mode.startswith("I") or im.mode == "F"  # reduced while converted (`_unit_planes`)
+            if factor >= 2 and not high and im.mode in ("1", "L", "LA", "RGB", "RGBA", "P", "CMYK"):
                 im = im.reduce(factor) if im.mode != "P" else im.convert("RGBA").reduce(factor)
             if orient != 1:  # EXIF orientation applied, as PIL's exif_transpose and HF's load_image do
                 im = im.transpose(getattr(Image.Transpose, _UPRIGHT[orient]))
-            if im.mode.startswith("I") or im.mode == "F":
-                arr = _to_unit_array(im, path_text)
-                if channels == 3:
-                    arr = np.repeat(arr[..., None], 3, axis=-1)
+            if high:
+                planes = _unit_planes(im, channels, factor, path_text)
             else:  # transparency dropped, as timm's and Hugging Face's loaders do (PIL's convert("RGB"))
                 im = im.convert("L" if channels == 1 else "RGB")
                 arr = np.array(im)  # uint8: the conversion to [0, 1] floats is done by torch below
@@ -222,7 +248,7 @@ def read_image(
         msg = f"not an image in a readable format ({', '.join(SAFE_FORMATS)})" if isinstance(
             e, UnidentifiedImageError) else str(e)
         raise ValueError(msg if msg.startswith(f"cannot read image {path_text}") else f"cannot read image {path_text}: {msg}") from e
-    return _to_tensor(arr, keep_uint8)
+    return planes if high else _to_tensor(arr, keep_uint8)
 
 
 def _to_tensor(arr: np.ndarray, keep_uint8: bool = False) -> torch.Tensor:
