@@ -188,11 +188,11 @@ def test_bench_data_measures_the_loader_beside_the_model(tmp_path, capsys) -> No
 
 
 def test_bench_merge_times_token_merging_beside_vitkit(tmp_path, capsys) -> None:  # noqa: ANN001
-    """`vitkit bench --merge 4,8`: vitkit with ToMe at each r, timed in the same interleaved rounds, with a ratio
+    """`vitkit bench --merge-rows 4,8`: vitkit with ToMe at each r, timed in the same interleaved rounds, with a ratio
     and no roofline fraction (its FLOPs are fewer than the unmerged count)."""
     out = tmp_path / "bench.json"
     args = ["bench", "--models", "vit_ti16", "--img-size", "64", "--batch", "2", "--repeats", "1", "--warmup", "0"]
-    assert main(args + ["--peers", "none", "--no-memory", "--merge", "4,8", "--json", str(out)]) == 0
+    assert main(args + ["--peers", "none", "--no-memory", "--merge-rows", "4,8", "--json", str(out)]) == 0
     rows = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
     assert set(rows) == {"vitkit", "vitkit+tome4", "vitkit+tome8"}
     for name in ("vitkit+tome4", "vitkit+tome8"):

@@ -99,3 +99,28 @@ def test_merge_has_one_parser() -> None:
     for bad in ("x", "-1", "", "2,-3"):
         with pytest.raises(argparse.ArgumentTypeError, match="tokens merged per block"):
             merge_arg(bad)
+
+
+def test_bench_names_its_rows_of_merge_rates_apart_from_merge(capsys) -> None:  # noqa: ANN001
+    """`bench --merge-rows 4,8` times one row per rate; `--merge R1,R2` elsewhere is one model's per-block schedule.
+    bench's old `--merge 4,8` still reads, with a FutureWarning naming the new spelling; both parsers live in
+    vitkit/utils/options.py."""
+    import argparse
+
+    from vitkit.cli import build_parser
+    from vitkit.utils.options import merge_rows, merge_rows_arg
+
+    assert merge_rows_arg("4,8") == [4, 8] and merge_rows_arg("16") == [16]
+    for bad in ("x", "0", "", "4,-1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="one row per rate"):
+            merge_rows_arg(bad)
+    assert merge_rows([4, 8], None) == (4, 8) and merge_rows(None, None) == ()
+    with pytest.warns(FutureWarning, match="bench --merge 4,8 is deprecated .* write --merge-rows 4,8"):
+        assert merge_rows(None, [4, 8]) == (4, 8)
+    with pytest.raises(ValueError, match="bench --merge 4 disagrees with --merge-rows 8"):
+        merge_rows([8], [4])
+    args = build_parser().parse_args(["bench", "--merge-rows", "2,4"])
+    assert args.merge_rows == [2, 4] and args.merge is None
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--merge-rows", "0"])
+    assert e.value.code == 2 and "argument --merge-rows: expected R1,R2,... (one row per rate" in capsys.readouterr().err

@@ -352,3 +352,27 @@ def test_a_head_larger_than_the_data_keeps_the_class_names(tmp_path: Path, capsy
     assert "outputs 10..11 have no data" in capsys.readouterr().out
     labels = vitkit.load_pretrained(out / "model").preprocess.labels
     assert labels[:10] == [str(i) for i in range(10)] and labels[10:] == ["unused_10", "unused_11"]
+
+
+def test_sweep_and_train_exit_1_when_they_skip_images(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The one exit rule: a sweep (and a train run) that finished without some unreadable images exits 1 and names
+    them, whether they were skipped in training, in the dev pick or in the final test (it exited 0 before)."""
+    root = tmp_path / "data"
+    for split in ("train", "val"):
+        for i in range(16):
+            png_file(root / split / str(i % 2) / f"{i}.png", 15 * i, (8, 8))
+    (root / "train" / "1" / "zz_broken.png").write_bytes(b"\x89PNG broken")
+    (root / "val" / "0" / "zz_test_broken.png").write_bytes(b"\x89PNG broken")
+    data = ["--set", "data.name=\"folder\"", "--set", f"data.path=\"{root}\"", "--set", "data.dev_fraction=0.25"]
+    assert main(["sweep", "--config", "digits_pretrain", "--lrs", "0.01,0.001", "--out", str(tmp_path / "sw"),
+                 "--no-progress", "--test", *TINY_FLAGS, *data]) == 1
+    out = capsys.readouterr()
+    assert "chosen on dev" in out.out and "test top-1 of the chosen run" in out.out
+    assert f"unreadable images in the lr 0.01 run (named in {tmp_path / 'sw' / 'lr_0.01'}/metrics.jsonl)" in out.err
+    assert "zz_test_broken.png" in out.err
+    assert json.loads((tmp_path / "sw" / "sweep.json").read_text())["skipped_images"] >= 1
+    # train: an image skipped only in the final test evaluation counts too
+    (root / "train" / "1" / "zz_broken.png").unlink()
+    assert main(["train", "--config", "digits_pretrain", "--out", str(tmp_path / "tr"), "--no-progress", *TINY_FLAGS,
+                 *data[:4], "--set", "data.dev_fraction=0"]) == 1
+    assert "skipped 1 unreadable images (named in metrics.jsonl)" in capsys.readouterr().out

@@ -45,16 +45,19 @@ def prepare(args: argparse.Namespace, values: dict[str, Any] | None = None) -> R
 
 
 def report(res: dict[str, Any]) -> int:
-    """Print a finished run's scores; the exit code: 1 when unreadable images were skipped (the run finished
-    without them, named in metrics.jsonl), else 0."""
+    """Print a finished run's scores; the exit code: 1 when unreadable images were skipped in training or in its
+    final evaluation (the run finished without them, named in metrics.jsonl), else 0."""
     for split in ("dev", "test"):
         if split in res:
             r = res[split]
             top5 = f", top-5 {100 * r['top5']:.2f}%" if "top5" in r else ""
             what = f", colour of {int(r['patches'])} masked patches" if "patches" in r else ""
             print(f"{split} ({int(r['n'])} images{what}): top-1 {100 * r['top1']:.2f}%{top5}")
-    if res.get("skipped_images"):
-        print(f"skipped {res['skipped_images']} unreadable images (named in metrics.jsonl)")
+    from vitkit.train.run import skipped_images
+
+    skipped = skipped_images(res)
+    if skipped:
+        print(f"skipped {skipped} unreadable images (named in metrics.jsonl)")
     if "model_dir" in res:
         print(f"trained {res['steps']} steps in {res['train_s']:.1f}s; model: {res['model_dir']}, curves: {res['curves']}")
-    return 1 if res.get("skipped_images") else 0
+    return 1 if skipped else 0

@@ -9,7 +9,16 @@ import argparse
 import json
 from pathlib import Path
 
-from vitkit.utils.options import IMG_SIZE_METAVAR, TORCH_PRECISIONS, img_sizes_arg, precision_list_arg
+from vitkit.utils.options import (
+    IMG_SIZE_METAVAR,
+    MERGE_ROWS_HELP,
+    MERGE_ROWS_METAVAR,
+    TORCH_PRECISIONS,
+    img_sizes_arg,
+    merge_rows,
+    merge_rows_arg,
+    precision_list_arg,
+)
 
 HELP = "benchmark inference/training speed against HF and timm (table of ratios)"
 
@@ -40,8 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma list of {', '.join(TORCH_PRECISIONS)} (default fp32)")
     p.add_argument("--peers", type=_csv(), default=None, help="hf-sdpa,hf-eager,timm or 'none' (default all)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile(vitkit) (compiles once per case)")
-    p.add_argument("--merge", type=_csv(int), default=None,
-                   help="comma list of r: also time vitkit with token merging (ToMe), r tokens per block (inference)")
+    p.add_argument("--merge-rows", type=merge_rows_arg, default=None, metavar=MERGE_ROWS_METAVAR,
+                   help=MERGE_ROWS_HELP)
+    p.add_argument("--merge", type=merge_rows_arg, default=None, metavar=MERGE_ROWS_METAVAR,
+                   help="deprecated: --merge-rows")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per implementation before timing (default: 1)")
@@ -112,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeats=min(args.repeats, 3) if args.quick else args.repeats,
         compile=args.compile,
-        merge=tuple(args.merge or ()),
+        merge=merge_rows(args.merge_rows, args.merge),
         measure_memory=not args.no_memory,
     )
     info = machine_info(device)

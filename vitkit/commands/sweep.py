@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Exit code: 0 done, 1 done with unreadable images skipped (named, in each run's metrics.jsonl and here)."""
+    import sys
+
     from vitkit.train.run import run_sweep, test_accuracy
 
     cfg = prepare(args)
@@ -29,7 +32,14 @@ def run(args: argparse.Namespace) -> int:
         mark = "  <- chosen" if r["lr"] == res["best_lr"] else ""
         print(f"{r['lr']:>10g}  {100 * r['dev_top1']:8.2f}%{mark}")
     print(f"chosen on dev: lr {res['best_lr']:g} ({res['best_out']}); summary in {args.out}/sweep.json")
+    for r in res["runs"]:
+        if r["skipped_images"]:
+            print(f"skipped {r['skipped_images']} unreadable images in the lr {r['lr']:g} run (named in "
+                  f"{r['out']}/metrics.jsonl)", file=sys.stderr)
+    skipped: list[str] = []
     if args.test:
-        r = test_accuracy(res["best_out"], cfg)
+        r = test_accuracy(res["best_out"], cfg, skipped)
+        for msg in skipped:
+            print(f"skipped: {msg}", file=sys.stderr)
         print(f"test top-1 of the chosen run: {100 * r['top1']:.2f}%")
-    return 0
+    return 1 if res["skipped_images"] or skipped else 0

@@ -512,6 +512,8 @@ def finish_run(run: Run, train_s: float, final_test: bool = True) -> dict[str, A
             result[name] = res
             trainer.log({"step": trainer.step, "split": name, "final": True, **{f"eval_{k}": v for k, v in res.items()},
                          **({"eval_skipped_images": skipped} if skipped else {})})
+            if skipped:  # the run finished without them: counted for the exit code (1), named in metrics.jsonl
+                result["eval_skipped_images"] = result.get("eval_skipped_images", 0) + len(skipped)
         if run.save:
             from vitkit.formats import save_pretrained
 
@@ -543,18 +545,26 @@ def run_sweep(cfg: RunConfig, out: str | Path, lrs: list[float] | None = None, p
     for lr in lrs:
         res = run_experiment(cfg.updated({"optim.lr": lr}), out / f"lr_{lr:g}", progress=progress, final_test=False,
                              overwrite=overwrite)
-        runs.append({"lr": lr, "dev_top1": res["dev"]["top1"], "dev_loss": res["dev"]["loss"], "out": res["out"]})
+        runs.append({"lr": lr, "dev_top1": res["dev"]["top1"], "dev_loss": res["dev"]["loss"], "out": res["out"],
+                     "skipped_images": skipped_images(res)})
     best = max(runs, key=lambda r: (r["dev_top1"], -r["dev_loss"]))
-    summary = {"runs": runs, "best_lr": best["lr"], "best_dev_top1": best["dev_top1"], "best_out": best["out"]}
+    summary = {"runs": runs, "best_lr": best["lr"], "best_dev_top1": best["dev_top1"], "best_out": best["out"],
+               "skipped_images": max(r["skipped_images"] for r in runs)}  # each run reads the same files
     if dist.rank() == 0:
         atomic_write_text(out / "sweep.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 
-def test_accuracy(run_dir: str | Path, cfg: RunConfig) -> dict[str, float]:
-    """The test metrics of the model a run saved (`vitkit sweep --test` on the chosen run: once, after choosing)."""
+def skipped_images(res: dict[str, Any]) -> int:
+    """Unreadable images a finished run left out: of its training split and of its final dev / test evaluation."""
+    return int(res.get("skipped_images", 0)) + int(res.get("eval_skipped_images", 0))
+
+
+def test_accuracy(run_dir: str | Path, cfg: RunConfig, skipped: list[str] | None = None) -> dict[str, float]:
+    """The test metrics of the model a run saved (`vitkit sweep --test` on the chosen run: once, after choosing);
+    unreadable test images are left out and named in `skipped`."""
     from vitkit.formats import load_pretrained
 
     model = load_pretrained(Path(run_dir) / "model")
     test = match_channels(open_splits(cfg.data)["test"], model.config.in_chans, "test data")
-    return evaluate_loader(model, _eval_loader(test, model.preprocess, cfg.data))
+    return evaluate_loader(model, _eval_loader(test, model.preprocess, cfg.data), skipped=skipped)

@@ -156,6 +156,38 @@ def merge_arg(text: str) -> int | list[int]:
     return values[0] if len(values) == 1 else values
 
 
+# `vitkit bench` times several merging rates side by side: a list of rows, not one model's per-block schedule, so
+# it has its own name (its old spelling `bench --merge R1,R2` read like --merge's per-block list; deprecated)
+MERGE_ROWS_METAVAR = "R1,R2,..."
+MERGE_ROWS_HELP = ("also time vitkit with token merging (ToMe) at each R: one row per value, R tokens merged in every "
+                   "block (inference); --merge R elsewhere sets one model's merging")
+
+
+def merge_rows_arg(text: str) -> list[int]:
+    """argparse `type=` of bench's --merge-rows: a comma list of merge rates, one benchmark row each, each >= 1."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected R1,R2,... (one row per rate, tokens merged per block, >= 1), "
+                                         f"got {text!r}")
+    return values
+
+
+def merge_rows(rows: list[int] | None, old: list[int] | None) -> tuple[int, ...]:
+    """bench's rows of merge rates from --merge-rows, or from the deprecated `bench --merge` (said once, by name)."""
+    if old is None:
+        return tuple(rows or ())
+    spelled = ",".join(map(str, old))
+    if rows is not None and list(rows) != list(old):
+        raise ValueError(f"bench --merge {spelled} disagrees with --merge-rows {','.join(map(str, rows))}; "
+                         "--merge is deprecated in bench: keep --merge-rows")
+    warnings.warn(f"bench --merge {spelled} is deprecated (it times one row per rate, unlike --merge elsewhere): "
+                  f"write --merge-rows {spelled}", FutureWarning, stacklevel=2)
+    return tuple(old)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # loading hints: what a checkpoint's file may not record (`vitkit.formats.load_pretrained`'s keywords)
 
