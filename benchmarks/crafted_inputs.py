@@ -1,12 +1,16 @@
 """Crafted bad inputs through the command line, one subprocess each, and the verdict of each run: refused by name
 (exit 2, one error line), skipped and named (exit 1, a `skipped:` line), ran (exit 0), hung (killed at the timeout),
-or crashed (any other ending). Covers issue #39's classes: silently wrong answers, hangs and memory, data loss, errors.
+or crashed (any other ending). Covers issue #39's classes: silently wrong answers, hangs and memory, data loss,
+errors, the exit rule.
 
-    python benchmarks/crafted_inputs.py [--code PATH] [--timeout 60] [--markdown]
+    python benchmarks/crafted_inputs.py [--code PATH] [--timeout 60] [--memory 4096] [--markdown] [--json F]
 
-Cases run in this process by default (seconds in all); `--subprocess` runs each as `python -m vitkit` (`--code`: another
-checkout). To compare with the code before a fix, run this file with that checkout first on PYTHONPATH. Prints one
-line per case and the counts per verdict (BENCHMARKS.md "Crafted inputs").
+Each case runs as its own `python -m vitkit` process, under a timeout and an address-space limit (`ulimit -v`,
+--memory MiB; tighter where the issue measured a peak), with $HOME pointed at an empty folder that must stay empty;
+`--in-process` runs them in this process instead (seconds in all, no memory bound). `--code`: another checkout (to
+compare with the code before a fix). A case whose output must also say something (the EMA copy it took, the capped
+workers) is *unsaid* without it; a user file changed is *data lost*; a blow-up under the limit is *memory*. Prints one
+line per case and the counts per verdict (BENCHMARKS.md "Round 3").
 """
 
 from __future__ import annotations
@@ -245,6 +249,235 @@ def c_weightless(d: Path) -> list[str]:
     return ["predict", str(_png(d / "x.png")), "--model", str(m)]
 
 
+
+# -- round 3, second pass (the issue's list walked item by item on the fixed code) ------------------------------
+
+TINY_RUN = ["--no-progress", "--set", "model.width=16", "--set", "model.depth=1", "--set", "model.num_heads=2",
+            "--set", "model.mlp_dim=32", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1",
+            "--set", "train.batch_size=8", "--set", "train.tensorboard=false", "--set", "data.num_workers=0"]
+
+
+def _folder(root: Path, classes: tuple[str, ...], n: int = 8, shape: tuple[int, int] = (12, 12)) -> Path:
+    for c in classes:
+        for i in range(n):
+            path = root / c / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full(shape, 20 * i + 60 * classes.index(c), np.uint8)).save(path)
+    return root
+
+
+def _folder_data(root: Path) -> list[str]:
+    return ["--set", "data.name=\"folder\"", "--set", f"data.path=\"{root}\"", "--set", "data.holdout=0.25",
+            "--set", "data.dev_fraction=0"]
+
+
+def c_one_class_train(d: Path) -> list[str]:
+    return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN,
+            *_folder_data(_folder(d / "data", ("cat",)))]
+
+
+def c_one_class_finetune(d: Path) -> list[str]:
+    return ["finetune", "--model", str(_model(d / "m")), "--data", str(_folder(d / "data", ("cat",))), "--out",
+            str(d / "run"), "--steps", "2", "--no-progress"]
+
+
+def c_seeds0(d: Path) -> list[str]:
+    return ["fewshot", "--model", str(_gray(d / "m")), "--seeds", "0"]
+
+
+def c_resample_str(d: Path) -> list[str]:
+    m = _model(d / "hf", "hf")
+    p = m / "preprocessor_config.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "resample": "bilinear"}))
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_size_list(d: Path) -> list[str]:  # transformers' get_size_dict reads [h, w]: so does vitkit
+    m = _model(d / "hf", "hf")
+    p = m / "preprocessor_config.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "size": [32, 32]}))
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_shortest_edge_0(d: Path) -> list[str]:
+    m = _model(d / "hf", "hf")
+    p = m / "preprocessor_config.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "size": {"shortest_edge": 0}}))
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_hf_size_disagrees(d: Path) -> list[str]:
+    m = _model(d / "hf", "hf")
+    doc = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**doc, "image_size": 64}))  # the weights hold a 4x4 grid of 32 px
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_heads_two(d: Path) -> list[str]:
+    m = _model(d / "hf", "hf")
+    doc = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**doc, "num_attention_heads": "two"}))
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_deep_config(d: Path) -> list[str]:
+    m = _model(d / "hf", "hf")
+    doc = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps(doc)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_ema_pth(d: Path) -> list[str]:
+    f = _model(d / "m.safetensors", "timm")
+    state = load_file(f)
+    torch.save({"state_dict": {k: v + 1 for k, v in state.items()}, "state_dict_ema": state}, d / "m.pth")
+    return ["predict", str(_png(d / "x.png")), "--model", str(d / "m.pth"), "--num-heads", "2"]
+
+
+def c_bare_timm(d: Path) -> list[str]:
+    return ["convert", str(_model(d / "m")), str(d / "t.safetensors"), "--to", "timm"]
+
+
+def c_img_size_huge(d: Path) -> list[str]:
+    return ["convert", str(_model(d / "m")), str(d / "out"), "--to", "vitkit", "--img-size", "65536"]
+
+
+def c_classes_huge(d: Path) -> list[str]:
+    return ["convert", str(_model(d / "m")), str(d / "out"), "--to", "vitkit", "--num-classes", "1000000000"]
+
+
+def c_width_huge(d: Path) -> list[str]:
+    return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN, "--set",
+            "model.width=1000000"]
+
+
+def c_workers_200(d: Path) -> list[str]:
+    return ["eval", "--model", str(_gray(d / "m")), "--data", "digits", "--workers", "200"]
+
+
+def c_tall_png_eval(d: Path) -> list[str]:
+    import vitkit
+    from vitkit.models.preprocess import PreprocessConfig
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=224, patch_size=16,
+                            num_classes=2)
+    m.preprocess = PreprocessConfig(img_size=(224, 224), crop_pct=0.875, labels=["a", "b"])
+    vitkit.save_pretrained(m, d / "m")
+    data = _folder(d / "data", ("a", "b"), n=2)
+    _png(data / "b" / "tall.png", (1_000_000, 1))
+    return ["eval", "--model", str(d / "m"), "--data", str(data)]
+
+
+def c_deep_png(d: Path) -> list[str]:  # 16-bit grey 9400^2, under the pixel limit: 2.2 GB before
+    side = 9400
+    a = np.tile((np.arange(side, dtype=np.uint32) * 7 % 65536).astype(np.uint16), (side, 1))
+    Image.fromarray(a).save(d / "deep.png", compress_level=1)
+    return ["predict", str(d / "deep.png"), "--model", str(_model(d / "m")), "--runtime", "torch"]
+
+
+def c_pack_backup(d: Path) -> list[str]:
+    (d / "out").mkdir()
+    (d / "out" / "backup.tar").write_bytes(b"mine")
+    for i in range(4):
+        _png(d / "src" / f"c{i % 2}" / f"{i}.png")
+    return ["data", "pack", str(d / "src"), str(d / "out"), "--overwrite", "--no-progress"]
+
+
+def c_export_shipped_onnx(d: Path) -> list[str]:
+    m = _model(d / "m")
+    (m / "model.onnx").write_bytes(b"mine")
+    return ["export", str(m), "--no-check"]
+
+
+def c_inspect_out_file(d: Path) -> list[str]:
+    (d / "notes.txt").write_text("mine")
+    return ["inspect", "--model", str(_model(d / "m")), "--images", str(_png(d / "x.png")), "--out",
+            str(d / "notes.txt"), "--no-progress"]
+
+
+def c_export_out_folder(d: Path) -> list[str]:
+    (d / "figs").mkdir()
+    (d / "figs" / "mine.txt").write_text("mine")
+    return ["export", str(_model(d / "m")), "--out", str(d / "figs"), "--no-check"]
+
+
+def c_embed_out_folder(d: Path) -> list[str]:
+    (d / "figs").mkdir()
+    (d / "figs" / "mine.txt").write_text("mine")
+    return ["embed", str(_png(d / "x.png")), "--model", str(_model(d / "m")), "-o", str(d / "figs")]
+
+
+def c_openvino_home(d: Path) -> list[str]:  # the run's $HOME is checked after every case (nothing may appear)
+    return ["predict", str(_png(d / "x.png")), "--model", str(_model(d / "m")), "--runtime", "auto"]
+
+
+def c_resume_fifo(d: Path) -> list[str]:
+    import contextlib
+    import io
+
+    from vitkit.cli import main as cli
+
+    args = ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        cli(args)  # a finished 2-step run, resumed below for 4 steps
+    (d / "run" / "metrics.jsonl").unlink()
+    os.mkfifo(d / "run" / "metrics.jsonl")
+    return args + ["--set", "schedule.steps=4", "--resume", "--force"]
+
+
+def c_proc_mem(d: Path) -> list[str]:
+    return ["predict", "/proc/self/mem", str(_png(d / "x.png")), "--model", str(_model(d / "m"))]
+
+
+def c_utf16_recipe(d: Path) -> list[str]:
+    (d / "r.toml").write_text('description = "x"\n[schedule]\nsteps = 2\n', encoding="utf-16")
+    return ["train", "--config", str(d / "r.toml"), "--out", str(d / "run"), "--no-progress"]
+
+
+def c_binary_list(d: Path) -> list[str]:
+    (d / "list.txt").write_bytes(bytes(range(256)) * 4)
+    return ["eval", "--model", str(_model(d / "m")), "--data", str(d / "list.txt")]
+
+
+def c_skimage(d: Path) -> list[str]:
+    return ["inspect", "--model", str(_model(d / "m")), "--images", "skimage:download_all", "--out",
+            str(d / "figs"), "--no-progress"]
+
+
+def c_typo(d: Path) -> list[str]:
+    return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN[:-2],
+            "--set", "model.name=\"vit_base_patch16_2244\""]
+
+
+def c_opset(d: Path) -> list[str]:
+    return ["export", str(_model(d / "m")), "--out", str(d / "m.onnx"), "--opset", "99"]
+
+
+def c_batch0(d: Path) -> list[str]:
+    return ["export", str(_model(d / "m")), "--out", str(d / "m.onnx"), "--batch", "0"]
+
+
+def c_bad_choice(d: Path) -> list[str]:
+    return ["predict", str(_png(d / "x.png")), "--model", str(_model(d / "m")), "--runtime", "fast"]
+
+
+def c_readme_finetune(d: Path) -> list[str]:  # README: batch 512 on 12 images shrinks, workers follow the cores
+    return ["finetune", "--model", str(_model(d / "m")), "--data", str(_folder(d / "data", ("a", "b"), n=6)),
+            "--img-size", "32", "--num-classes", "2", "--steps", "2", "--out", str(d / "run"), "--no-progress"]
+
+
+def c_sweep_skips(d: Path) -> list[str]:
+    data = _folder(d / "data", ("a", "b"))
+    (data / "b" / "zz_broken.png").write_bytes(b"\x89PNG broken")
+    return ["sweep", "--config", "digits_pretrain", "--lrs", "0.01", "--out", str(d / "sw"), *TINY_RUN,
+            *_folder_data(data)[:-2], "--set", "data.dev_fraction=0.25"]
+
+
+def c_bench_merge(d: Path) -> list[str]:
+    return ["bench", "--models", "vit_ti16", "--img-size", "32", "--batch", "1", "--repeats", "1", "--warmup", "0",
+            "--peers", "none", "--no-memory", "--merge", "2"]
+
+
 CASES: list[Case] = [
     ("int32 tensor, HF folder", "silently wrong", c_int_hf, "refused"),
     ("bool tensor, bare timm .safetensors", "silently wrong", c_bool_timm, "refused"),
@@ -272,7 +505,53 @@ CASES: list[Case] = [
     ("layer_norm_eps: \"tiny\"", "errors", c_string_number, "refused"),
     ("HF folder without weights", "errors", c_weightless, "refused"),
     ("sharded HF save", "held checkpoints", c_sharded_hf, "ran"),
+    # second pass: the rest of the issue's list
+    ("one-class folder, train", "silently wrong", c_one_class_train, "refused"),
+    ("one-class folder, finetune", "silently wrong", c_one_class_finetune, "refused"),
+    ("fewshot --seeds 0", "silently wrong", c_seeds0, "refused"),
+    ("preprocessor resample \"bilinear\"", "silently wrong", c_resample_str, "refused"),
+    ("preprocessor size [32, 32]", "silently wrong", c_size_list, "ran"),
+    ("config.json image_size 64 on 32-px weights", "silently wrong", c_hf_size_disagrees, "refused"),
+    ("timm .pth with state_dict_ema", "silently wrong", c_ema_pth, "ran"),
+    ("convert --to timm bare .safetensors", "silently wrong", c_bare_timm, "ran"),
+    ("convert --img-size 65536", "hangs and memory", c_img_size_huge, "refused"),
+    ("convert --num-classes 10^9", "hangs and memory", c_classes_huge, "refused"),
+    ("recipe model.width = 10^6", "hangs and memory", c_width_huge, "refused"),
+    ("eval --workers 200", "hangs and memory", c_workers_200, "ran"),
+    ("1x10^6 PNG in eval, centre-crop model", "hangs and memory", c_tall_png_eval, "skipped"),
+    ("16-bit 9400^2 PNG, predict", "hangs and memory", c_deep_png, "ran"),
+    ("config.json nested 10^5 deep", "hangs and memory", c_deep_config, "refused"),
+    ("train --resume, FIFO metrics.jsonl", "hangs and memory", c_resume_fifo, "refused"),
+    ("data pack --overwrite beside backup.tar", "data loss", c_pack_backup, "ran"),
+    ("export onto a shipped model.onnx", "data loss", c_export_shipped_onnx, "refused"),
+    ("inspect --out a file", "data loss", c_inspect_out_file, "refused"),
+    ("predict --runtime auto ($HOME untouched)", "data loss", c_openvino_home, "ran"),
+    ("num_attention_heads: \"two\"", "errors", c_heads_two, "refused"),
+    ("preprocessor shortest_edge 0", "errors", c_shortest_edge_0, "refused"),
+    ("/proc/self/mem as an image", "errors", c_proc_mem, "skipped"),
+    ("UTF-16 recipe", "errors", c_utf16_recipe, "refused"),
+    ("binary list file", "errors", c_binary_list, "refused"),
+    ("export --out a folder", "errors", c_export_out_folder, "refused"),
+    ("embed -o a folder", "errors", c_embed_out_folder, "refused"),
+    ("skimage:download_all", "errors", c_skimage, "refused"),
+    ("model name vit_base_patch16_2244", "errors", c_typo, "refused"),
+    ("export --opset 99", "errors", c_opset, "refused"),
+    ("export --batch 0", "errors", c_batch0, "refused"),
+    ("predict --runtime fast", "errors", c_bad_choice, "refused"),
+    ("README finetune on 12 images", "exit rule and docs", c_readme_finetune, "ran"),
+    ("sweep over a folder with a broken image", "exit rule and docs", c_sweep_skips, "skipped"),
+    ("bench --merge 2 (deprecated spelling)", "exit rule and docs", c_bench_merge, "ran"),
 ]
+
+# what a case's output must also say (the answer is right only if it is said)
+SAYS = {"timm .pth with state_dict_ema": "state_dict_ema", "convert --to timm bare .safetensors": "metadata",
+        "eval --workers 200": "200 data-loading workers asked for on", "bench --merge 2 (deprecated spelling)": "write --merge-rows 2",
+        "1x10^6 PNG in eval, centre-crop model": "tall.png", "train --resume, FIFO metrics.jsonl": "metrics.jsonl",
+        "/proc/self/mem as an image": "/proc/self/mem", "UTF-16 recipe": "r.toml", "binary list file": "list.txt"}
+# what may appear under $HOME: matplotlib's font cache (any program that draws a figure writes it)
+HOME_ALLOWED = (".cache/matplotlib", ".config/matplotlib")
+# address-space limit of a case's process (MiB), tighter than --memory where the issue measured a peak
+MEMORY = {"16-bit 9400^2 PNG, predict": 2560}
 
 
 def _in_process(argv: list[str], timeout: float, cwd: Path) -> subprocess.CompletedProcess | None:
@@ -297,6 +576,8 @@ def _in_process(argv: list[str], timeout: float, cwd: Path) -> subprocess.Comple
                 rc = cli(argv)
             except TimeoutError:
                 return None
+            except SystemExit as e:  # argparse's refusal (a process would exit with it)
+                rc = e.code if isinstance(e.code, int) else 2
             except BaseException as e:  # noqa: BLE001 - a crash is a verdict here
                 print(f"crash: {type(e).__name__}: {e}", file=sys.stderr)
                 rc = 3
@@ -311,53 +592,88 @@ def verdict(r: subprocess.CompletedProcess | None) -> str:
     if r is None:
         return "hung"
     errors = [ln for ln in r.stderr.splitlines() if " error: " in ln]
+    if any(m in r.stderr for m in ("MemoryError", "can't allocate memory", "Cannot allocate memory", "bad_alloc")) \
+            or r.returncode in (-9, 137):
+        return "memory"
     if r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr:
         return "refused"
-    if r.returncode == 1 and "skipped:" in r.stderr and "own failure" not in r.stderr:
+    if r.returncode == 1 and "skipped" in r.stderr + r.stdout and "own failure" not in r.stderr:
         return "skipped"
     if r.returncode == 0:
         return "ran"
     return "crashed"
 
 
+USER_FILES = ("notes.txt", "notes.onnx", "mine.txt", "backup.tar", "model.onnx")  # written b"mine" by the cases
+
+
+def kept(d: Path) -> bool:
+    """Every user file a case planted still holds b"mine"."""
+    return all(p.read_bytes() == b"mine" for p in d.rglob("*")
+               if p.name in USER_FILES and p.is_file() and not p.is_symlink())
+
+
+def _limit_memory(mib: int) -> Callable[[], None]:
+    def set_limit() -> None:  # `ulimit -v` of the case's process: a blow-up fails there, not on the machine
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (mib << 20, mib << 20))
+    return set_limit
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--code", default=None, help="with --subprocess: a vitkit checkout to run instead of this one "
-                    "(in-process, put it first on PYTHONPATH instead)")
-    ap.add_argument("--subprocess", action="store_true", help="one `python -m vitkit` process a case (~3 s each)")
+    ap.add_argument("--code", default=None, help="a vitkit checkout to run instead of this one")
+    ap.add_argument("--in-process", action="store_true", help="run the cases in this process (seconds in all, no "
+                    "memory limit); default: one `python -m vitkit` process a case (~3 s each) under --memory")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
+    ap.add_argument("--memory", type=int, default=4096, help="address-space limit of each case's process, MiB "
+                    "(`ulimit -v`; default 4096)")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
     ap.add_argument("--only", nargs="+", default=None, help="run only these classes (e.g. 'silently wrong')")
+    ap.add_argument("--names", nargs="+", default=None, help="run only the cases whose name holds one of these")
+    ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON")
     args = ap.parse_args()
     here = str(Path(__file__).resolve().parent.parent)
     code = str(Path(args.code).resolve()) if args.code else here
-    env = {**os.environ, "PYTHONPATH": code, "HOME": tempfile.mkdtemp(prefix="vitkit-home-")}
+    home = Path(tempfile.mkdtemp(prefix="vitkit-home-"))
+    env = {**os.environ, "PYTHONPATH": code, "HOME": str(home)}
     rows, counts = [], Counter()
     for name, group, build, want in CASES:
-        if args.only and group not in args.only:
+        if (args.only and group not in args.only) or (args.names and not any(n in name for n in args.names)):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             argv = build(d)
             t0 = time.perf_counter()
-            if args.subprocess:
+            if not args.in_process:
                 try:
                     r = subprocess.run([sys.executable, "-m", "vitkit", *argv], capture_output=True, text=True,
-                                       timeout=args.timeout, env=env, cwd=d)
+                                       timeout=args.timeout, env=env, cwd=d,
+                                       preexec_fn=_limit_memory(MEMORY.get(name, args.memory)))
                 except subprocess.TimeoutExpired:
                     r = None
             else:
                 r = _in_process(argv, args.timeout, d)
             v, took = verdict(r), time.perf_counter() - t0
-            kept = all(p.read_bytes() == b"mine" for p in d.rglob("*") if p.name in ("notes.txt", "notes.onnx",
-                                                                                     "mine.txt"))
-            if not kept:
+            if v == want and name in SAYS and SAYS[name] not in (r.stdout + r.stderr):
+                v = "unsaid"  # the right ending without the words that make it right
+            if not kept(d):
                 v = "data lost"
+            written = [str(p.relative_to(home)) for p in home.rglob("*") if p.is_file() or not any(p.iterdir())]
+            if any(not w.startswith(HOME_ALLOWED) for w in written):
+                v = "wrote $HOME"
+                print(f"    under $HOME: {written}")
+                for p in home.iterdir():  # (the next case starts clean)
+                    subprocess.run(["rm", "-rf", str(p)], check=False)
         counts[v] += 1
-        line = ([ln for ln in (r.stderr if r else "").splitlines() if "error:" in ln or "skipped:" in ln] or [""])[0]
+        line = ([ln for ln in (r.stderr if r else "").splitlines() if "error:" in ln or "skipped" in ln] or [""])[0]
         rows.append((group, name, want, v, took, line[:150]))
         print(f"{'ok ' if v == want else 'BAD'} {group:17s} {name:40s} {v:9s} {took:5.1f}s  {line[:110]}", flush=True)
     print(f"verdicts: {dict(counts)}; as wanted: {sum(r[2] == r[3] for r in rows)}/{len(rows)}")
+    if args.json:
+        args.json.write_text(json.dumps([dict(zip(("class", "input", "wanted", "verdict", "seconds", "line"), r))
+                                         for r in rows], indent=1) + "\n")
     if args.markdown:
         print("\n| class | input | wanted | verdict |\n|---|---|---|---|")
         for group, name, want, v, _, _ in rows:

@@ -66,7 +66,28 @@ def test_the_crafted_input_script_gives_its_cases_their_verdicts(tmp_path: Path)
         if group in ("data loss", "errors", "held checkpoints"):
             d = tmp_path / str(i)
             d.mkdir()
-            got = mod.verdict(mod._in_process(build(d), 30, d))
-            assert got == want, (name, got)
-            assert all(p.read_bytes() == b"mine" for p in d.rglob("*") if p.name in ("notes.txt", "notes.onnx",
-                                                                                       "mine.txt")), name
+            r = mod._in_process(build(d), 30, d)
+            got = mod.verdict(r)
+            assert got == want, (name, got, r.stderr[-500:])
+            assert mod.SAYS.get(name, "") in r.stdout + r.stderr, name
+            assert mod.kept(d), name
+
+
+def test_binary_and_utf16_recipes_and_list_files_are_named(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A codec error names the file and says what it looks like (before: "'utf-8' codec can't decode byte 0xff in
+    position 0", no file); /proc/self/mem among images is skipped and named (before: "error: Input/output error",
+    exit 2, no file)."""
+    from tests.inputs import png_file
+
+    (tmp_path / "r.toml").write_text('description = "x"\n', encoding="utf-16")
+    assert main(["train", "--config", str(tmp_path / "r.toml"), "--no-progress"]) == 2
+    assert f"{tmp_path / 'r.toml'}: the recipe is not UTF-8 text: byte 0xff at offset 0 (it looks like UTF-16: " \
+        "save it as UTF-8)" in capsys.readouterr().err
+    model = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
+    (tmp_path / "list.txt").write_bytes(b"a.png 0\n" + bytes(range(128, 256)))
+    assert main(["eval", "--model", str(model), "--data", str(tmp_path / "list.txt")]) == 2
+    assert f"{tmp_path / 'list.txt'}: the list file is not UTF-8 text: byte 0x80 at offset 8" in capsys.readouterr().err
+    good = png_file(tmp_path / "x.png", 200, (8, 8))
+    assert main(["predict", "/proc/self/mem", str(good), "--model", str(model)]) == 1
+    out = capsys.readouterr()
+    assert "skipped: cannot read image /proc/self/mem: Input/output error" in out.err and str(good) in out.out

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from vitkit.data.base import FileDataset, class_names
-from vitkit.utils.files import inside
+from vitkit.utils.files import inside, read_text_file
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -73,7 +73,7 @@ def list_file(
     if not path.is_file():
         raise FileNotFoundError(f"no list file at {path}")
     rows: list[tuple[str, str]] = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text_file(path, "list file").splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue

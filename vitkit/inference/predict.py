@@ -22,6 +22,7 @@ from vitkit.data.folders import IMAGE_EXTENSIONS, check_inside
 from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.atomic import atomic_path
+from vitkit.utils.files import read_text_file
 
 LIST_SUFFIXES = (".txt", ".lst")
 OUTPUT_SUFFIXES = (".csv", ".jsonl")
@@ -41,7 +42,7 @@ def expand_inputs(items: list[str]) -> list[str]:
                 raise ValueError(f"{p}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in this folder")
             out += found
         elif p.is_file() and p.suffix.lower() in LIST_SUFFIXES:
-            for line in p.read_text().splitlines():
+            for line in read_text_file(p, "list file").splitlines():
                 line = line.strip()
                 if line and not line.startswith("#"):
                     f = Path(line.split()[0])

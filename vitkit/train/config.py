@@ -40,6 +40,7 @@ from vitkit.models.vit import ViTConfig
 from vitkit.train.distill import KINDS
 from vitkit.train.optim import SCHEDULES
 from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
+from vitkit.utils.files import read_text_file
 from vitkit.utils.options import TRAIN_PRECISION, TRAIN_PRECISIONS, parse_img_size
 from vitkit.utils.recipe import RecipeSection, closest, key
 
@@ -419,7 +420,7 @@ def recipe_names() -> list[str]:
 def _read_toml(ref: str) -> tuple[dict[str, Any], str]:
     p = Path(ref)
     if p.is_file():
-        text, where = p.read_text(), str(p)
+        text, where = read_text_file(p, "recipe", 16 << 20), str(p)
     else:
         name = p.name[:-5] if p.name.endswith(".toml") else p.name
         res = resources.files("vitkit").joinpath(RECIPE_DIR, f"{name}.toml")

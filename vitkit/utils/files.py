@@ -38,6 +38,8 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = 
             raise ValueError(f"cannot read {what} {path}: {st.st_size:,} bytes is over the limit of {max_bytes:,}")
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(max_bytes + 1)
+    except OSError as e:  # a file that will not be read (/proc/self/mem: EIO), named like any other unreadable file
+        raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from e
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # grew while being read
@@ -107,6 +109,19 @@ class FolderLock:
 
 
 MAX_JSON_BYTES = 64 << 20
+MAX_TEXT_BYTES = 1 << 30  # a list file of ImageNet's 1.28M training images is ~80 MB
+
+
+def read_text_file(path: str | os.PathLike[str], what: str = "text file", max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most `max_bytes` (a recipe, a list file); a ValueError naming the
+    file when it is not one, or not UTF-8 text (a binary file, a UTF-16 one), instead of a bare codec error."""
+    data = read_regular_file(path, max_bytes, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        hint = " (it looks like UTF-16: save it as UTF-8)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise ValueError(f"{path}: the {what} is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}"
+                         f"{hint}") from None
 
 
 def read_json(path: str | os.PathLike[str], what: str = "JSON file", max_bytes: int = MAX_JSON_BYTES) -> Any:
