@@ -139,3 +139,18 @@ def test_batches_are_pinned_for_a_gpu(monkeypatch) -> None:  # noqa: ANN001
     batches = list(loader.iterate(0, 3))
     assert len(batches) == 3 and pinned == [(16, 1, 16, 16), (16,)] * 3
     assert not StepLoader(train, 16, EvalTransform(digits_model().preprocess)).pin_memory
+
+
+def test_a_reader_notices_a_pack_rewritten_under_it(tmp_path: Path) -> None:
+    """A shard data set indexed before a re-pack never pairs its old labels with the new file's images: a shard
+    already open keeps reading the file it indexed; one opened after the re-pack is refused by name (before: the old
+    offsets were read in the new file, (old label, new image) pairs)."""
+    train, _ = load_digits_split()
+    pack(train, tmp_path / "p", "train", shard_size=100, indices=range(200))
+    ds = ShardDataset(str(tmp_path / "p" / "train-{000000..000001}.tar"), channels=1)
+    first, label = ds.get(0)  # shard 0 opened now, shard 1 not yet
+    pack(train, tmp_path / "p", "train", shard_size=100, indices=range(200, 400))  # the same names, other samples
+    again, label_again = ds.get(0)
+    assert torch.equal(first, again) and label == label_again  # the open file is the one indexed
+    with pytest.raises(ValueError, match=r"train-000001.tar: the shard changed since its samples were indexed"):
+        ds.get(150)

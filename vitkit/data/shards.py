@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import io
 import json
+import os
 import re
 import tarfile
 from collections.abc import Iterable
@@ -123,6 +124,12 @@ def _split_key(name: str) -> tuple[str, str]:
     return (f"{head}/{stem}" if head else stem), (dot + ext).lower()
 
 
+def _identity(f: Any) -> tuple[int, ...]:
+    """What tells one shard file from another at the same path (a re-pack writes a new file and renames it over)."""
+    st = os.fstat(f.fileno())
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 class ShardDataset:
     """The samples of one or more tar shards as a data set (the interface of vitkit.data.base)."""
 
@@ -131,13 +138,15 @@ class ShardDataset:
         self.shards = expand_pattern(pattern)
         self.channels, self.max_pixels = channels, max_pixels
         entries: list[tuple[int, int, int, str]] = []  # (shard, offset, size, member name)
+        identities: list[tuple[int, ...]] = []  # each shard file as indexed (`_identity`)
         labels: list[int] = []
         max_image = max_file_bytes(max_image_pixels(max_pixels))
         for si, shard in enumerate(self.shards):
             samples: dict[str, dict[str, Any]] = {}
             check_tar_headers(shard)  # before tarfile parses anything: bounded headers, no sparse, not cut short
             try:
-                with tarfile.open(shard, "r:") as tar:  # uncompressed tar: members can be read by offset
+                with open(shard, "rb") as fh, tarfile.open(fileobj=fh, mode="r:") as tar:  # read by offset later
+                    identities.append(_identity(fh))
                     for info in tar:
                         if not info.isfile():
                             continue
@@ -165,7 +174,7 @@ class ShardDataset:
                 entries.append((si, off, size, name))
         if not entries:
             raise ValueError(f"no image samples in the shards of {pattern!r}")
-        self.entries, self.labels = entries, np.asarray(labels, dtype=np.int64)
+        self.entries, self.labels, self.identities = entries, np.asarray(labels, dtype=np.int64), identities
         names = classes if classes is not None else _read_classes(self.shards[0].parent)
         self.named = names is not None  # else an assumption, stated (never silent)
         self.classes = class_names(names, self.labels, str(self.shards[0].parent / CLASSES_FILE),
@@ -205,7 +214,13 @@ class ShardDataset:
         si, off, size, _ = self.entries[i]
         f = self._files.get(si)
         if f is None:
-            f = self._files[si] = open(self.shards[si], "rb")  # noqa: SIM115 - kept open for the next reads
+            f = open(self.shards[si], "rb")  # noqa: SIM115 - kept open for the next reads
+            if _identity(f) != self.identities[si]:  # offsets and labels were read from another file
+                f.close()
+                raise ValueError(f"{self.shards[si]}: the shard changed since its samples were indexed (re-packed or "
+                                 "rewritten while being read); its labels would not match its images: open the data "
+                                 "again")
+            self._files[si] = f  # an open file keeps reading the file indexed, even if it is replaced later
         f.seek(off)
         return f.read(size)
 
