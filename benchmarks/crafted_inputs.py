@@ -439,6 +439,11 @@ def c_binary_list(d: Path) -> list[str]:
     return ["eval", "--model", str(_model(d / "m")), "--data", str(d / "list.txt")]
 
 
+def c_convert_onto_folder(d: Path) -> list[str]:
+    (d / "t.safetensors").mkdir()
+    return ["convert", str(_model(d / "m")), str(d / "t.safetensors"), "--to", "timm"]
+
+
 def c_skimage(d: Path) -> list[str]:
     return ["inspect", "--model", str(_model(d / "m")), "--images", "skimage:download_all", "--out",
             str(d / "figs"), "--no-progress"]
@@ -533,6 +538,7 @@ CASES: list[Case] = [
     ("binary list file", "errors", c_binary_list, "refused"),
     ("export --out a folder", "errors", c_export_out_folder, "refused"),
     ("embed -o a folder", "errors", c_embed_out_folder, "refused"),
+    ("convert --to timm onto a folder", "errors", c_convert_onto_folder, "refused"),
     ("skimage:download_all", "errors", c_skimage, "refused"),
     ("model name vit_base_patch16_2244", "errors", c_typo, "refused"),
     ("export --opset 99", "errors", c_opset, "refused"),
@@ -547,7 +553,8 @@ CASES: list[Case] = [
 SAYS = {"timm .pth with state_dict_ema": "state_dict_ema", "convert --to timm bare .safetensors": "metadata",
         "eval --workers 200": "200 data-loading workers asked for on", "bench --merge 2 (deprecated spelling)": "write --merge-rows 2",
         "1x10^6 PNG in eval, centre-crop model": "tall.png", "train --resume, FIFO metrics.jsonl": "metrics.jsonl",
-        "/proc/self/mem as an image": "/proc/self/mem", "UTF-16 recipe": "r.toml", "binary list file": "list.txt"}
+        "/proc/self/mem as an image": "/proc/self/mem", "UTF-16 recipe": "r.toml", "binary list file": "list.txt",
+        "convert --to timm onto a folder": "t.safetensors: is a folder"}
 # what may appear under $HOME: matplotlib's font cache (any program that draws a figure writes it)
 HOME_ALLOWED = (".cache/matplotlib", ".config/matplotlib")
 # address-space limit of a case's process (MiB), tighter than --memory where the issue measured a peak

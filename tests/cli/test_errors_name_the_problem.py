@@ -91,3 +91,14 @@ def test_binary_and_utf16_recipes_and_list_files_are_named(tmp_path: Path, capsy
     assert main(["predict", "/proc/self/mem", str(good), "--model", str(model)]) == 1
     out = capsys.readouterr()
     assert "skipped: cannot read image /proc/self/mem: Input/output error" in out.err and str(good) in out.out
+
+
+def test_a_folder_where_a_file_goes_is_named_not_the_temporary_file(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Before: "error: /x/.m.safetensors.4szqbp_u.tmp: is a folder, a file was expected" (vitkit's temp file)."""
+    model = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
+    (tmp_path / "t.safetensors").mkdir()
+    capsys.readouterr()
+    assert main(["convert", str(model), str(tmp_path / "t.safetensors"), "--to", "timm"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 't.safetensors'}: is a folder, a file was expected" in err and ".tmp" not in err
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())

@@ -42,6 +42,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     A crash at any point leaves either the old file or the new one, never a torn file.
     """
     target = Path(path)
+    if target.is_dir():  # named before anything is written (the rename would name the temporary file instead)
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
     os.close(fd)
