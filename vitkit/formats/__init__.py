@@ -10,6 +10,7 @@ families/, whose `__init__.py` is their registry: a new family is added there, n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,16 @@ from vitkit.formats.bit import is_bit_npz, load_bit_npz
 from vitkit.formats.hf import HF_MODEL_TYPES, is_hf_dir, load_hf, save_hf
 from vitkit.formats.native import is_native_dir, load_native, save_native
 from vitkit.formats.npz import is_npz, load_npz, save_npz
+from vitkit.formats.sharded import is_weights_file
 from vitkit.formats.timm import is_timm, load_timm, save_timm
+from vitkit.models.hub_api import set_checkpoint_io
 from vitkit.models.resnet import ResNetV2
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.files import read_json
 
 Detector = Callable[[Path], bool]
 Loader = Callable[[Path, dict[str, Any]], nn.Module]
-Saver = Callable[[VisionTransformer, Path], Path]
+Saver = Callable[..., Path]  # (model, out, **options: max_shard_size for the vitkit and hf formats)
 Model = VisionTransformer | ResNetV2
 
 LOADERS: list[tuple[str, Detector, Loader]] = [
@@ -38,6 +41,7 @@ LOADERS: list[tuple[str, Detector, Loader]] = [
     ("timm", is_timm, load_timm),
 ]
 SAVERS: dict[str, Saver] = {"vitkit": save_native, "hf": save_hf, "timm": save_timm, "npz": save_npz}
+SHARDED_FORMATS = ("vitkit", "hf")  # their savers take max_shard_size
 
 
 def detect_format(path: str | Path) -> str:
@@ -45,6 +49,10 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         old = interrupted_copy(p)
+        if old is None and re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", str(path)):  # "google/vit-base-patch16-224"
+            raise FileNotFoundError(f"no checkpoint at {p}, and vitkit downloads nothing: if {path} is a Hugging Face "
+                                    f"hub id, fetch the folder first (huggingface-cli download {path} --local-dir "
+                                    f"{p.name}) and load that folder")
         raise FileNotFoundError(f"no checkpoint at {p}" + (
             f" (a replace of it was interrupted: the old checkpoint is in {old}; the next write of {p.name} restores "
             "it, or rename it back)" if old else ""))
@@ -118,10 +126,12 @@ def adapt(model: Model, num_classes: int | None = None, img_size: int | tuple[in
     return model
 
 
-def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit") -> Path:
+def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit",
+                    max_shard_size: int | str | None = None) -> Path:
     """Write `model` in `format` at `out` and return the path written.
 
-    "vitkit" and "hf" write a folder; "npz" writes `out` if it ends in .npz, else `out/model.npz`
+    "vitkit" and "hf" write a folder, its weights sharded above `max_shard_size` as transformers does (default
+    transformers' 50GB; formats/sharded.py); "npz" writes `out` if it ends in .npz, else `out/model.npz`
     (released key names); "timm" writes `out` if it ends in .safetensors, else a timm hub folder.
     """
     if format not in SAVERS:
@@ -131,9 +141,12 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit") -
     if not isinstance(model, (VisionTransformer, ResNetV2)):
         raise ValueError(f"save_pretrained writes vitkit's ViTs and BiT ResNets, got {type(model).__name__}")
     out = Path(out)
+    if max_shard_size is not None and format not in SHARDED_FORMATS:
+        raise ValueError(f"max_shard_size: the {format} format is not written sharded (the vitkit and hf formats are)")
     if (format == "npz" and out.suffix == ".npz") or (format == "timm" and out.suffix == ".safetensors"):
         return SAVERS[format](model, out)  # one file, written atomically
-    return replace_folder(out, lambda tmp: SAVERS[format](model, tmp))
+    sizes = {"max_shard_size": max_shard_size} if max_shard_size is not None else {}
+    return replace_folder(out, lambda tmp: SAVERS[format](model, tmp, **sizes))
 
 
 # The files a checkpoint folder of any format holds: the only ones `replace_folder` may replace.
@@ -191,7 +204,7 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
 
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(20, "a checkpoint folder was to be written where a file is", str(out))
-    foreign = [f for f in out.iterdir() if f.name not in CHECKPOINT_FILES and not (
+    foreign = [f for f in out.iterdir() if f.name not in CHECKPOINT_FILES and not is_weights_file(f.name) and not (
         f.name.startswith(".") and f.name.endswith(".tmp"))] if out.is_dir() else []
     dirs = sorted(f.name for f in foreign if f.is_dir() and not f.is_symlink())
     if dirs:
@@ -224,3 +237,6 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
             if leftover.exists():
                 shutil.rmtree(leftover)
     return out / written.relative_to(tmp) if written != tmp else out
+
+
+set_checkpoint_io(load_pretrained, save_pretrained)  # Model.from_pretrained / model.save_pretrained call these

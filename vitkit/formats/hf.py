@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from vitkit.formats.common import (
     ACT_NAMES,
@@ -41,10 +40,11 @@ from vitkit.formats.common import (
 from vitkit.formats.families import HF_FAMILY_TYPES
 from vitkit.formats.families.family import VIT_BLOCK, VIT_BLOCK_CURRENT
 from vitkit.formats.hf_families import hf_family, is_family, load_hf_family, write_family
+from vitkit.formats.sharded import read_sharded, write_weights
 from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
-from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import read_json
 
 CONFIG_NAME = "config.json"
@@ -114,34 +114,9 @@ def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
         return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
     for index in INDEX_NAMES:
         if (folder / index).is_file():
-            return _sharded(folder / index), folder / index
+            return read_sharded(folder / index), folder / index
     raise FileNotFoundError(f"{folder}: a transformers folder without weights (no {SAFETENSORS_NAME}, {BIN_NAME} or "
                             f"a sharded save's {INDEX_NAMES[0]}): only config.json is there")
-
-
-def _sharded(index: Path) -> dict[str, torch.Tensor]:
-    """A sharded save read shard by shard (safetensors memory-mapped): every tensor the index names must be in the
-    shard it names, and a shard may hold no other; shards are plain file names beside the index."""
-    doc = read_json(index, "sharded-save index")
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index}: no 'weight_map' of tensor names to shard files")
-    shards: dict[str, set[str]] = {}
-    for key, name in weight_map.items():
-        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
-            raise ValueError(f"{index}: tensor {key!r} is mapped to {name!r}, not a shard file beside the index")
-        shards.setdefault(name, set()).add(key)
-    state: dict[str, torch.Tensor] = {}
-    for name, keys in sorted(shards.items()):
-        f = index.parent / name
-        if not f.is_file():
-            raise ValueError(f"{index}: shard {name} is missing ({len(keys)} tensors, e.g. {sorted(keys)[0]!r})")
-        part = read_safetensors(f) if name.endswith(".safetensors") else torch_load_weights(f)
-        if set(part) != keys:
-            odd = sorted(keys - set(part)) or sorted(set(part) - keys)
-            raise ValueError(f"{f}: holds other tensors than {index.name} says (e.g. {odd[0]!r})")
-        state.update(part)
-    return state
 
 
 def hf_to_vit_config(doc: dict[str, Any], state: dict[str, torch.Tensor], base: str, path: Path,
@@ -391,8 +366,9 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
     return doc
 
 
-def save_hf(model: VisionTransformer, out: Path) -> Path:
-    """Write a folder `from_pretrained` loads: config.json, model.safetensors, preprocessor_config.json. A model
+def save_hf(model: VisionTransformer, out: Path, max_shard_size: int | str | None = None) -> Path:
+    """Write a folder `from_pretrained` loads: config.json, model.safetensors (sharded above `max_shard_size`,
+    formats/sharded.py), preprocessor_config.json. A model
     of a family transformers has its own class for (LayerScale: Dinov2[WithRegisters]Model, a distillation token:
     DeiT, pre_norm: CLIP's vision tower, MAP pooling: SigLIP's) is written as that class (formats/families/), the
     others as `ViT[Model|ForImageClassification]`; a model neither holds is refused, naming what does not fit."""
@@ -406,7 +382,7 @@ def save_hf(model: VisionTransformer, out: Path) -> Path:
         tensors = {k: v.contiguous() for k, v in split_chunks(own, key_table(cfg, "classic", base)).items()}
         resample_warning(cfg, "bicubic", f"transformers' {doc['architectures'][0]}")
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_with(out / SAFETENSORS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+    write_weights(out, tensors, {"format": "pt"}, max_shard_size)
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")
     atomic_write_text(out / PREPROCESSOR_NAME, json.dumps(hf_processor(model.preprocess, out), indent=2) + "\n")
     return out

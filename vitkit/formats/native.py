@@ -12,14 +12,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import save_file
 from torch import nn
 
-from vitkit.formats.common import Choices, load_state_checked, read_safetensors
+from vitkit.formats.common import Choices, load_state_checked
+from vitkit.formats.sharded import has_weights, read_weights, weight_files, write_weights
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
-from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import read_json
 
 CONFIG_NAME = "config.json"
@@ -28,7 +28,7 @@ FORMAT_TAG = "vitkit"
 
 
 def is_native_dir(path: Path) -> bool:
-    if not (path.is_dir() and (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file()):
+    if not (path.is_dir() and (path / CONFIG_NAME).is_file() and has_weights(path)):
         return False
     try:
         doc = read_json(path / CONFIG_NAME, "model config")
@@ -48,13 +48,15 @@ def arch_of(model: nn.Module) -> str:
     raise ValueError(f"vitkit's format holds ViTs and BiT ResNets, got a {type(model).__name__}")
 
 
-def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write `model` (weights, config and its `preprocess`) to `out_dir`, each file atomically."""
+def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | None = None,
+                max_shard_size: int | str | None = None) -> Path:
+    """Write `model` (weights, config and its `preprocess`) to `out_dir`, each file atomically; the weights sharded
+    above `max_shard_size` (formats/sharded.py)."""
     out = Path(out_dir)
     arch_of(model)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    atomic_write_with(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+    write_weights(out, tensors, {"format": "pt"}, max_shard_size)
     doc = {"format": FORMAT_TAG, "arch": arch_of(model), "model": model.config.to_dict(),
            "preprocess": model.preprocess.to_dict()}
     if extra:
@@ -63,22 +65,24 @@ def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | N
     return out
 
 
-def _check_fits_weights(cfg: ViTConfig, weights: Path, cfg_path: Path) -> None:
+def _check_fits_weights(cfg: ViTConfig, folder: Path, cfg_path: Path) -> None:
     """Before a model is built: the ViT config.json describes must be about the size of the weights beside it (a
     config asking for 16M classes or 100 layers beside a small file would allocate gigabytes first)."""
     from safetensors import SafetensorError, safe_open
 
+    held = 0
     try:
-        with safe_open(str(weights), "pt") as f:
-            held = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+        for weights in weight_files(folder):
+            with safe_open(str(weights), "pt") as f:
+                held += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     except (SafetensorError, OSError, ValueError, RuntimeError):
-        return  # read_safetensors names the damage
+        return  # read_weights names the damage
     d = cfg.width
     asked = (cfg.depth * (4 * d * d + 2 * d * cfg.mlp_dim) + cfg.num_classes * (cfg.representation_size or d)
              + cfg.num_patches * d)
     if asked > 2 * held + (1 << 20):
         raise ValueError(f"{cfg_path}: describes a model of ~{asked:,} parameters (depth {cfg.depth}, width {d}, "
-                         f"{cfg.num_classes:,} classes), but {weights.name} holds {held:,} values")
+                         f"{cfg.num_classes:,} classes), but its weights hold {held:,} values")
 
 
 def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Module:
@@ -102,9 +106,10 @@ def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Mod
     choices = Choices(cfg_path, hints)
     choices.agree(cfg, arch)
     if arch == "vit":
-        _check_fits_weights(cfg, folder / WEIGHTS_NAME, cfg_path)
+        _check_fits_weights(cfg, folder, cfg_path)
     model = model_cls(cfg)
-    load_state_checked(model, read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME)
+    state, wpath = read_weights(folder)
+    load_state_checked(model, state, wpath)
     if "preprocess" in doc:  # else the model's default: the original code's [-1, 1] scaling
         model.preprocess = PreprocessConfig.from_dict(doc["preprocess"])
     return model

@@ -309,20 +309,8 @@ def _preprocess(meta: dict[str, Any], pre: PreprocessConfig, cfg: ViTConfig) -> 
     size = pc.get("input_size")
     if size is not None and tuple(size)[-2:] != tuple(cfg.img_size):
         raise ValueError(f"pretrained_cfg input_size {list(size)} differs from the model's {list(cfg.img_size)} px")
-    interpolation = pc.get("interpolation", pre.interpolation)
-    if interpolation not in ("bilinear", "bicubic", "nearest"):
-        raise ValueError(f"pretrained_cfg interpolation {interpolation!r}: vitkit resizes with bilinear, bicubic or "
-                         "nearest")
-    crop, mode = pc.get("crop_pct"), pc.get("crop_mode", "center")
-    if mode not in ("center", "squash"):
-        raise ValueError(f"pretrained_cfg crop_mode {mode!r}: vitkit reproduces timm's 'center' and 'squash' crops")
-    # timm's evaluation: resize to size / crop_pct, then the centre crop (1.0 crops the longer side too); with
-    # "squash" and 1.0 that is a plain resize, vitkit's no-crop
-    squash_whole = crop is None or (mode == "squash" and float(crop) == 1.0)
     labels = pc.get("label_names") or []
-    return PreprocessConfig(img_size=pre.img_size, mean=tuple(pc.get("mean", pre.mean)), std=tuple(pc.get("std", pre.std)),
-                            interpolation=interpolation, crop_pct=None if squash_whole else float(crop), crop_mode=mode,
-                            labels=list(labels) if len(labels) == cfg.num_classes else [])
+    return PreprocessConfig.from_timm(pc, pre, labels if len(labels) == cfg.num_classes else [])
 
 
 # ----------------------------------------------------------------------------- writing
@@ -431,12 +419,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "no_embed_class": _no_embed_class_out(model),
             },
             "pretrained_cfg": {
-                "input_size": [cfg.in_chans, *cfg.img_size],
-                "mean": list(pre.mean),
-                "std": list(pre.std),
-                "interpolation": pre.interpolation,
-                "crop_pct": pre.crop_pct if pre.crop_pct is not None else 1.0,
-                "crop_mode": pre.crop_mode if pre.crop_pct is not None else "squash",  # 1.0 + squash: no crop
+                **pre.to_timm(),  # no crop: crop_pct 1.0 with "squash"
                 "num_classes": cfg.num_classes,
                 "label_names": list(pre.labels),
             },

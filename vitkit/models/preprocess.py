@@ -83,6 +83,32 @@ class PreprocessConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
+    @classmethod
+    def from_timm(cls, pc: dict[str, Any], default: "PreprocessConfig", labels: list[str] | None = None
+                  ) -> "PreprocessConfig":
+        """timm's pretrained_cfg (mean, std, interpolation, crop_pct, crop_mode) as vitkit's preprocessing at
+        `default`'s size, `default`'s values where `pc` has none. timm's evaluation resizes to size / crop_pct, then
+        centre-crops (1.0 crops the longer side too); "squash" with 1.0 is a plain resize, vitkit's no-crop."""
+        interpolation = pc.get("interpolation", default.interpolation)
+        if interpolation not in ("bilinear", "bicubic", "nearest"):
+            raise ValueError(f"pretrained_cfg interpolation {interpolation!r}: vitkit resizes with bilinear, bicubic "
+                             "or nearest")
+        crop, mode = pc.get("crop_pct"), pc.get("crop_mode") or "center"
+        if mode not in CROP_MODES:
+            raise ValueError(f"pretrained_cfg crop_mode {mode!r}: vitkit reproduces timm's 'center' and 'squash' crops")
+        squash_whole = crop is None or (mode == "squash" and float(crop) == 1.0)
+        return cls(img_size=default.img_size, mean=tuple(pc.get("mean", default.mean)),
+                   std=tuple(pc.get("std", default.std)), interpolation=interpolation,
+                   crop_pct=None if squash_whole else float(crop), crop_mode=mode, labels=list(labels or []))
+
+    def to_timm(self) -> dict[str, Any]:
+        """timm's pretrained_cfg preprocessing fields for this preprocessing (the inverse of `from_timm`): no crop is
+        crop_pct 1.0 with "squash", a plain resize in timm."""
+        return {"input_size": [self.channels, *self.img_size], "mean": list(self.mean), "std": list(self.std),
+                "interpolation": self.interpolation,
+                "crop_pct": self.crop_pct if self.crop_pct is not None else 1.0,
+                "crop_mode": self.crop_mode if self.crop_pct is not None else "squash"}
+
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) floats in [0, 1] (or uint8 pixels) -> normalised model input."""
         if x.dtype == torch.uint8:

@@ -2,7 +2,8 @@
 
 Names are `vit_{ti,s,b,l,h}{8,14,16,32}` (e.g. `vit_b16`), the hybrids `vit_r50_{ti,...,h}{16,32}`,
 `vit` (any size, from the overrides) and the BiT baselines `bit_r{50,101,152}x{1,2,3,4}`; the paper's
-spellings `"ViT-B/16"` / `"R50+ViT-B/16"` and timm's `vit_base_patch16_224` are accepted too. Builders
+spellings `"ViT-B/16"` / `"R50+ViT-B/16"` and timm's `vit_base_patch16_224` are accepted too, and timm's names of
+the families vitkit reads (`vit_small_patch14_dinov2`, `deit3_base_patch16_384`, ...: models/timm_families.py). Builders
 take overrides of any config field (`create_model("vit_ti16", patch_size=2, img_size=8)`); other code
 registers more with `register_model`.
 """
@@ -16,8 +17,10 @@ from typing import Any
 
 from torch import nn
 
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import BIT_DEPTHS, BiTConfig, ResNetV2
-from vitkit.models.timm_api import POOL_FROM_TIMM
+from vitkit.models.timm_api import POOL_FROM_TIMM, TIMM_ACTS
+from vitkit.models.timm_families import REFUSED, SPECS, family_preprocess
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # Table 1 of the paper: (width D, MLP size, heads, layers). Ti and S are the DeiT / AugReg sizes.
@@ -137,6 +140,28 @@ def _plain_bit(**overrides: Any) -> nn.Module:
 register_model("bit", _plain_bit)
 
 
+def _family_builder(name: str) -> Callable[..., nn.Module]:
+    base = SPECS[name][0]
+
+    def build(**overrides: Any) -> nn.Module:
+        cfg = {**base, **overrides}
+        if any(k in overrides and overrides[k] != base[k] for k in ("patch_size", "width", "depth", "num_heads",
+                                                                       "mlp_dim")) and "name" not in overrides:
+            cfg["name"] = "vit"  # no longer the model the name says
+        model = VisionTransformer(ViTConfig(**cfg))
+        pc = family_preprocess(name)
+        if pc is not None and len(pc["mean"]) == model.config.in_chans:  # timm's default pretrained config
+            model.preprocess = PreprocessConfig.from_timm(pc, model.preprocess)
+        return model
+
+    build.__doc__ = f"timm's {name}: its architecture and default pretrained config (models/timm_families.py)"
+    return build
+
+
+for _n in SPECS:
+    register_model(_n, _family_builder(_n))
+
+
 def canonical_name(name: str) -> str:
     """Map `ViT-B/16`, `vit_base_patch16_224`, `B/16` or `vit_b16` to the registry's `vit_b16`."""
     key = name.strip().lower()
@@ -163,9 +188,10 @@ _TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)")
 
 
 def name_img_size(name: str) -> int:
-    """The resolution a model name implies: a timm name's own (`vit_base_patch16_384`: 384), else the 224 px every
-    registered model is built at (the paper's pre-training resolution)."""
-    return name_overrides(name).get("img_size", 224)
+    """The resolution a model name implies: a timm name's own (`vit_base_patch16_384`: 384, `vit_small_patch14_dinov2`:
+    518), else the 224 px every other registered model is built at (the paper's pre-training resolution)."""
+    spec = SPECS.get(name.strip().lower())
+    return spec[0]["img_size"][0] if spec else name_overrides(name).get("img_size", 224)
 
 
 def name_overrides(name: str) -> dict[str, Any]:
@@ -176,30 +202,57 @@ def name_overrides(name: str) -> dict[str, Any]:
 
 # timm's keyword names for the same things, and vitkit's for them.
 TIMM_KWARGS = {"drop_path_rate": "drop_path", "drop_rate": "dropout", "attn_drop_rate": "attn_dropout",
-               "reg_tokens": "num_registers"}
+               "reg_tokens": "num_registers", "embed_dim": "width", "init_values": "layer_scale"}
 
 
-def _timm_kwargs(overrides: dict[str, Any], has_class_token: bool = True) -> dict[str, Any]:
+def _default_sizes(key: str) -> tuple[int, int]:
+    """(width, MLP size) of registered model `key` as built without overrides."""
+    if key in SPECS:
+        return SPECS[key][0]["width"], SPECS[key][0]["mlp_dim"]
+    m = re.fullmatch(r"(?:axial_)?vit_(?:r50_)?(ti|s|b|l|h)\d+", key)
+    v = VARIANTS[m.group(1)] if m else {"width": ViTConfig.width, "mlp_dim": ViTConfig.mlp_dim}
+    return v["width"], v["mlp_dim"]
+
+
+def _timm_sizes(key: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """timm's `mlp_ratio` and `act_layer` as vitkit's fields: the MLP is `mlp_ratio` x the width (the named model's
+    ratio when only `embed_dim` is given, as timm computes it from its builder's ratio); `act_layer` names the GELU."""
+    out = dict(overrides)
+    ratio = out.pop("mlp_ratio", None)
+    if ratio is not None or ("embed_dim" in out and "mlp_dim" not in out):
+        width, mlp = _default_sizes(key)
+        width = out.get("embed_dim", out.get("width", width))
+        out["mlp_dim"] = int(width * (ratio if ratio is not None else mlp / _default_sizes(key)[0]))
+    act = out.pop("act_layer", None)
+    if act is not None:
+        if act not in TIMM_ACTS:
+            raise ValueError(f"act_layer={act!r}: vitkit's GELUs are {', '.join(TIMM_ACTS)}")
+        out["gelu"] = TIMM_ACTS[act]
+    return out
+
+
+def _timm_kwargs(overrides: dict[str, Any], has_class_token: bool = True, pooling: str = "token") -> dict[str, Any]:
     """timm's keywords (`drop_path_rate`, `global_pool`, `class_token`, ...) as vitkit's config fields, with timm's
     rules: global_pool='avg' keeps the model's class token (`has_class_token`) and, unless `fc_norm` is given,
-    norms after pooling instead of before (timm: fc_norm=None means exactly when global_pool='avg')."""
+    norms after pooling instead of before (timm: fc_norm=None means exactly when global_pool='avg'); `pooling`: the
+    named model's own."""
     out = {TIMM_KWARGS.get(k, k): v for k, v in overrides.items() if k not in ("global_pool", "class_token")}
     pool, cls = overrides.get("global_pool"), overrides.get("class_token")
     if pool is not None:
         if pool not in POOL_FROM_TIMM:
             raise ValueError(f"global_pool={pool!r}: vitkit pools with 'token', 'avg' or 'map'")
         out["pooling"] = POOL_FROM_TIMM[pool]
-        if pool == "map" and cls is not False:
+        if pool == "map" and (has_class_token if cls is None else cls):
             raise ValueError("global_pool='map' beside a class token is not a model vitkit builds (its attention-"
                              "pooling head reads the patch tokens only): pass class_token=False")
         if pool == "avg":
             out["class_token"] = has_class_token if cls is None else bool(cls)
             out.setdefault("fc_norm", True)
     if cls is not None:
-        if cls and out.get("pooling", "token") not in ("token", "gap"):
+        if cls and out.get("pooling", pooling) not in ("token", "gap"):
             raise ValueError("class_token=True beside global_pool='map' is not a model vitkit builds: use "
                              "global_pool='token' or 'avg'")
-        if not cls and pool is None:
+        if not cls and pool is None and pooling == "token":
             raise ValueError("class_token=False needs another pooling: global_pool='avg' or 'map'")
     return out
 
@@ -227,6 +280,8 @@ def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Mo
         raise ValueError(f"create_model({name!r}, pretrained=True): vitkit downloads no weights; load a file you "
                          "have with vitkit.load_pretrained(path) (a timm or Hugging Face checkpoint, or an .npz)")
     key = canonical_name(name)
+    if key in REFUSED:
+        raise ValueError(f"{name!r}: {REFUSED[key]}, so vitkit does not build it")
     m = _TIMM_NAME.fullmatch(name.strip().lower())
     if m and int(m.group(3)) % int(m.group(2)):  # a typo read as a resolution (vit_base_patch16_2244)
         raise ValueError(f"unknown model {name!r}: {m.group(3)} px is not a whole number of {m.group(2)}-px patches; "
@@ -241,7 +296,10 @@ def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Mo
             hint = "; timm names are vit_{size}_patch{P}_{resolution}, without further suffixes"
         raise ValueError(f"unknown model {name!r}{hint}; known names include {close or list_models()[:8]}")
     # timm's global_pool='avg' keeps the model's class token: every registered ViT has one but the axial ones
-    kwargs = {**name_overrides(name), **_timm_kwargs(overrides, has_class_token=not key.startswith("axial"))}
+    overrides = _timm_sizes(key, overrides) if not key.startswith("bit") else overrides
+    spec = SPECS.get(key, ({"class_token": not key.startswith("axial"), "pooling": "token"}, {}))[0]
+    kwargs = {**name_overrides(name), **_timm_kwargs(overrides, spec.get("class_token", True),
+                                                      spec.get("pooling", "token"))}
     try:
         return _REGISTRY[key](**kwargs)
     except TypeError as e:  # an unknown keyword: named, with what is accepted
@@ -249,5 +307,6 @@ def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Mo
         if not m:
             raise
         cfg = BiTConfig if key.startswith("bit") else ViTConfig
-        known = sorted(set(cfg.__dataclass_fields__) | set(TIMM_KWARGS) | {"global_pool", "class_token"})
+        known = sorted(set(cfg.__dataclass_fields__) | set(TIMM_KWARGS) | {"global_pool", "class_token", "mlp_ratio",
+                                                                         "act_layer"})
         raise ValueError(f"create_model({name!r}): unknown keyword {m.group(1)!r}; it takes {', '.join(known)}") from e

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.models.base import PreprocessDeclared
+from vitkit.models.hub_api import HubApi
 from vitkit.utils import check_fields, check_int, to_pair
 
 GN_GROUPS = 32
@@ -273,7 +274,7 @@ class BiTConfig:
         return dataclasses.replace(self, **overrides)
 
 
-class ResNetV2(PreprocessDeclared, nn.Module):
+class ResNetV2(PreprocessDeclared, HubApi, nn.Module):
     """The BiT baseline "ResNet (BiT)": pre-activation ResNet-v2 with GroupNorm and StdConv.
 
     `forward_features` gives the final (B, C, h, w) map after GroupNorm + ReLU; `forward_head`

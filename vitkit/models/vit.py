@@ -31,6 +31,7 @@ from torch import nn
 
 from vitkit.models.axial import AxialBlock
 from vitkit.models.base import PreprocessDeclared
+from vitkit.models.hub_api import HubApi
 from vitkit.models.posemb import RelativePositionBias, resample_axis, resample_posemb, sincos_2d
 from vitkit.models.resnet import ResNetStem, hybrid_stride, root_width
 from vitkit.models.timm_api import TimmApi
@@ -480,7 +481,7 @@ class MAPHead(nn.Module):
         return y[:, 0]
 
 
-class VisionTransformer(PreprocessDeclared, TimmApi, nn.Module):
+class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
     """ViT (§3.1). `forward` = `forward_head(forward_features(x))`; see the module docstring."""
 
     def __init__(self, cfg: ViTConfig) -> None:
