@@ -116,6 +116,6 @@ def transformers_features(folder: Path, files: list[Path], family: str) -> torch
         out = model(pixel_values=x)
     if family == "clip":
         return out.image_embeds
-    if family in ("mae", "deit"):  # no pooler (MAE), or one vitkit does not read (DeiT's): the class token
+    if family == "mae":  # no pooler: the class token
         return out.last_hidden_state[:, 0]
     return out.pooler_output

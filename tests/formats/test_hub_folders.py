@@ -62,11 +62,10 @@ def test_a_stock_dinov2_small_folder_embeds_files_as_transformers_pipeline(tmp_p
 def test_stock_hub_folders_of_every_family_embed_files_as_transformers_pipeline(tmp_path: Path, photos: list[Path],
                                                                                 family: str) -> None:
     """Each family's hub processor as shipped (CLIP's and DeiT's legacy bare-number sizes included), width and
-    depth shrunk; the default feature is the family's pooled output (CLIP: the projected image embedding), DeiT's
-    class token by --pool cls (vitkit does not read DeiTModel's pooler)."""
+    depth shrunk; the default feature is the family's pooled output (CLIP: the projected image embedding, DeiT:
+    DeiTModel's pooler_output)."""
     folder = hub_folder(tmp_path, family)
-    feature = "cls" if family == "deit" else "pooled"
-    emb = vitkit.embed(folder, [str(p) for p in photos], feature=feature)
+    emb = vitkit.embed(folder, [str(p) for p in photos])
     assert emb.paths == list(map(str, photos)) and not emb.skipped
     ref = transformers_features(folder, photos, family).numpy()
     assert emb.features.shape == ref.shape
@@ -75,6 +74,47 @@ def test_stock_hub_folders_of_every_family_embed_files_as_transformers_pipeline(
     if family == "dinov2_reg":  # antialiased bicubic E_pos, as Dinov2WithRegistersModel resamples it
         model = vitkit.load_pretrained(folder)
         assert model.config.posemb_resample == "bicubic_antialias" and model.config.img_size == (224, 224)
+
+
+def test_deit_pooled_is_deitmodels_pooler_output_where_the_folder_has_its_weights(tmp_path: Path,
+                                                                                  photos: list[Path]) -> None:
+    """transformers' DeiTModel(add_pooling_layer=True): `embed`'s default is its pooler_output (dense + tanh on the
+    class token), saved back with the pooler; without the pooler's weights (add_pooling_layer=False, or the
+    classifier with teacher) the class token, and the log says so."""
+    transformers = pytest.importorskip("transformers")
+    folder = hub_folder(tmp_path, "deit")
+    files = [str(p) for p in photos[:3]]
+    ref = transformers_features(folder, photos[:3], "deit")
+    hf = transformers.DeiTModel.from_pretrained(folder).eval()
+    assert hf.pooler is not None
+    model = vitkit.load_pretrained(folder)
+    assert model.config.representation_size == 48 and model.config.distill_token
+    logs: list[str] = []
+    emb = vitkit.embed(model, files, log=logs.append)
+    assert emb.feature == "pre_logits" and any("pooler_output" in m for m in logs)
+    assert _cos(emb.features, ref.numpy()).min() >= 0.9999  # the same files through transformers' pipeline
+    np.testing.assert_allclose(emb.features, ref.numpy(), atol=5e-4)
+    cls = vitkit.embed(model, files, feature="cls").features
+    assert np.abs(cls - emb.features).max() > 0.1  # the pooler changed the class token
+    # saved as transformers' DeiTModel, the pooler goes with it
+    vitkit.save_pretrained(model, tmp_path / "saved", format="hf")
+    again = transformers.DeiTModel.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        x = torch.randn(2, 3, 224, 224)
+        torch.testing.assert_close(again(pixel_values=x).pooler_output, hf(pixel_values=x).pooler_output)
+    with pytest.raises(ValueError, match="timm"):
+        vitkit.save_pretrained(model, tmp_path / "t", format="timm")
+    # no pooler weights in the folder: the class token, said
+    bare = transformers.DeiTModel(hf.config, add_pooling_layer=False)
+    bare.load_state_dict({k: v for k, v in hf.state_dict().items() if not k.startswith("pooler.")})
+    bare.save_pretrained(tmp_path / "nopool")
+    (tmp_path / "nopool" / "preprocessor_config.json").write_text((folder / "preprocessor_config.json").read_text())
+    logs = []
+    emb = vitkit.embed(tmp_path / "nopool", files, log=logs.append)
+    assert emb.feature == "cls" and any("no DeiTModel pooler" in m for m in logs)
+    np.testing.assert_allclose(emb.features, cls, atol=1e-5)
+    out = tmp_path / "nopool.npz"
+    assert main(["embed", *files, "--model", str(tmp_path / "nopool"), "-o", str(out), "--runtime", "torch"]) == 0
 
 
 def test_embed_pools_normalises_and_writes_parquet_and_jsonl(tmp_path: Path, photos: list[Path]) -> None:

@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     fnet = FeatureNet(model, args.pool, args.normalize)
     print(f"feature: {fnet.feature}{' (the family pooled output)' if args.pool == 'pooled' else ''}"
           f"{', L2-normalised' if args.normalize else ''}", file=sys.stderr)
+    if fnet.note:
+        print(fnet.note, file=sys.stderr)
     net = predictor_for(fnet, args, n_images=len(paths))
     show = not args.no_progress and len(paths) > args.batch_size
     with tqdm(total=len(paths), desc="embed", unit="img", disable=not show, file=sys.stderr) as bar:

@@ -327,6 +327,8 @@ def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]
     parts = [p for p in appendix_parts(cfg) if not p.startswith(held) and not p.startswith("num_registers")]
     if cfg.num_registers and cfg.distill_token:
         parts.append(f"num_registers={cfg.num_registers} beside DeiT's distillation token")
+    if cfg.representation_size and cfg.distill_token:
+        parts.append("a representation layer (transformers' DeiTModel pooler) beside DeiT's distillation token")
     if cfg.posemb != "learn1d":
         parts.insert(0, f"posemb={cfg.posemb!r}")
     if cfg.pre_norm == cfg.patch_bias:

@@ -5,7 +5,8 @@ preprocessing (decode, resize + crop, normalise: the checkpoint's) and a `Predic
 image. The default vector is the family's pooled output as its own library returns it (eq. 4's y through the
 pre-logits layer where there is one): transformers' `pooler_output` -- DINOv2's class token after the final
 LayerNorm, SigLIP's attention-pool output, CLIP's post-LayerNorm class token, or, where the file has CLIP's
-`visual_projection`, its image embedding (`image_embeds`). `FEATURES` names the others. Rows are written as
+`visual_projection`, its image embedding (`image_embeds`); DeiTModel's pooler (dense + tanh) where the file has it;
+for timm's files, `forward_head(pre_logits=True)` (a distilled DeiT's: the mean of its two tokens). `FEATURES` names the others. Rows are written as
 .npz (`paths`, `features`), .parquet or .jsonl, atomically; an unreadable file is named and left out.
 """
 
@@ -39,11 +40,27 @@ EMBED_SUFFIXES = (".npz", ".parquet", ".jsonl")
 CLIP_KINDS = ("clip_vision_model", "clip")
 
 
-def default_feature(model: nn.Module) -> str:
-    """The family's pooled output: CLIP with its projection gives the projected image embedding (its head here),
-    every other model the head's input (HF's pooler_output; a classifier's pre-logits)."""
+def default_feature(model: nn.Module) -> tuple[str, str]:
+    """The family's pooled output, and a note where the file decides it: CLIP with its projection gives the
+    projected image embedding (its head here), every other model the head's input (HF's pooler_output; a
+    classifier's pre-logits). DeiT: transformers' DeiTModel's pooler_output where the folder carries the pooler's
+    weights, else (a transformers file) the class token; timm's `forward_head(pre_logits=True)` for timm's files."""
     cfg = model.config
-    return "logits" if getattr(cfg, "name", "") in CLIP_KINDS and cfg.num_classes > 0 else "pre_logits"
+    if getattr(cfg, "name", "") in CLIP_KINDS and cfg.num_classes > 0:
+        return "logits", ""
+    if getattr(cfg, "distill_token", False):
+        if cfg.representation_size:
+            return "pre_logits", "DeiT: transformers' DeiTModel pooler_output (dense + tanh on the class token)"
+        if getattr(cfg, "name", "") == "deit":
+            return "cls", ("DeiT: the file has no DeiTModel pooler weights, so the pooled feature is the class token "
+                           "after the final LayerNorm")
+    return "pre_logits", _distilled_note(cfg)
+
+
+def _distilled_note(cfg: Any) -> str:
+    return ("DeiT (distilled) without a pooler: pre_logits is timm's, the mean of the class and distillation tokens "
+            "after the final LayerNorm") if getattr(cfg, "distill_token", False) and not cfg.representation_size \
+        else ""
 
 
 class FeatureNet(nn.Module):
@@ -55,8 +72,12 @@ class FeatureNet(nn.Module):
         if feature not in FEATURES:
             raise ValueError(f"unknown feature {feature!r}; one of {', '.join(FEATURES)}")
         self.model, self.normalize = model, normalize
-        self.feature = default_feature(model) if feature == "pooled" else feature
         cfg = model.config
+        # note: how the file decided the feature, where it did (for the log)
+        self.feature, self.note = default_feature(model) if feature == "pooled" else (
+            feature, _distilled_note(cfg) if feature == "pre_logits" else "")
+        # timm's pre-logits of a distilled ViT: the mean of its two tokens (the two heads' inputs)
+        self.two_tokens = self.feature == "pre_logits" and bool(_distilled_note(cfg))
         if not hasattr(cfg, "num_prefix_tokens") and self.feature not in ("pre_logits", "logits"):
             raise ValueError(f"--pool {feature}: a {type(model).__name__} has no tokens; use pooled, pre_logits or "
                              "logits")
@@ -83,7 +104,7 @@ class FeatureNet(nn.Module):
         else:
             tokens = m.forward_features(x)
             if f == "pre_logits":
-                z = m.forward_head(tokens, pre_logits=True)
+                z = (tokens[:, 0] + tokens[:, 1]) / 2 if self.two_tokens else m.forward_head(tokens, pre_logits=True)
             else:
                 patches = tokens[:, m.config.num_prefix_tokens:]
                 z = {"cls": lambda: tokens[:, 0], "mean": lambda: patches.mean(1), "patch": lambda: patches,
@@ -178,6 +199,8 @@ def embed(model: nn.Module | str | Path, images: list[str] | str | Path, feature
         model = load_pretrained(model)
     paths = expand_inputs([str(images)] if isinstance(images, (str, Path)) else [str(i) for i in images])
     fnet = FeatureNet(model.eval(), feature, normalize)
+    if fnet.note and log is not None:
+        log(fnet.note)
     net = build_predictor(fnet, precision, runtime, False, device, threads, log=log, n_images=len(paths))
     out = embed_files(net, model.preprocess, paths, batch_size, workers, progress=progress)
     out.feature = fnet.feature

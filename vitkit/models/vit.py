@@ -201,9 +201,11 @@ class ViTConfig:
         if self.layer_scale is not None:
             check_range("layer_scale", self.layer_scale, 0.0, math.inf, low_open=True)
         check_int("num_registers", self.num_registers, low=0, high=MAX_SIZES["num_registers"])
-        if self.distill_token and (self.pooling != "token" or self.representation_size or self.fc_norm):
+        # a representation layer on the class token beside it: transformers' DeiTModel's pooler (no heads then)
+        if self.distill_token and (self.pooling != "token" or self.fc_norm or (self.representation_size
+                                                                                and self.num_classes > 0)):
             raise ValueError("a distillation token sits beside the class token: it needs pooling='token', no "
-                             "representation_size and no fc_norm")
+                             "fc_norm, and no representation_size under heads")
 
     def _check_posemb(self) -> None:
         check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", *SINCOS))

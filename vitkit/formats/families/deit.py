@@ -2,8 +2,9 @@
 
 A distillation token beside the class token, each with its own head, the two heads' logits averaged at inference
 (`ViTConfig.distill_token`). Layouts: timm's (`deit_*_distilled_*`: `dist_token`, `head_dist`, read from the
-shapes by formats/timm.py) and transformers' `DeiTForImageClassificationWithTeacher` / `DeiTModel`. DeiT's
-undistilled models are plain ViTs.
+shapes by formats/timm.py) and transformers' `DeiTForImageClassificationWithTeacher` / `DeiTModel` (its pooler,
+dense + tanh on the class token, read as the representation layer `pre_logits`). DeiT's undistilled models are
+plain ViTs.
 """
 
 from __future__ import annotations
@@ -40,13 +41,21 @@ class DeiT(Family):
         classes = int(src["cls_classifier.weight"].shape[0]) if "cls_classifier.weight" in src else 0
         eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-12, f"transformers' {kind} config default "
                            "layer_norm_eps")
+        pooler = {f"{base}pooler.dense.{p}" for p in ("weight", "bias")}
+        rep = None
+        if not classes and pooler <= set(src):  # DeiTModel's pooler (dense + pooler_act on the class token)
+            if vc.get("pooler_act", "tanh") != "tanh":
+                raise ValueError(f"{wpath}: pooler_act {vc.get('pooler_act')!r}; vitkit's representation layer "
+                                 "(DeiTModel's pooler) is tanh")
+            rep = int(src[f"{base}pooler.dense.weight"].shape[0])
         cfg = ViTConfig(**common, mlp_dim=intermediate_size(vc, wpath), depth=depth, num_classes=classes,
-                        pooling="token", ln_eps=float(eps), distill_token=True)
-        return HFRead(cfg, base, current, {f"{base}pooler.dense.{p}" for p in ("weight", "bias")})  # a pooler no
-        # classifier uses
+                        pooling="token", ln_eps=float(eps), distill_token=True, representation_size=rep)
+        return HFRead(cfg, base, current, set() if rep else pooler)  # beside heads: a pooler no classifier uses
 
     def hf_table(self, kind: str, cfg: ViTConfig, base: str = "", current: bool = False) -> KeyTable:
         pairs = [("dist_token", f"{base}embeddings.distillation_token")]
+        if cfg.representation_size:
+            pairs += [(f"pre_logits.0.{p}", f"{base}pooler.dense.{p}") for p in ("weight", "bias")]
         if cfg.num_classes:
             pairs += [(f"head.{p}", f"cls_classifier.{p}") for p in ("weight", "bias")]
             pairs += [(f"head_dist.{p}", f"distillation_classifier.{p}") for p in ("weight", "bias")]
@@ -65,7 +74,8 @@ class DeiT(Family):
     def hf_config(self, kind: str, model: VisionTransformer) -> dict[str, Any]:
         cfg = model.config
         return {"intermediate_size": cfg.mlp_dim, "qkv_bias": cfg.qkv_bias, "hidden_dropout_prob": 0.0,
-                "attention_probs_dropout_prob": 0.0, "encoder_stride": cfg.patch_size, "pooler_output_size": cfg.width,
+                "attention_probs_dropout_prob": 0.0, "encoder_stride": cfg.patch_size,
+                "pooler_output_size": cfg.representation_size or cfg.width,
                 "pooler_act": "tanh", **label_fields(model)}
 
 
