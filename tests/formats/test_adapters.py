@@ -125,3 +125,73 @@ def test_peft_layout_refuses_what_peft_cannot_hold(tmp_path: Path) -> None:
     norms = apply_lora(random_vit(), LoraConfig(rank=2, train=("head", "norm")))
     with pytest.raises(ValueError, match="also trained \\['norm'\\]"):
         save_adapters(norms, tmp_path / "b", format="peft", layout="classic")
+
+
+# ----------------------------------------------------------------------------- peft's folders read by vitkit
+def _peft_writes(hf_model: torch.nn.Module, out: Path, **lora: object) -> torch.nn.Module:
+    """peft's own LoRA on a transformers model, every adapter tensor (and a modules_to_save copy) drawn, saved by
+    peft to `out`; the PeftModel, in eval mode."""
+    peft = pytest.importorskip("peft")
+    pm = peft.get_peft_model(hf_model, peft.LoraConfig(**lora))
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in pm.named_parameters():
+            if "lora_" in name or "modules_to_save" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    pm.save_pretrained(out)
+    return pm.eval()
+
+
+@pytest.mark.parametrize("lora", [
+    dict(r=2, lora_alpha=5, target_modules=["q_proj", "v_proj", "fc2"], modules_to_save=["classifier"],
+         use_rslora=True),
+    dict(r=3, lora_alpha=3, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"],
+         layers_to_transform=[1]),
+])
+def test_vitkit_reads_a_folder_peft_wrote_for_a_vit_classifier(tmp_path: Path, lora: dict) -> None:
+    """peft's adapters of a transformers ViTForImageClassification (q / k / v as its separate Linears, rsLoRA's
+    scaling, adapters on some blocks only, the trained classifier) onto vitkit's model of the same checkpoint: the
+    same logits, adapted and merged."""
+    vitkit.save_pretrained(random_vit(in_chans=3, num_classes=3), tmp_path / "hf", format="hf")
+    pm = _peft_writes(transformers.ViTForImageClassification.from_pretrained(tmp_path / "hf"), tmp_path / "peft",
+                      **lora)
+    model = load_adapters(tmp_path / "peft", base=tmp_path / "hf")
+    assert lora_modules(model) and model.lora_config.rank == lora["r"]
+    x = _x(model)
+    with torch.no_grad():
+        want = pm(pixel_values=x).logits
+        torch.testing.assert_close(model(x), want, **TOL)
+        torch.testing.assert_close(merge_lora(model)(x), want, **TOL)
+
+
+def test_vitkit_reads_a_folder_peft_wrote_for_a_dinov2_backbone(tmp_path: Path) -> None:
+    vitkit.save_pretrained(random_vit(in_chans=3, num_classes=0, layer_scale=0.1), tmp_path / "hf", format="hf")
+    pm = _peft_writes(transformers.Dinov2Model.from_pretrained(tmp_path / "hf"), tmp_path / "peft", r=2,
+                      lora_alpha=4, target_modules=["k_proj", "o_proj", "fc1"])
+    model = load_adapters(tmp_path / "peft", base=tmp_path / "hf")
+    assert model.lora_config.targets == ("k", "proj", "fc1") and model.lora_config.train == ()
+    x = _x(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), pm(pixel_values=x).pooler_output, **TOL)
+
+
+def test_a_peft_folder_refuses_a_base_or_options_that_do_not_fit(tmp_path: Path) -> None:
+    vitkit.save_pretrained(random_vit(in_chans=3, num_classes=3), tmp_path / "hf", format="hf")
+    _peft_writes(transformers.ViTForImageClassification.from_pretrained(tmp_path / "hf"), tmp_path / "peft", r=2,
+                 lora_alpha=4, target_modules=["q_proj", "v_proj"])
+    assert load_adapters(tmp_path / "peft").lora_config.targets == ("q", "v")  # the base peft recorded
+    wide = random_vit(in_chans=3, num_classes=3, width=48, num_heads=4, mlp_dim=96)
+    with pytest.raises(ValueError, match=r"lora_A is \(2, 32\), the base model given's block 0 q takes \(2, 48\)"):
+        load_adapters(tmp_path / "peft", base=wide)
+    shallow = random_vit(in_chans=3, num_classes=3, depth=1)
+    with pytest.raises(ValueError, match="'vit.layers.1.attention.q_proj'.*has no LoRA target of that name"):
+        load_adapters(tmp_path / "peft", base=shallow)
+    doc = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    for key, value, message in (("use_dora", True, "use_dora = True; vitkit's LoRA reads only use_dora = False"),
+                                ("rank_pattern", {"q_proj": 4}, "rank_pattern .* their own rank"),
+                                ("peft_type", "IA3", "peft_type 'IA3'"),
+                                ("base_model_name_or_path", "google/vit-base-patch16-224",
+                                 "'google/vit-base-patch16-224', not a checkpoint here: pass base=")):
+        (tmp_path / "peft" / "adapter_config.json").write_text(json.dumps({**doc, key: value}))
+        with pytest.raises(ValueError, match=message):
+            load_adapters(tmp_path / "peft", base=None if key == "base_model_name_or_path" else tmp_path / "hf")

@@ -12,13 +12,17 @@ Two layouts, each a folder of `adapter_config.json` + `adapter_model.safetensors
   separate query / key / value Linears: vitkit's per-slice adapters are exactly theirs), the classifier as a
   `modules_to_save`. Module names differ between transformers 4 (`encoder.layer.N.attention.attention.query`,
   "classic") and 5 (`layers.N.attention.q_proj`, "current"); `layout` picks, by default the installed
-  transformers' (logged).
+  transformers' (logged). `load_adapters` also reads a folder peft wrote for a transformers ViT / DINOv2 (either
+  layout, told by its module names) onto the matching vitkit model (`load_peft_adapters`); peft records no
+  identity of its base, so a base is refused when its shapes, depth or modules do not fit the adapters.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +95,8 @@ def save_adapters(model: VisionTransformer, out: str | Path, base: str = "", *, 
 
 
 def read_adapter_config(folder: str | Path) -> dict[str, Any]:
-    """adapter_config.json of a vitkit adapter folder, checked for what `load_adapters` needs."""
+    """adapter_config.json of a vitkit adapter folder, checked for what `load_adapters` needs (peft's: see
+    `load_peft_adapters`)."""
     path = Path(folder) / CONFIG_NAME
     if not path.is_file():
         raise FileNotFoundError(f"no {CONFIG_NAME} in {folder}: not an adapter folder")
@@ -102,7 +107,7 @@ def read_adapter_config(folder: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object")
     if doc.get("format") != FORMAT_TAG:
-        what = "peft's adapter config (load it with PeftModel onto a transformers model)" if "peft_type" in doc else \
+        what = "peft's adapter config (load_adapters / load_peft_adapters read it)" if "peft_type" in doc else \
             f"format {doc.get('format')!r}"
         raise ValueError(f"{path}: {what}; vitkit loads its own adapter folders (\"format\": \"{FORMAT_TAG}\")")
     missing = [k for k in ("lora", "base_fingerprint", "model", "preprocess") if k not in doc]
@@ -116,9 +121,12 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
     `vitkit.models.lora.merge_lora`): the base checkpoint (`base`: a path, an already loaded model, or None for
     the path the folder records) after the fine-tune's head and resolution change, with the adapters and the
     trained tensors loaded. A base whose weights do not hash to the recorded fingerprint is refused."""
-    from vitkit.formats import adapt, load_pretrained
+    from vitkit.formats import adapt
 
     folder = Path(folder)
+    peft_doc = _peft_config(folder)
+    if peft_doc is not None:
+        return load_peft_adapters(folder, base, peft_doc)
     doc = read_adapter_config(folder)
     try:
         lcfg = LoraConfig.from_dict(doc["lora"])
@@ -130,13 +138,8 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
         base = doc.get("base_model") or None
         if base is None:
             raise ValueError(f"{folder / CONFIG_NAME} records no base checkpoint: pass base=")
-    if isinstance(base, nn.Module):
-        model, where = base, "the base model given"
-    else:
-        hints = {k: getattr(tuned, k) for k in ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")}
-        model, where = load_pretrained(base, **hints), str(base)
-    if not isinstance(model, VisionTransformer):
-        raise ValueError(f"{where}: LoRA adapters go on a ViT, got a {type(model).__name__}")
+    hints = {k: getattr(tuned, k) for k in ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")}
+    model, where = _base_model(base, hints)
     found = base_fingerprint(model)
     if found != doc["base_fingerprint"]:
         raise ValueError(f"{where} is not the base these adapters were trained on: its weights hash to "
@@ -158,6 +161,19 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
             p.copy_(state[k])
     model.preprocess = pre
     return model.eval()
+
+
+def _base_model(base: str | Path | nn.Module, hints: dict[str, Any] | None = None) -> tuple[VisionTransformer, str]:
+    """(the base ViT, how to name it in a message): `base` itself, or the checkpoint at that path."""
+    from vitkit.formats import load_pretrained
+
+    if isinstance(base, nn.Module):
+        model, where = base, "the base model given"
+    else:
+        model, where = load_pretrained(base, **(hints or {})), str(base)
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"{where}: LoRA adapters go on a ViT, got a {type(model).__name__}")
+    return model, where
 
 
 # ----------------------------------------------------------------------------- peft's layout
@@ -231,3 +247,175 @@ def peft_adapters(model: VisionTransformer, layout: str | None = None, base: str
            "layers_to_transform": None, "layers_pattern": None, "revision": None,
            "base_model_name_or_path": str(base) or None}
     return doc, tensors
+
+
+# peft's LoRA options vitkit's LoraLinear cannot hold, with the value that it can
+PEFT_PLAIN = {"use_dora": False, "fan_in_fan_out": False, "bias": "none"}
+PEFT_KEY = re.compile(r"^base_model\.model\.(?P<module>.+?)\.(?P<part>lora_A|lora_B)\.weight$")
+HF_BASES = ("vit.", "dinov2.")  # a *ForImageClassification's backbone attribute (peft on it prefixes its names)
+
+
+def _peft_config(folder: Path) -> dict[str, Any] | None:
+    """adapter_config.json of `folder` when peft wrote it (it has "peft_type"), else None."""
+    path = folder / CONFIG_NAME
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # read_adapter_config names the problem
+    return doc if isinstance(doc, dict) and "peft_type" in doc else None
+
+
+def _peft_lora_config(doc: dict[str, Any], path: Path, targets: tuple[str, ...], head: bool) -> LoraConfig:
+    """The LoraConfig equal to peft's `doc`; what LoraLinear cannot hold is refused by name."""
+    if doc.get("peft_type") != "LORA":
+        raise ValueError(f"{path}: peft_type {doc.get('peft_type')!r}; vitkit reads LoRA adapters (\"LORA\")")
+    for k, plain in PEFT_PLAIN.items():
+        if doc.get(k, plain) not in (plain, None):
+            raise ValueError(f"{path}: {k} = {doc[k]!r}; vitkit's LoRA reads only {k} = {plain!r}")
+    for k in ("rank_pattern", "alpha_pattern"):
+        if doc.get(k):
+            raise ValueError(f"{path}: {k} {doc[k]} gives modules their own rank / alpha; vitkit's LoRA has one "
+                             "rank and alpha for all")
+    for k in ("r", "lora_alpha"):
+        if not isinstance(doc.get(k), (int, float)) or isinstance(doc.get(k), bool):
+            raise ValueError(f"{path}: {k} must be a number, got {doc.get(k)!r}")
+    rank, alpha = int(doc["r"]), float(doc["lora_alpha"])
+    if doc.get("use_rslora"):  # rsLoRA scales by alpha / sqrt(r): the same update as alpha * sqrt(r) / r
+        alpha *= math.sqrt(rank)
+    try:
+        return LoraConfig(rank=rank, alpha=alpha, dropout=float(doc.get("lora_dropout") or 0.0), targets=targets,
+                          train=("head",) if head else ())
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def _peft_module_map(model: VisionTransformer) -> dict[str, dict[str, tuple[int, str]]]:
+    """{layout: {transformers module name (without a classifier's backbone prefix): (block, LoRA target)}} of the
+    transformers class `model` saves as."""
+    out = {}
+    for layout in LAYOUTS:
+        prefix, names, _ = _hf_modules(model, layout)
+        prefix = prefix.removeprefix("vit.")
+        out[layout] = {prefix.format(i=i) + names[t if t in ("q", "k", "v") else TARGETS[t][0]]: (i, t)
+                       for i in range(len(model.blocks)) for t in TARGETS}
+    return out
+
+
+def load_peft_adapters(folder: str | Path, base: str | Path | nn.Module | None = None,
+                       doc: dict[str, Any] | None = None) -> VisionTransformer:
+    """The model of an adapter folder peft wrote for a transformers ViT or DINOv2 (`PeftModel.save_pretrained`):
+    the base (`base`: a checkpoint path or a loaded model; None: the config's base_model_name_or_path when that is
+    a folder here) with vitkit's LoRA on the same modules and peft's A and B in it, and a trained classifier (a
+    `modules_to_save`) as the head; in eval mode, adapters unmerged. q, k and v are transformers' separate Linears,
+    each vitkit's slice of the fused qkv. Blocks peft left without an adapter (layers_to_transform) get vitkit's
+    untrained one (B = 0: no change). Refused, by name: a base whose modules, depth or widths do not fit, and peft
+    options vitkit's LoRA cannot hold (DoRA, per-module ranks, LoRA on biases, other modules_to_save)."""
+    from vitkit.formats import adapt
+
+    folder = Path(folder)
+    path = folder / CONFIG_NAME
+    doc = doc if doc is not None else _peft_config(folder)
+    if doc is None:
+        raise ValueError(f"{path}: not peft's adapter config (no peft_type)")
+    weights = folder / WEIGHTS_NAME
+    if not weights.is_file():
+        other = [n.name for n in folder.glob("adapter_model.*")]
+        raise FileNotFoundError(f"no {WEIGHTS_NAME} in {folder}" + (f" (found {other}: vitkit never unpickles a .bin; "
+                                                                    "re-save with safe_serialization=True)" if other else ""))
+    if base is None:
+        recorded = doc.get("base_model_name_or_path")
+        if not recorded or not Path(recorded).exists():
+            raise ValueError(f"{path} names its base as {recorded!r}, not a checkpoint here: pass base= (the "
+                             "transformers ViT / DINOv2 checkpoint the adapters were trained on)")
+        base = recorded
+    model, where = _base_model(base)
+    state = read_safetensors(weights)
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    saved: dict[str, torch.Tensor] = {}
+    for k, t in state.items():
+        m = PEFT_KEY.match(k)
+        if m:
+            pairs.setdefault(m["module"], {})[m["part"]] = t
+        elif k.startswith("base_model.model."):
+            saved[k.removeprefix("base_model.model.")] = t
+        else:
+            raise ValueError(f"{weights}: {k} is not a key peft writes for LoRA (base_model.model.<module>.lora_[AB]"
+                             ".weight)")
+    if not pairs:
+        raise ValueError(f"{weights} holds no LoRA tensors (lora_A / lora_B)")
+    kind = hf_family(model.config) or "vit"
+    modules = {_strip_backbone(name): name for name in pairs}
+    maps = _peft_module_map(model)
+    layout = next((lay for lay, table in maps.items() if set(modules) <= set(table)), None)
+    if layout is None:
+        table = max(maps.values(), key=lambda t: len(set(modules) & set(t)))
+        bad = sorted(set(modules) - set(table))
+        raise ValueError(f"{folder}: the adapters name {modules[bad[0]]!r}" + (f" (and {len(bad) - 1} more)" if
+                         len(bad) > 1 else "") + f", which {where} (a {model.config.depth}-block model saving as "
+                         f"transformers {kind}) has no LoRA target of that name (its q, k, v, attention output and "
+                         "MLP Linears): the adapters belong to another base or target modules vitkit cannot adapt")
+    placed = {maps[layout][ours]: modules[ours] for ours in modules}  # (block, target) -> peft's module name
+    targets = tuple(t for t in TARGETS if any(tt == t for _, tt in placed))
+    heads = sorted(saved)
+    head = _peft_head(saved, weights, kind)
+    lcfg = _peft_lora_config(doc, path, targets, head is not None)
+    if head is not None and head.shape[0] != model.config.num_classes:
+        model = adapt(model, num_classes=head.shape[0])
+    apply_lora(model, lcfg)
+    missing = []
+    with torch.no_grad():
+        for i, blk in enumerate(model.blocks):
+            for t in targets:
+                lin = blk.get_submodule(TARGETS[t][0])
+                name = placed.get((i, t))
+                if name is None:
+                    missing.append(f"{i}.{t}")
+                    continue
+                for part, mine in (("lora_A", lin.lora_A[t]), ("lora_B", lin.lora_B[t])):
+                    got = pairs[name].get(part)
+                    if got is None:
+                        raise ValueError(f"{weights}: {name} has no {part}")
+                    if got.shape != mine.shape:
+                        raise ValueError(f"{weights}: {name}.{part} is {tuple(got.shape)}, {where}'s block {i} "
+                                         f"{t} takes {tuple(mine.shape)} (rank {lcfg.rank}): the adapters were "
+                                         "trained on another base")
+                    mine.copy_(got)
+        if head is not None:
+            w, b = saved["classifier.weight"], saved.get("classifier.bias")
+            if w.shape != model.head.weight.shape or (b is not None and b.shape != model.head.bias.shape):
+                raise ValueError(f"{weights}: classifier.weight is {tuple(w.shape)}, {where}'s head takes "
+                                 f"{tuple(model.head.weight.shape)}")
+            model.head.weight.copy_(w)
+            if b is not None:
+                model.head.bias.copy_(b)
+    if missing:
+        log.warning("%s: no adapter for %d of %d (block, target) pairs (%s...): vitkit's untrained one there "
+                    "(B = 0, no change)", folder, len(missing), len(model.blocks) * len(targets),
+                    ", ".join(missing[:4]))
+    log.info("%s: peft LoRA (r %d, alpha %g, %s layout, targets %s%s) on %s", folder, lcfg.rank, lcfg.alpha, layout,
+             ", ".join(targets), ", classifier" if heads else "", where)
+    return model.eval()
+
+
+def _strip_backbone(name: str) -> str:
+    """A module name without a *ForImageClassification's backbone prefix (vit., dinov2.)."""
+    for b in HF_BASES:
+        if name.startswith(b):
+            return name[len(b):]
+    return name
+
+
+def _peft_head(saved: dict[str, torch.Tensor], weights: Path, kind: str) -> torch.Tensor | None:
+    """The classifier weight among peft's `modules_to_save` tensors (None without one); anything else refused."""
+    other = sorted(k for k in saved if not k.startswith("classifier."))
+    if other:
+        raise ValueError(f"{weights}: modules_to_save {other[:4]}: vitkit reads the classifier only (merge the "
+                         "adapters in peft and load the merged checkpoint instead)")
+    if not saved:
+        return None
+    if kind != "vit":
+        raise ValueError(f"{weights}: a {kind} classifier as modules_to_save; vitkit reads a transformers "
+                         "ViTForImageClassification's (its head sees the class token only)")
+    if "classifier.weight" not in saved:
+        raise ValueError(f"{weights}: classifier tensors without classifier.weight")
+    return saved["classifier.weight"]

@@ -39,6 +39,7 @@ from vitkit.train.engine import Trainer
 from vitkit.train.metrics import plot_curves
 from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import FolderLock
+from vitkit.utils.memory import mmap_large_blocks
 
 
 def _per_channel(v: Any, channels: int, what: str) -> tuple[float, ...]:
@@ -408,6 +409,7 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     train = splits["train"]
     if cfg.lora.rank:  # LoRA (Hu et al. 2022): adapters on the frozen encoder, saved alone and merged at the end
         add_lora(model, cfg, notes)
+    notes.append(mmap_large_blocks())  # freed activations back to the OS: the peak RSS is the tensors' (BENCHMARKS.md)
     trained = objective_model(model, cfg)  # the ViT itself, or the ViT inside its §4.6 MPP wrapper
     tcfg, d = cfg.train, cfg.data
     if header and dist.rank() == 0:
