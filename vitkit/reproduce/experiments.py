@@ -330,25 +330,32 @@ POOLINGS = ("token", "gap")
 LR_EXTEND = 2  # rates added past an edge of a sweep that wins there, per side (crossover.extension)
 
 
-def _tuned_and_seeded(wb: Workbench, grid: tuple[float, ...], at: Callable[..., Pretrain]
-                      ) -> tuple[float, list[dict[str, float]], dict[str, Any]]:
-    """A variant's pre-training rate picked on `grid` by the early-stopping 5-shot digits dev accuracy (seed 0),
-    the grid extended past an edge that wins; then every pre-training seed at the pick (`at(lr, seed)`: the run).
-    Returns the pick, the sweep, and the seeded 5-shot digits test (at the early-stopping step) and glyph test."""
-    key = f"digits_dev_{wb.scale.select_shots}shot"
-
-    def dev(lr: float) -> dict[str, float]:
-        s = wb.pretrain(at(lr))
-        return {"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]}
-
-    sweep = [dev(lr) for lr in grid]
-    while (lr := extension(sweep, grid, LR_EXTEND)) is not None:
-        sweep.append(dev(lr))
-    pick = max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
-    runs = [wb.pretrain(at(pick, s)) for s in wb.scale.pretrain_seeds]
-    m = f"digits_test_{wb.scale.select_shots}shot"
-    return pick, sorted(sweep, key=lambda r: r["lr"]), {m: seeded([r["best"][m] for r in runs]),
-                                                        "glyph_test_top1": seeded([r["glyph_test_top1"] for r in runs])}
+def _tuned_and_seeded(wb: Workbench, variants: dict[str, tuple[tuple[float, ...], Callable[..., Pretrain]]]
+                      ) -> tuple[dict[str, float], dict[str, list[dict[str, float]]], dict[str, Any]]:
+    """Each variant's pre-training rate picked on its grid by the early-stopping 5-shot digits dev accuracy (seed 0),
+    the grid extended past an edge that wins; then every pre-training seed at the pick. `variants`: name -> (grid,
+    `at(lr, seed=0)`: the run). Runs of one round (every variant's grid, its next extension, the seeds) train
+    `wb.jobs` at a time. Returns the picks, the sweeps, and per variant the seeded 5-shot digits test (at the
+    early-stopping step) and glyph test accuracies."""
+    key, m = f"digits_dev_{wb.scale.select_shots}shot", f"digits_test_{wb.scale.select_shots}shot"
+    sweeps: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    todo = {name: list(grid) for name, (grid, _) in variants.items()}
+    while todo:
+        runs = {(name, lr): variants[name][1](lr) for name, lrs in todo.items() for lr in lrs}
+        for (name, lr), s in zip(runs, wb.pretrain_all(list(runs.values()))):
+            sweeps[name].append({"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]})
+        todo = {}
+        for name, (grid, _) in variants.items():
+            if (lr := extension(sweeps[name], grid, LR_EXTEND)) is not None:
+                todo[name] = [lr]
+    picks = {name: max(sw, key=lambda r: (r["dev"], -r["lr"]))["lr"] for name, sw in sweeps.items()}
+    seeded_runs = {name: [at(picks[name], seed=s) for s in wb.scale.pretrain_seeds] for name, (_, at) in variants.items()}
+    done = iter(wb.pretrain_all([r for rs in seeded_runs.values() for r in rs]))
+    res = {}
+    for name, rs in seeded_runs.items():
+        got = [next(done) for _ in rs]
+        res[name] = {m: seeded([r["best"][m] for r in got]), "glyph_test_top1": seeded([r["glyph_test_top1"] for r in got])}
+    return picks, {n: sorted(sw, key=lambda r: r["lr"]) for n, sw in sweeps.items()}, res
 
 
 def _sweeps_text(sweeps: dict[str, list[dict[str, float]]]) -> str:
@@ -368,12 +375,11 @@ def _pooling_run(wb: Workbench, out: Path) -> dict[str, Any]:
     """Each pooling's rate picked on the bracketed grid by 5-shot digits dev (seed 0), then every pre-training seed
     at that rate; the 5-shot digits test accuracy at the dev-selected early-stopping step, and upstream accuracy."""
     sc = wb.scale
-    sweeps, picks, res = {}, {}, {}
-    for p in POOLINGS:
-        def at(lr: float, seed: int = 0, p: str = p) -> Pretrain:
-            return Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, lr), seed=seed)
 
-        picks[p], sweeps[p], res[p] = _tuned_and_seeded(wb, sc.pooling_lrs, at)
+    def at(p: str) -> Callable[..., Pretrain]:
+        return lambda lr, seed=0: Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, lr), seed=seed)
+
+    picks, sweeps, res = _tuned_and_seeded(wb, {p: (sc.pooling_lrs, at(p)) for p in POOLINGS})
     k = sc.select_shots
     lines = [f"| pooling | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
              "|---|---:|---:|---:|"]
@@ -437,9 +443,8 @@ def _optim_run(wb: Workbench, out: Path) -> dict[str, Any]:
     """ResNet-B pre-trained on the whole set with AdamW or SGD with momentum, each at its own rate picked on a
     bracketed grid (dev), then every pre-training seed at that rate."""
     sc, k = wb.scale, wb.scale.select_shots
-    sweeps, picks, res = {}, {}, {}
-    for o, grid in sc.optimizer_lrs.items():
-        picks[o], sweeps[o], res[o] = _tuned_and_seeded(wb, grid, lambda lr, seed=0, o=o: _optim_at(sc, o, lr, seed))
+    picks, sweeps, res = _tuned_and_seeded(wb, {o: (grid, lambda lr, seed=0, o=o: _optim_at(sc, o, lr, seed))
+                                                for o, grid in sc.optimizer_lrs.items()})
     m = f"digits_test_{k}shot"
     names = {"adamw": "Adam (AdamW, weight decay 0.05)", "sgd": "SGD, momentum 0.9 (weight decay 1e-4)"}
     lines = [f"| optimiser | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",

@@ -233,7 +233,7 @@ def variants(res: dict[str, Any], path: Path, a: str, b: str, title: str) -> str
     metrics = {"digits_test_5shot": "5-shot digits", "glyph_test_top1": "glyph test (upstream)"}
     return bars([f"{p} (lr {res['lr'][p]:g})" for p in r], {name: [mean_ci(r[p][m]["values"]) for p in r]
                                                             for m, name in metrics.items()}, title, "accuracy (%)",
-                path, differences={f"{a} − {b}, {name}": paired(r[a][m]["values"], r[b][m]["values"])
+                path, differences={f"{a} − {b},\n{name}": paired(r[a][m]["values"], r[b][m]["values"])
                                    for m, name in metrics.items()}, difference_title="paired by pre-training seed")
 
 
