@@ -23,7 +23,7 @@ from vitkit.models import create_model
 from vitkit.models.flops import model_flops, vit_flops
 from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS, SMOKE
 from vitkit.reproduce.crossover import FAMILIES, grid_runs
-from vitkit.reproduce.plan import MODELS, Pretrain, pretrain_config
+from vitkit.reproduce.plan import MODELS, TINY_MODELS, Pretrain, pretrain_config
 from vitkit.reproduce.runs import UNIT_FILE, Workbench
 from vitkit.reproduce.transfer import FewShotEvaluator, transfer_sets
 from vitkit.train.config import config_from_dict, load_config
@@ -147,7 +147,11 @@ def test_fewshot_evaluator_equals_the_protocol_by_hand() -> None:
 @pytest.mark.slow
 def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     out = tmp_path / "rep"
-    assert main(["reproduce", "--all", "--smoke", "--out", str(out), "--no-progress"]) == 0
+    threads = torch.get_num_threads()
+    try:  # one thread (torch and BLAS): a 2-core CI machine running other tests does not thrash
+        assert main(["reproduce", "--all", "--smoke", "--out", str(out), "--no-progress", "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
     assert "summary:" in capsys.readouterr().out
     for name in EXPERIMENTS:
         res = json.loads((out / name / "result.json").read_text())
@@ -160,7 +164,20 @@ def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsy
     by = {(r["family"], r["size"]): r["train_flops"] for r in fig5["rows"]}
     assert by[("ViT", "S")] < by[("ViT", "B")] < by[("ViT", "L")]
     fig7 = json.loads((out / "fig7" / "result.json").read_text())
-    assert fig7["grid"] == [8, 8] and len(fig7["attention_distance_per_layer"]) == 4
+    assert fig7["grid"] == [8, 8] and len(fig7["attention_distance_per_layer"]) == TINY_MODELS["ViT"]["L"]["depth"]
+    # model size x data: two sizes of each family on each data size, each few-shot figure from its own run
+    size = json.loads((out / "size" / "result.json").read_text())
+    assert {(r["family"], r["size"], r["images"]) for r in size["rows"]} == {
+        (f, s, n) for f in ("ViT", "ResNet") for s in ("S", "B") for n in SMOKE.sizes}
+    assert len({r["digits_test_5shot"] for r in size["rows"]}) > 1
+    # Adam vs SGD: each optimiser's pick is the best dev rate of its (possibly extended) sweep, the SGD runs used SGD
+    optim = json.loads((out / "optim" / "result.json").read_text())
+    for o, grid in SMOKE.optimizer_lrs.items():
+        sweep = optim["lr_sweeps"][o]
+        assert set(grid) <= {r["lr"] for r in sweep}
+        assert optim["lr"][o] == max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
+    sgd = json.loads(next((out / "pretrain").glob("resnet-B_sgd_*/train_config.json")).read_text())
+    assert sgd["optimizer"] == "sgd" and sgd["momentum"] == 0.9
     # the crossover: its grid (12 steps on the two largest sets only), the rates picked by the sweep (12 steps take
     # the 8-step picks), the runs drawn from the stream
     cross = json.loads((out / "crossover" / "result.json").read_text())
@@ -178,9 +195,10 @@ def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsy
     assert (out / "crossover" / "runs" / "pretrain").is_dir()
     summary = (out / "SUMMARY.md").read_text()
     assert all(f"## {n}" in summary for n in EXPERIMENTS)
-    # every fine-tune of the smoke run learns: at least twice chance (10%) on the digits test split
-    tuned = [json.loads(p.read_text()) for p in (out / "finetune").glob(f"*/{UNIT_FILE}")]
-    assert len(tuned) >= 6 and min(t["test_top1"] for t in tuned) >= 0.2, sorted(t["test_top1"] for t in tuned)
+    # the smoke fine-tunes (tiny models, 40 steps) learn: on average twice chance (10%) on the digits test split,
+    # the best far above it -- a broken fine-tune (labels, head, schedule) leaves every one at chance
+    tuned = sorted(json.loads(p.read_text())["test_top1"] for p in (out / "finetune").glob(f"*/{UNIT_FILE}"))
+    assert len(tuned) >= 6 and np.mean(tuned) >= 0.2 and tuned[-1] >= 0.5, tuned
 
     # a unit killed mid-run (its state kept, its results not yet written) resumes; the rest is read back
     before = json.loads((out / "posemb" / "result.json").read_text())["results"]

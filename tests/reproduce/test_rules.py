@@ -210,6 +210,59 @@ def test_class_token_vs_gap_is_an_equivalence_with_each_rate_bracketed(tmp_path:
     assert plots.draw("pooling", result(0.001, (0.7, 0.8, 0.75)), tmp_path) == ["pooling.png"]
 
 
+def test_model_size_rule_reads_the_vits_gain_from_data_as_a_paired_difference_in_differences(tmp_path: Path) -> None:
+    from vitkit.reproduce import plots
+
+    def result(vit_b_gain: float) -> dict:
+        rows = []
+        for s in range(3):
+            for fam in ("ViT", "ResNet"):
+                for size in ("S", "B"):
+                    for n, big in ((2_500, 0), (20_000, 1)):
+                        base = 0.6 + 0.01 * s  # a seed shifts every run alike: the pairing removes it
+                        acc = base + big * (0.05 + (vit_b_gain if (fam, size) == ("ViT", "B") else 0)) + 0.001 * (s % 2)
+                        rows.append({"family": fam, "size": size, "images": n, "seed": s, "digits_test_5shot": acc,
+                                     "glyph_test_top1": acc / 2})
+        return {"rows": rows}
+
+    _, ev, j = verdict("size", result(0.04))
+    assert ev.parts["vit_gain"].mean == pytest.approx(0.04) and ev.parts["vit_gain"].n == 3
+    assert ev.parts["vit_large"].mean == pytest.approx(0.04) and j.verdict == "reproduces"
+    assert verdict("size", result(-0.04))[2].verdict == "does not reproduce"
+    assert plots.draw("size", result(0.04), tmp_path) == ["size.png"]
+
+
+def test_adam_vs_sgd_needs_both_grids_bracketed(tmp_path: Path) -> None:
+    from vitkit.reproduce import plots
+
+    def result(adam_lead: float, sgd_sweep: tuple[float, float, float]) -> dict:
+        sgd = [0.70, 0.72, 0.71]
+        entry = {o: {"digits_test_5shot": {"values": [v + (adam_lead if o == "adamw" else 0) for v in sgd]},
+                     "glyph_test_top1": {"values": [0.4, 0.41, 0.42]}} for o in ("adamw", "sgd")}
+        sweep = {"adamw": [{"lr": lr, "dev": d} for lr, d in zip((3e-3, 6e-3, 1.2e-2), (0.7, 0.8, 0.75))],
+                 "sgd": [{"lr": lr, "dev": d} for lr, d in zip((0.03, 0.1, 0.3), sgd_sweep)]}
+        return {"results": entry, "lr_sweeps": sweep, "lr": {"adamw": 6e-3, "sgd": 0.1}}
+
+    assert verdict("optim", result(0.02, (0.7, 0.8, 0.75)))[2].verdict == "reproduces"
+    assert verdict("optim", result(-0.02, (0.7, 0.8, 0.75)))[2].verdict == "does not reproduce"
+    assert verdict("optim", result(0.02, (0.9, 0.8, 0.75)))[2].verdict.startswith("not established (precondition")
+    assert plots.draw("optim", result(0.02, (0.7, 0.8, 0.75)), tmp_path) == ["optim.png"]
+
+
+def test_hybrids_on_the_compute_plot_lead_at_small_compute_and_the_lead_shrinks() -> None:
+    flops = {("ViT", "S"): 1.0, ("ViT", "B"): 4.0, ("ResNet", "S"): 1.5, ("ResNet", "B"): 3.0,
+             ("Hybrid", "S"): 2.0, ("Hybrid", "B"): 4.0}
+    acc = {("ViT", "S"): 0.60, ("ViT", "B"): 0.70, ("ResNet", "S"): 0.60, ("ResNet", "B"): 0.62,
+           ("Hybrid", "S"): 0.70, ("Hybrid", "B"): 0.72}
+    rows = [{"family": f, "size": s, "seed": seed, "train_flops": x * 1e12, "avg_5shot": acc[f, s] + 0.01 * seed}
+            for (f, s), x in flops.items() for seed in range(3)]
+    _, ev, j = verdict("fig5", {"rows": rows})
+    vit_at_2 = 0.60 + 0.10 * 0.5  # ViT read at 2e12 FLOPs, halfway (in log FLOPs) from 1e12 to 4e12
+    assert ev.parts["hybrid_vs_vit_small"].mean == pytest.approx(0.70 - vit_at_2)
+    assert ev.parts["hybrid_gap_closes"].mean == pytest.approx((0.70 - vit_at_2) - (0.72 - 0.70))
+    assert j.outcomes["hybrid_vs_vit_small"] == j.outcomes["hybrid_gap_closes"] == "holds"
+
+
 def test_the_plain_data_names_are_the_experiments_and_scales_built() -> None:
     """commands/reproduce.py lists names from plan.py without importing the trainer: they must be the ones built."""
     from vitkit.reproduce import CROSSOVER_SCALE_NAMES, CROSSOVER_SCALES, EXPERIMENT_NAMES, EXPERIMENTS

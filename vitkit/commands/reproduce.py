@@ -1,14 +1,15 @@
-"""Re-run the paper's findings at laptop scale: pre-training on a procedurally drawn glyph set (up to 10^5
-images, nothing downloaded), transfer to real images no run trains on (scikit-learn's digits, scikit-image's
-lfw_subset), ViT vs ResNet (BiT) vs hybrid.
+"""Re-run the paper's findings at laptop scale: pre-training on a procedurally drawn glyph set (nothing
+downloaded), transfer to real images no run trains on (scikit-learn's digits, scikit-image's lfw_subset), ViT vs
+ResNet (BiT) vs hybrid.
 
-Experiments: fig4 (pre-training data size, Fig. 3-4), fig5 (pre-training compute, Fig. 5), fig7 (what the
-ViT learns, Fig. 7), hires (fine-tuning at 2x the resolution, §3.2), posemb (position-embedding variants,
-appendix D.4), mpp (masked patch prediction, §4.6), pooling (class token vs global average pooling, appendix
-D.3), crossover (where the ViT overtakes the ResNet as
-data and compute grow: nested subsets of a 10^6-image glyph stream at several schedule lengths). Each writes
-<out>/<name>/result.json and PNG plots; <out>/SUMMARY.md collects the tables. A killed run continues where it
-stopped when started again with the same --out. REPRODUCTION.md discusses the full-scale results.
+Experiments: fig4 (pre-training data size, Fig. 3-4), size (model size x data, Fig. 3), fig5 (pre-training
+compute, hybrids included, Fig. 5), fig7 (what the ViT learns, Fig. 7), hires (fine-tuning at 2x the resolution,
+§3.2), posemb (position-embedding variants, appendix D.4), mpp (masked patch prediction, §4.6), pooling (class
+token vs global average pooling, appendix D.3), optim (Adam vs SGD for the ResNet, appendix D.1), crossover (where
+the ViT overtakes the ResNet as data and compute grow, at matched steps and matched FLOPs). Each writes
+<out>/<name>/result.json and PNG plots drawn from it; <out>/SUMMARY.md (rules, tables, verdicts) is rewritten by
+every run. A killed run continues where it stopped when started again with the same --out. REPRODUCTION.md
+discusses the results.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ HELP = f"re-run the paper's experiments at laptop scale ({' '.join(NAMES)}, or -
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT", help=f"one or more of {', '.join(NAMES)}")
-    p.add_argument("--all", action="store_true", help="run every experiment (hours on 2 CPU cores with the full "
-                   "scale's 3 seeds)")
+    p.add_argument("--all", action="store_true", help="run every experiment (laptop scale, 3 seeds at every point a "
+                   "verdict reads: under an hour on 2 quiet CPU cores; see REPRODUCTION.md for the measured time)")
     p.add_argument("--out", default="runs/reproduce", help="output folder; an interrupted run resumes from it "
                    "(default: runs/reproduce, runs/reproduce-smoke with --smoke)")
     p.add_argument("--smoke", action="store_true", help="a small version that checks the plumbing, not the "
-                   "findings (tiny data, a few steps; over a minute for fig4 on 2 cores)")
+                   "findings (tiny models, 4 steps, 1,000 images: seconds per experiment)")
     p.add_argument("--scale", choices=[s for s in CROSSOVER_SCALE_NAMES if s != "smoke"], default="laptop",
-                   help="the crossover's grid: laptop (1,000 and 4,000 steps on 4 data sizes up to 10^6 images, one "
-                   "seed) or long (laptop's runs, 12,000 steps on the two largest sizes, 3 seeds everywhere, every "
-                   "schedule's learning rate tuned on a bracketed grid; several hours on 2 cores)")
+                   help="laptop (default: 20,000 images, 500 steps; the crossover on up to 40,000 images at 300 and "
+                   "600 steps; 3 seeds everywhere, every learning rate a verdict needs tuned on a bracketed grid) or "
+                   "long (100,000 images, 1,000 steps, ViT-L at full width; the crossover on a 10^6-image stream at "
+                   "1,000 to 12,000 steps; several hours on 2 cores)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (every run; a folder holds runs of one kind)")
     p.add_argument("--jobs", type=int, default=1, help="crossover pre-training runs at once, in worker processes "
                    "(small models leave a GPU or several cores idle)")
@@ -46,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from vitkit.reproduce import CROSSOVER_SCALES, SCALES, redraw, run_experiments
+    from vitkit.reproduce import redraw
 
     if args.redraw is not None:
         if args.experiments or args.all:
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.figures is not None:
         raise ValueError("--figures goes with --redraw")
     names = list(NAMES) if args.all else list(dict.fromkeys(args.experiments))
-    if not names:  # say the exact command: one smoke experiment takes over a minute on 2 cores, so no default
+    if not names:  # say the exact command: no default (even the laptop scale is many minutes)
         flags = " --smoke" if args.smoke else ""
         raise ValueError(f"name the experiments to run ({', '.join(NAMES)}), e.g. `vitkit reproduce{flags} "
                          f"{NAMES[0]}`, or run them all with `vitkit reproduce --all{flags}`")
@@ -71,7 +73,18 @@ def run(args: argparse.Namespace) -> int:
 
     dist.check_device(args.device)
     set_threads(args.threads)
-    scale = SCALES["smoke" if args.smoke else "full"]
+    if args.threads is not None:  # NumPy's BLAS too (the few-shot solves): spinning BLAS threads on a busy machine
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(args.threads):
+            return _run(args, names)
+    return _run(args, names)
+
+
+def _run(args: argparse.Namespace, names: list[str]) -> int:
+    from vitkit.reproduce import CROSSOVER_SCALES, SCALES, run_experiments
+
+    scale = SCALES["smoke" if args.smoke else {"laptop": "laptop", "long": "full"}[args.scale]]
     crossover = CROSSOVER_SCALES["smoke" if args.smoke else args.scale]
     out = args.out if args.out != "runs/reproduce" or not args.smoke else "runs/reproduce-smoke"
     results = run_experiments(names, out, scale, progress=not args.no_progress, crossover=crossover,

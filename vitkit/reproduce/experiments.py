@@ -25,7 +25,7 @@ from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, extensi
 from vitkit.reproduce.plan import (
     FAMILIES,
     IMG_SIZE,
-    MODELS,
+    MODEL_SETS,
     POSEMBS,
     SCALES,
     Pretrain,
@@ -65,19 +65,22 @@ def _fig4_units(scale: Scale) -> list[Unit]:
     return [u for r in runs for u in (r, Finetune(r))]
 
 
-def _transfer_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
-    """A pre-training run's transfer figures: few-shot at the early-stopping step, fine-tuned accuracy."""
+def _fewshot_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
+    """A pre-training run's few-shot figures at the (dev-selected) early-stopping step, and its upstream accuracy."""
     s = wb.pretrain(run)
-    ft = wb.finetune(Finetune(run))
     row = {k: s[k] for k in ("family", "size", "images", "seed", "params", "forward_flops_per_image", "train_flops",
                              "glyph_test_top1", "train_s")}
     row.update({k: v for k, v in s["best"].items() if k != "step"})
     row["best_step"] = s["best"].get("step")
     row["final_digits_test_5shot"] = s["final"].get("digits_test_5shot")
-    row["finetune_top1"] = ft["test_top1"]
     k = wb.scale.select_shots
     row[f"avg_{k}shot"] = (row[f"digits_test_{k}shot"] + row[f"lfw_test_{k}shot"]) / 2
     return row
+
+
+def _transfer_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
+    """A pre-training run's transfer figures: few-shot at the early-stopping step, fine-tuned accuracy."""
+    return {**_fewshot_row(wb, run), "finetune_top1": wb.finetune(Finetune(run))["test_top1"]}
 
 
 def random_init_fewshot(wb: Workbench, family: str) -> dict[str, float]:
@@ -128,12 +131,12 @@ def glyph_samples(scale: Scale, path: Path) -> str:
 # -- 2. compute (Fig. 5) --------------------------------------------------------------------------------
 
 def _fig5_units(scale: Scale) -> list[Unit]:
-    runs = [Pretrain(f, s, seed=seed) for f in FAMILIES for s in ("S", "B", "L") for seed in scale.pretrain_seeds]
+    runs = [Pretrain(f, s, seed=seed) for f in FAMILIES for s in scale.compute_sizes for seed in scale.pretrain_seeds]
     return [u for r in runs for u in (r, Finetune(r))]
 
 
 def _fig5_run(wb: Workbench, out: Path) -> dict[str, Any]:
-    rows = [_transfer_row(wb, Pretrain(f, s, seed=seed)) for f in FAMILIES for s in ("S", "B", "L")
+    rows = [_transfer_row(wb, Pretrain(f, s, seed=seed)) for f in FAMILIES for s in wb.scale.compute_sizes
             for seed in wb.scale.pretrain_seeds]
     k = wb.scale.select_shots
     lines = ["| family | size | seed | parameters | forward FLOPs / image | pre-training FLOPs | fine-tuned digits | "
@@ -214,21 +217,25 @@ def _fig7_model(wb: Workbench, seed: int, out: Path) -> dict[str, Any]:
 
 # -- 4. higher-resolution fine-tuning (§3.2) ----------------------------------------------------------
 
+def _hires_finetunes(scale: Scale, px: int) -> list[Finetune]:
+    """Pre-training seed i (ViT-B, the whole set) fine-tuned with fine-tuning seed i: both kinds of seed vary."""
+    return [Finetune(Pretrain("ViT", "B", seed=s), px, s) for s in scale.finetune_seeds]
+
+
 def _hires_units(scale: Scale) -> list[Unit]:
-    src = Pretrain("ViT", "B")
-    return [src] + [Finetune(src, px, seed) for px in (16, 32) for seed in scale.finetune_seeds]
+    return [u for px in (16, 32) for ft in _hires_finetunes(scale, px) for u in (ft.source, ft)]
 
 
 def _hires_run(wb: Workbench, out: Path) -> dict[str, Any]:
-    src = Pretrain("ViT", "B")
     res: dict[str, Any] = {}
     for px in (16, 32):
-        accs = [wb.finetune(Finetune(src, px, seed))["test_top1"] for seed in wb.scale.finetune_seeds]
+        accs = [wb.finetune(ft)["test_top1"] for ft in _hires_finetunes(wb.scale, px)]
         res[f"{px}px"] = {"accs": accs, **seeded(accs)}
-    lines = ["| fine-tuning resolution | patches | digits test accuracy (mean [95% CI] over fine-tuning seeds) |",
+    lines = ["| fine-tuning resolution | patches | digits test accuracy (mean [95% CI] over seeds: pre-training seed i "
+             "fine-tuned with seed i) |",
              "|---|---:|---:|"]
     for k, v in res.items():
-        side = int(k[:-2]) // MODELS["ViT"]["B"]["patch_size"]
+        side = int(k[:-2]) // MODEL_SETS[wb.scale.models]["ViT"]["B"]["patch_size"]
         lines.append(f"| {k} | {side}x{side} | {mean_ci(v['accs']).text()} |")
     gain = paired(res["32px"]["accs"], res["16px"]["accs"])
     lines.append(f"\n32 px − 16 px, paired by seed (points): {gain.text(signed=True)}")
@@ -277,7 +284,7 @@ def majority_colour(scale: Scale) -> float:
     from vitkit.models.mpp import mean_colour_targets
 
     test = glyphs(glyph_test_size(scale.glyph_images), scale.glyph_classes, IMG_SIZE, 0, "test")
-    targets = mean_colour_targets(test.images.float() / 255, MODELS["ViT"]["B"]["patch_size"])
+    targets = mean_colour_targets(test.images.float() / 255, MODEL_SETS[scale.models]["ViT"]["B"]["patch_size"])
     return float(torch.bincount(targets.flatten()).max() / targets.numel())
 
 
@@ -323,6 +330,39 @@ POOLINGS = ("token", "gap")
 LR_EXTEND = 2  # rates added past an edge of a sweep that wins there, per side (crossover.extension)
 
 
+def _tuned_and_seeded(wb: Workbench, variants: dict[str, tuple[tuple[float, ...], Callable[..., Pretrain]]]
+                      ) -> tuple[dict[str, float], dict[str, list[dict[str, float]]], dict[str, Any]]:
+    """Each variant's pre-training rate picked on its grid by the early-stopping 5-shot digits dev accuracy (seed 0),
+    the grid extended past an edge that wins; then every pre-training seed at the pick. `variants`: name -> (grid,
+    `at(lr, seed=0)`: the run). Runs of one round (every variant's grid, its next extension, the seeds) train
+    `wb.jobs` at a time. Returns the picks, the sweeps, and per variant the seeded 5-shot digits test (at the
+    early-stopping step) and glyph test accuracies."""
+    key, m = f"digits_dev_{wb.scale.select_shots}shot", f"digits_test_{wb.scale.select_shots}shot"
+    sweeps: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    todo = {name: list(grid) for name, (grid, _) in variants.items()}
+    while todo:
+        runs = {(name, lr): variants[name][1](lr) for name, lrs in todo.items() for lr in lrs}
+        for (name, lr), s in zip(runs, wb.pretrain_all(list(runs.values()))):
+            sweeps[name].append({"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]})
+        todo = {}
+        for name, (grid, _) in variants.items():
+            if (lr := extension(sweeps[name], grid, LR_EXTEND)) is not None:
+                todo[name] = [lr]
+    picks = {name: max(sw, key=lambda r: (r["dev"], -r["lr"]))["lr"] for name, sw in sweeps.items()}
+    seeded_runs = {name: [at(picks[name], seed=s) for s in wb.scale.pretrain_seeds] for name, (_, at) in variants.items()}
+    done = iter(wb.pretrain_all([r for rs in seeded_runs.values() for r in rs]))
+    res = {}
+    for name, rs in seeded_runs.items():
+        got = [next(done) for _ in rs]
+        res[name] = {m: seeded([r["best"][m] for r in got]), "glyph_test_top1": seeded([r["glyph_test_top1"] for r in got])}
+    return picks, {n: sorted(sw, key=lambda r: r["lr"]) for n, sw in sweeps.items()}, res
+
+
+def _sweeps_text(sweeps: dict[str, list[dict[str, float]]]) -> str:
+    return "Learning-rate sweeps (5-shot digits dev, seed 0): " + "; ".join(
+        f"{p}: " + ", ".join(f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in sw) for p, sw in sweeps.items())
+
+
 def _pooling_run_lr(scale: Scale, lr: float) -> float:
     return 0.0 if lr == scale.lrs["ViT"] else lr  # the scale's own rate: the same unit as experiments 1-5's ViT-B
 
@@ -334,22 +374,12 @@ def _pooling_units(scale: Scale) -> list[Unit]:
 def _pooling_run(wb: Workbench, out: Path) -> dict[str, Any]:
     """Each pooling's rate picked on the bracketed grid by 5-shot digits dev (seed 0), then every pre-training seed
     at that rate; the 5-shot digits test accuracy at the dev-selected early-stopping step, and upstream accuracy."""
-    sc, key = wb.scale, f"digits_dev_{wb.scale.select_shots}shot"
-    sweeps, picks, res = {}, {}, {}
-    for p in POOLINGS:
-        def dev(lr: float, p: str = p) -> dict[str, float]:
-            s = wb.pretrain(Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, lr)))
-            return {"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]}
+    sc = wb.scale
 
-        sweep = [dev(lr) for lr in sc.pooling_lrs]
-        while (lr := extension(sweep, sc.pooling_lrs, LR_EXTEND)) is not None:
-            sweep.append(dev(lr))
-        sweeps[p] = sorted(sweep, key=lambda r: r["lr"])
-        picks[p] = max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
-        runs = [wb.pretrain(Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, picks[p]), seed=s))
-                for s in sc.pretrain_seeds]
-        res[p] = {m: seeded([r["best"][m] if m != "glyph_test_top1" else r[m] for r in runs])
-                  for m in (f"digits_test_{sc.select_shots}shot", "glyph_test_top1")}
+    def at(p: str) -> Callable[..., Pretrain]:
+        return lambda lr, seed=0: Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, lr), seed=seed)
+
+    picks, sweeps, res = _tuned_and_seeded(wb, {p: (sc.pooling_lrs, at(p)) for p in POOLINGS})
     k = sc.select_shots
     lines = [f"| pooling | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
              "|---|---:|---:|---:|"]
@@ -358,8 +388,71 @@ def _pooling_run(wb: Workbench, out: Path) -> dict[str, Any]:
     lines += ["", f"gap − token, paired by pre-training seed (points): {k}-shot digits "
               f"{_ci(res['gap'][f'digits_test_{k}shot'], res['token'][f'digits_test_{k}shot'])}; glyph test "
               f"{_ci(res['gap']['glyph_test_top1'], res['token']['glyph_test_top1'])}",
-              "", "Learning-rate sweeps (5-shot digits dev, seed 0): " + "; ".join(
-                  f"{p}: " + ", ".join(f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in sw) for p, sw in sweeps.items())]
+              "", _sweeps_text(sweeps)]
+    return {"results": res, "lr": picks, "lr_sweeps": sweeps, "markdown": "\n".join(lines)}
+
+
+# -- 9. model size x data (§4.2, Fig. 3) ---------------------------------------------------------------
+
+SIZE_FAMILIES, SIZE_SIZES = ("ViT", "ResNet"), ("S", "B")
+
+
+def _size_runs(scale: Scale) -> list[Pretrain]:
+    return [Pretrain(f, s, images=n, seed=seed) for f in SIZE_FAMILIES for s in SIZE_SIZES for n in scale.sizes
+            for seed in scale.pretrain_seeds]
+
+
+def _size_run(wb: Workbench, out: Path) -> dict[str, Any]:
+    """Two sizes of each family on the smallest and the whole set: how much each gains from more data."""
+    sc, k = wb.scale, wb.scale.select_shots
+    rows = [_fewshot_row(wb, r) for r in _size_runs(sc)]
+    m = f"digits_test_{k}shot"
+
+    def vals(f: str, s: str, n: int, metric: str = m) -> list[float]:
+        by = {r["seed"]: r[metric] for r in rows if (r["family"], r["size"], r["images"]) == (f, s, n)}
+        return [by[seed] for seed in sc.pretrain_seeds]
+
+    small, big = sc.sizes[0], sc.sizes[-1]
+    lines = ["| family | size | forward MFLOPs / image | " + " | ".join(f"{k}-shot digits, {n:,} images"
+                                                                         for n in sc.sizes) +
+             " | gain from data (points, paired) | glyph test, whole set |", "|---|---|---:|" + "---:|" * len(sc.sizes)
+             + "---:|---:|"]
+    for f in SIZE_FAMILIES:
+        for s in SIZE_SIZES:
+            fl = next(r["forward_flops_per_image"] for r in rows if (r["family"], r["size"]) == (f, s))
+            cells = " | ".join(mean_ci(vals(f, s, n)).text() for n in sc.sizes)
+            lines.append(f"| {f} | {s} | {fl / 1e6:.2f} | {cells} | {paired(vals(f, s, big), vals(f, s, small)).text(signed=True)}"
+                         f" | {mean_ci(vals(f, s, big, 'glyph_test_top1')).text()} |")
+    lines.append("\nmean [95% CI] over pre-training seeds " + str(list(sc.pretrain_seeds)) + f"; {k}-shot at the "
+                 "early-stopping step (digits dev)")
+    return {"rows": rows, "markdown": "\n".join(lines)}
+
+
+# -- 10. Adam vs SGD for the ResNet (appendix D.1, Table 7) ---------------------------------------------
+
+def _optim_at(scale: Scale, optimizer: str, lr: float, seed: int = 0) -> Pretrain:
+    own = optimizer == "adamw" and lr == scale.lrs["ResNet"]  # the scale's rate: experiment 1's ResNet-B runs
+    return Pretrain("ResNet", "B", lr=0.0 if own else lr, seed=seed, optimizer=optimizer)
+
+
+def _optim_units(scale: Scale) -> list[Unit]:
+    return [_optim_at(scale, o, lr) for o, grid in scale.optimizer_lrs.items() for lr in grid]
+
+
+def _optim_run(wb: Workbench, out: Path) -> dict[str, Any]:
+    """ResNet-B pre-trained on the whole set with AdamW or SGD with momentum, each at its own rate picked on a
+    bracketed grid (dev), then every pre-training seed at that rate."""
+    sc, k = wb.scale, wb.scale.select_shots
+    picks, sweeps, res = _tuned_and_seeded(wb, {o: (grid, lambda lr, seed=0, o=o: _optim_at(sc, o, lr, seed))
+                                                for o, grid in sc.optimizer_lrs.items()})
+    m = f"digits_test_{k}shot"
+    names = {"adamw": "Adam (AdamW, weight decay 0.05)", "sgd": "SGD, momentum 0.9 (weight decay 1e-4)"}
+    lines = [f"| optimiser | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {names[o]} | {picks[o]:g} | {_ci(res[o][m])} | {_ci(res[o]['glyph_test_top1'])} |" for o in res]
+    lines += ["", f"Adam − SGD, paired by pre-training seed (points): {k}-shot digits {_ci(res['adamw'][m], res['sgd'][m])}"
+              f"; glyph test {_ci(res['adamw']['glyph_test_top1'], res['sgd']['glyph_test_top1'])}", "",
+              _sweeps_text(sweeps)]
     return {"results": res, "lr": picks, "lr_sweeps": sweeps, "markdown": "\n".join(lines)}
 
 
@@ -367,6 +460,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("fig4", "§4.2, Fig. 3-4: with little pre-training data the ResNet (convolutional inductive bias) "
                "transfers better than a ViT of comparable compute; with more data the ViT catches up and passes it",
                _fig4_units, _fig4_run),
+    Experiment("size", "§4.2, Fig. 3: larger ViT models gain more from larger pre-training sets than smaller ones "
+               "(worse than smaller ones on ImageNet-1k, better on JFT-300M); the ResNets' ranking changes less",
+               _size_runs, _size_run),
     Experiment("fig5", "§4.2, Fig. 5: for the same pre-training compute ViTs transfer better than ResNets; hybrids "
                "help at small compute, the gap closes for larger models", _fig5_units, _fig5_run),
     Experiment("fig7", "§4.5, Fig. 7: the embedding filters look like plausible basis functions; position "
@@ -380,6 +476,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                "(+2% on ImageNet) but stays behind supervised pre-training (-4%)", _mpp_units, _mpp_run),
     Experiment("pooling", "appendix D.3: a class token and global average pooling (no class token) work equally well, "
                "given each its own learning rate", _pooling_units, _pooling_run),
+    Experiment("optim", "appendix D.1, Table 7: pre-training the ResNet baseline with Adam transfers slightly better "
+               "than with SGD with momentum", _optim_units, _optim_run),
     Experiment("crossover", "§4.2, Fig. 3-5: with enough pre-training data and compute the ViT overtakes the "
                "ResNet of comparable compute (ViT-B/32 vs ResNet50: behind on 9M JFT images, ahead from 90M)",
                lambda scale: [], None),
@@ -402,6 +500,8 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
     wb.start(units, f"reproduce ({scale.name})")
     results: dict[str, Any] = {}
     try:
+        if jobs > 1:  # the planned pre-training runs first, `jobs` at a time; the experiments then read them back
+            wb.pretrain_all([u for u in units if isinstance(u, Pretrain)])
         for n in names:
             exp = EXPERIMENTS[n]
             folder = Path(out) / n

@@ -35,14 +35,32 @@ MODELS: dict[str, dict[str, dict[str, Any]]] = {
         "L": {**_HYBRID, "resnet_width": 1.0, "width": 96, "depth": 6, "mlp_dim": 192},
     },
 }
+# The laptop scale's set: the same, but ViT-L is ViT-S at half the patch (an 8x8 grid at a quarter of ViT-L's cost:
+# experiment 3 needs the grid, not the width).
+LAPTOP_MODELS: dict[str, dict[str, dict[str, Any]]] = {
+    **MODELS, "ViT": {**MODELS["ViT"], "L": {**_VIT, "patch_size": 2, "width": 32, "depth": 4, "mlp_dim": 64}}}
+# The smoke scale's set: the same shapes (patch grids, stages, a hybrid stem) at a fraction of the width and depth,
+# so that every experiment's plumbing runs in seconds.
+_TVIT = {"name": "vit", "patch_size": 4, "num_heads": 2, "width": 16, "mlp_dim": 32}
+_THYB = {**_TVIT, "patch_size": 1, "resnet_layers": [1], "resnet_width": 0.5}  # 0.5: GroupNorm's 32 groups
+TINY_MODELS: dict[str, dict[str, dict[str, Any]]] = {
+    "ViT": {"S": {**_TVIT, "depth": 1}, "B": {**_TVIT, "depth": 2}, "L": {**_TVIT, "patch_size": 2, "depth": 2}},
+    "ResNet": {"S": {"name": "bit", "layers": [1], "width_factor": 0.5},
+               "B": {"name": "bit", "layers": [1, 1], "width_factor": 0.5},
+               "L": {"name": "bit", "layers": [2, 2], "width_factor": 0.5}},
+    "Hybrid": {"S": {**_THYB, "depth": 1}, "B": {**_THYB, "depth": 2}, "L": {**_THYB, "depth": 3}},
+}
+MODEL_SETS = {"paper": MODELS, "laptop": LAPTOP_MODELS, "tiny": TINY_MODELS}
 FAMILIES = tuple(MODELS)
+OPTIMIZERS = ("adamw", "sgd")  # appendix D.1 (Table 7): the ResNet pre-trained with Adam or SGD with momentum
 POSEMBS = ("none", "learn1d", "learn2d", "relative")  # appendix D.4 (Table 8)
 IMG_SIZE = 16
 
 
 @dataclass(frozen=True)
 class Scale:
-    """How big each experiment is: `FULL` (the report's figures) or `SMOKE` (seconds: the plumbing only)."""
+    """How big each experiment is: `LAPTOP` (`vitkit reproduce --all`: every verdict's point with 3 seeds, under an
+    hour on 2 cores), `FULL` (the larger grid of `--scale long`) or `SMOKE` (seconds: the plumbing only)."""
 
     name: str
     glyph_images: int  # the largest pre-training set
@@ -74,6 +92,12 @@ class Scale:
     # appendix D.3 (class token vs global average pooling): each variant's pre-training rate is picked on this grid
     # (seed 0, 5-shot digits dev), extended past an edge that wins
     pooling_lrs: tuple[float, ...] = (3e-3, 6e-3, 1.2e-2)
+    models: str = "paper"  # the model set (MODEL_SETS): "paper" (the table in REPRODUCTION.md), "laptop", "tiny"
+    compute_sizes: tuple[str, ...] = ("S", "B", "L")  # experiment 2's sizes of each family (Fig. 5)
+    # appendix D.1 (Table 7): the ResNet's pre-training rate per optimiser is picked on this grid (seed 0, 5-shot
+    # digits dev), extended past an edge that wins
+    optimizer_lrs: dict[str, tuple[float, ...]] = field(
+        default_factory=lambda: {"adamw": (3e-3, 6e-3, 1.2e-2), "sgd": (0.03, 0.1, 0.3)})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,14 +108,24 @@ FULL = Scale(
     finetune_steps=300, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
     posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2),
 )
-# The smoke fine-tunes learn the digits (100 SGD steps at 0.05: 30-97% test top-1 against 10% chance; at least
-# twice chance is asserted by tests/reproduce/test_reproduce.py), so a broken fine-tune shows in the one-minute run.
+# The smoke scale: tiny models (TINY_MODELS), 4 pre-training steps, 120 transfer images per split; its fine-tunes
+# still learn the digits (40 SGD steps at 0.05; tests/reproduce/test_reproduce.py asserts at least twice chance), so
+# a broken fine-tune shows in the seconds-long run.
 SMOKE = Scale(
-    name="smoke", glyph_images=1_000, sizes=(250, 1_000), steps=4, batch=16, eval_every=4, finetune_steps=100,
+    name="smoke", glyph_images=1_000, sizes=(250, 1_000), steps=4, batch=16, eval_every=4, finetune_steps=40,
     finetune_batch=32, finetune_lrs=(0.05,), finetune_seeds=(0,), posemb_seeds=(0,), mpp_steps=(2, 4), shots=(1, 5),
-    fewshot_seeds=(0, 1), transfer_limit=120,
+    fewshot_seeds=(0,), transfer_limit=120, models="tiny",
+    optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)},
 )
-SCALES = {s.name: s for s in (FULL, SMOKE)}
+# `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores.
+# Smaller than FULL everywhere: 20,000 images (nested subsets of 2,500 and 20,000), 500 steps of batch 64, ViT-L
+# narrower (LAPTOP_MODELS), Fig. 5 over the S and B sizes, shorter fine-tunes.
+LAPTOP = Scale(
+    name="laptop", glyph_images=20_000, sizes=(2_500, 20_000), steps=500, batch=64, eval_every=125,
+    finetune_steps=150, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
+    posemb_seeds=(0, 1, 2), mpp_steps=(100, 500), pretrain_seeds=(0, 1, 2), models="laptop", compute_sizes=("S", "B"),
+)
+SCALES = {s.name: s for s in (LAPTOP, FULL, SMOKE)}
 
 
 @dataclass(frozen=True)
@@ -107,18 +141,22 @@ class Pretrain:
     objective: str = "classify"  # or "mpp" (§4.6: labels unused)
     pooling: str = "token"  # or "gap": global average pooling and no class token (appendix D.3)
     lr: float = 0.0  # 0: the scale's rate for the family
+    optimizer: str = "adamw"  # or "sgd": SGD with momentum 0.9 (appendix D.1)
 
     def name(self, scale: Scale) -> str:
         n = self.images or scale.glyph_images
         tag = ("" if self.posemb == "learn1d" else f"_pos-{self.posemb}") + (
             "" if self.pooling == "token" else f"_pool-{self.pooling}")
-        obj = "" if self.objective == "classify" else f"_{self.objective}"
+        obj = ("" if self.objective == "classify" else f"_{self.objective}") + (
+            "" if self.optimizer == "adamw" else f"_{self.optimizer}")
         lr = f"_lr{self.lr:g}" if self.lr else ""
         return f"{self.family.lower()}-{self.size}{tag}{obj}_n{n}_steps{self.steps or scale.steps}{lr}_seed{self.seed}"
 
 
-def model_section(family: str, size: str, posemb: str = "learn1d", pooling: str = "token") -> dict[str, Any]:
-    m = {**MODELS[family][size], "img_size": IMG_SIZE, "in_chans": 1}
+def model_section(family: str, size: str, posemb: str = "learn1d", pooling: str = "token",
+                  models: str = "paper") -> dict[str, Any]:
+    """The [model] section of a family at a size, from the model set `models` (MODEL_SETS: a scale's)."""
+    m = {**MODEL_SETS[models][family][size], "img_size": IMG_SIZE, "in_chans": 1}
     if pooling != "token":
         if family == "ResNet":
             raise ValueError("a ResNet has no class token to replace by pooling")
@@ -137,18 +175,31 @@ def pretrain_config(run: Pretrain, scale: Scale, device: str = "cpu") -> dict[st
     every = max(1, steps // scale.evals_per_run) if scale.evals_per_run else scale.eval_every
     return {
         "description": f"reproduce: pre-train {run.family}-{run.size} on {n} glyphs ({run.objective})",
-        "model": model_section(run.family, run.size, run.posemb, run.pooling),
+        "model": model_section(run.family, run.size, run.posemb, run.pooling, scale.models),
         "data": {"name": "glyphs", "glyph_images": scale.glyph_images, "glyph_classes": scale.glyph_classes, "glyph_size": IMG_SIZE,
                  "subset": 0 if n == scale.glyph_images else n, "channels": 1, "augment": "none", "flip": False,
                  "num_workers": scale.num_workers, "eval_split": "dev", "mean": [0.5], "std": [0.5],
                  "glyph_stream": scale.glyph_stream},
-        "optim": {"name": "adamw", "lr": run.lr or scale.lrs[run.family], "weight_decay": 0.05, "clip_norm": 1.0,
-                  "label_smoothing": 0.0},
+        "optim": optim_section(run, scale),
         "schedule": {"steps": steps, "warmup_steps": max(1, steps // 10), "decay": "linear"},
         "train": {"batch_size": scale.batch, "seed": run.seed, "log_every": max(1, min(50, steps // 4)),
                   "eval_every": every, "ckpt_every": max(1, steps // 4),
                   "objective": run.objective, "tensorboard": False, "device": device},
     }
+
+
+def optim_section(run: Pretrain, scale: Scale) -> dict[str, Any]:
+    """Pre-training's optimiser: AdamW with decoupled weight decay 0.05 (the paper's Adam, §4.1), or for appendix
+    D.1 SGD with momentum 0.9 and weight decay 1e-4 (BiT's upstream recipe); clipping at 1 for both."""
+    lr = run.lr or scale.lrs[run.family]
+    if run.optimizer == "adamw":
+        return {"name": "adamw", "lr": lr, "weight_decay": 0.05, "clip_norm": 1.0, "label_smoothing": 0.0}
+    if run.optimizer == "sgd":
+        if not run.lr:
+            raise ValueError("an SGD pre-training run needs its own learning rate (the scale's rates are Adam's)")
+        return {"name": "sgd", "momentum": 0.9, "lr": lr, "weight_decay": 1e-4, "clip_norm": 1.0,
+                "label_smoothing": 0.0}
+    raise ValueError(f"pre-training optimizer must be one of {OPTIMIZERS}, got {run.optimizer!r}")
 
 
 def equal_budget_steps(scale: Scale, pretrain_steps: int) -> int:
@@ -180,6 +231,6 @@ def finetune_config(scale: Scale, pretrained: str, lr: float, img_size: int = IM
 
 
 #: the experiments of `vitkit reproduce`, in their order (experiments.py builds each; a test checks the two agree)
-EXPERIMENT_NAMES = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "pooling", "crossover")
+EXPERIMENT_NAMES = ("fig4", "size", "fig5", "fig7", "hires", "posemb", "mpp", "pooling", "optim", "crossover")
 #: the crossover grid's scales (crossover.py's CROSSOVER_SCALES)
 CROSSOVER_SCALE_NAMES = ("smoke", "laptop", "long")

@@ -226,15 +226,35 @@ def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
                            "supervised pre-training": stored(res["supervised"], seeds)})
 
 
-def pooling(res: dict[str, Any], path: Path) -> str:
-    """Appendix D.3: class token vs global average pooling, each at its own picked rate, and their paired difference."""
+def variants(res: dict[str, Any], path: Path, a: str, b: str, title: str) -> str:
+    """Two variants, each at its own picked pre-training rate (`res["lr"]`): 5-shot digits and glyph test, and
+    a − b paired by pre-training seed (appendix D.3's pooling, appendix D.1's optimisers)."""
     r = res["results"]
     metrics = {"digits_test_5shot": "5-shot digits", "glyph_test_top1": "glyph test (upstream)"}
     return bars([f"{p} (lr {res['lr'][p]:g})" for p in r], {name: [mean_ci(r[p][m]["values"]) for p in r]
-                                                            for m, name in metrics.items()},
-                "class token vs global average pooling (appendix D.3)", "accuracy (%)", path,
-                differences={f"gap − token, {name}": paired(r["gap"][m]["values"], r["token"][m]["values"])
-                             for m, name in metrics.items()}, difference_title="paired by pre-training seed")
+                                                            for m, name in metrics.items()}, title, "accuracy (%)",
+                path, differences={f"{a} − {b},\n{name}": paired(r[a][m]["values"], r[b][m]["values"])
+                                   for m, name in metrics.items()}, difference_title="paired by pre-training seed")
+
+
+def model_size(res: dict[str, Any], path: Path) -> str:
+    """Fig. 3 (§4.2): 5-shot digits and glyph test against pre-training images, one line per family and size
+    (dashed: the smaller size)."""
+    rows = res["rows"]
+    panels = [("digits_test_5shot", "5-shot linear, digits"), ("glyph_test_top1", "pre-training task: glyph test")]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for ax, (key, title) in zip(axes, panels):
+        for fam in ("ViT", "ResNet"):
+            for size, style in (("S", "--"), ("B", "-")):
+                est = _seed_groups([r for r in rows if (r["family"], r["size"]) == (fam, size)], lambda r: r["images"],
+                                   key)
+                if est:
+                    xs = sorted(est)
+                    _curve(ax, xs, [est[x] for x in xs], f"{fam}-{size}", marker=MARKERS[fam], color=COLORS[fam],
+                           linestyle=style)
+        _finish_axis(ax, "pre-training images", title)
+    axes[0].legend(fontsize=7)
+    return _save(fig, path)
 
 
 def samples(images: Any, labels: Any, classes: int, per_class: int, path: Path, title: str) -> str:
@@ -324,7 +344,13 @@ def draw(name: str, res: dict[str, Any], folder: Path) -> list[str]:
     if name == "mpp":
         return [mpp(res, folder / "mpp.png", legacy_seeds(res, "finetune_seeds"))]
     if name == "pooling":
-        return [pooling(res, folder / "pooling.png")]
+        return [variants(res, folder / "pooling.png", "gap", "token",
+                         "class token vs global average pooling (appendix D.3)")]
+    if name == "optim":
+        return [variants(res, folder / "optim.png", "adamw", "sgd",
+                         "ResNet-B pre-trained with Adam vs SGD with momentum (appendix D.1)")]
+    if name == "size":
+        return [model_size(res, folder / "size.png")]
     if name == "crossover":
         return [crossover_data(res, folder / "crossover_data.png"), crossover_compute(res, folder / "crossover_compute.png")]
     if name == "fig7":

@@ -176,11 +176,47 @@ def _fig5(res: dict[str, Any]) -> Evidence:
     lo, hi = max(min(span["ViT"]), min(span["ResNet"])), min(max(span["ViT"]), max(span["ResNet"]))
     mid = math.sqrt(lo * hi)  # the middle (in log FLOPs) of the range both families cover
     lo_h = max(min(span["ViT"]), min(span["Hybrid"]))
-    parts = {"vit_vs_resnet": matched_flops_gap(rows, "ViT", "ResNet", m, mid),
-             "hybrid_vs_vit_small": matched_flops_gap(rows, "Hybrid", "ViT", m, lo_h)}
+    hi_h = min(max(span["ViT"]), max(span["Hybrid"]))
+    small_h, large_h = (matched_flops_gap(rows, "Hybrid", "ViT", m, x) for x in (lo_h, hi_h))
+    parts = {"vit_vs_resnet": matched_flops_gap(rows, "ViT", "ResNet", m, mid), "hybrid_vs_vit_small": small_h}
+    if small_h is not None and large_h is not None and len(small_h.values) == len(large_h.values) > 0:
+        parts["hybrid_gap_closes"] = paired(small_h.values, large_h.values)  # the same seeds, in order
     ctx = [f"matched compute: ViT vs ResNet at {mid:.3g} FLOPs (middle of the range both cover, {lo:.3g}–{hi:.3g}); "
-           f"hybrid vs ViT at {lo_h:.3g} FLOPs (the smallest both cover)"]
+           f"hybrid vs ViT at {lo_h:.3g} FLOPs and {hi_h:.3g} FLOPs (the smallest and largest both cover)"]
+    if large_h is not None:
+        ctx.append(f"hybrid − ViT at {hi_h:.3g} FLOPs: {large_h.text(signed=True)}")
     return Evidence({k: v for k, v in parts.items() if v is not None}, context=ctx)
+
+
+def _size(res: dict[str, Any]) -> Evidence:
+    rows, m = res["rows"], "digits_test_5shot"
+    sizes = sorted({r["images"] for r in rows})
+    small, big = sizes[0], sizes[-1]
+
+    def at(f: str, s: str, n: int) -> dict[int, float]:
+        return _by_seed(rows, m, family=f, size=s, images=n)
+
+    def gain(f: str, s: str) -> dict[int, float]:
+        a, b = at(f, s, big), at(f, s, small)
+        return {seed: a[seed] - b[seed] for seed in a if seed in b}
+
+    parts = {"vit_gain": paired_by_seed(gain("ViT", "B"), gain("ViT", "S")),
+             "vit_large": paired_by_seed(at("ViT", "B", big), at("ViT", "S", big))}
+    ctx = [f"ResNet-B's gain from data minus ResNet-S's: {paired_by_seed(gain('ResNet', 'B'), gain('ResNet', 'S')).text(signed=True)}",
+           f"ViT-B − ViT-S at {small:,} images: {paired_by_seed(at('ViT', 'B', small), at('ViT', 'S', small)).text(signed=True)}",
+           f"ResNet-B − ResNet-S at {small:,} / {big:,} images: "
+           f"{paired_by_seed(at('ResNet', 'B', small), at('ResNet', 'S', small)).text(signed=True)} / "
+           f"{paired_by_seed(at('ResNet', 'B', big), at('ResNet', 'S', big)).text(signed=True)}"]
+    return Evidence(parts, context=ctx)
+
+
+def _optim(res: dict[str, Any]) -> Evidence:
+    r, m = res["results"], "digits_test_5shot"
+    gap = paired_by_seed(dict(enumerate(r["adamw"][m]["values"])), dict(enumerate(r["sgd"][m]["values"])))
+    up = paired_by_seed(dict(enumerate(r["adamw"]["glyph_test_top1"]["values"])),
+                        dict(enumerate(r["sgd"]["glyph_test_top1"]["values"])))
+    return Evidence({"adam_better": gap}, _lr_checks(res["lr_sweeps"]),
+                    [f"upstream (glyph test), not part of the verdict: Adam − SGD {up.text(signed=True)}"])
 
 
 def _fig7(res: dict[str, Any]) -> Evidence:
@@ -307,9 +343,11 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
     Rule("fig5", "at matched pre-training compute ViTs transfer better than ResNets; hybrids beat ViTs at small "
          "compute (Fig. 5)",
          (Part("vit_vs_resnet", "ViT − ResNet at matched FLOPs (middle of the range both cover)", "greater"),
-          Part("hybrid_vs_vit_small", "Hybrid − ViT at the smallest FLOPs both cover", "greater")),
+          Part("hybrid_vs_vit_small", "Hybrid − ViT at the smallest FLOPs both cover", "greater"),
+          Part("hybrid_gap_closes", "(Hybrid − ViT) at the smallest FLOPs both cover minus at the largest",
+               "greater")),
          "5-shot linear accuracy, mean of digits and lfw",
-         "each family's S/B/L curve read at the matched FLOPs, interpolated in log FLOPs, never extrapolated; " + _DEV,
+         "each family's curve over its sizes read at the matched FLOPs, interpolated in log FLOPs, never extrapolated; " + _DEV,
          _SEEDS),
     Rule("fig7", "position embeddings learn the 2-D grid; attention distance grows with depth; some first-layer "
          "heads attend globally (Fig. 7)",
@@ -322,8 +360,9 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
     Rule("hires", "fine-tuning at a higher resolution than pre-training is beneficial (§3.2)",
          (Part("gain", "32 px − 16 px", "greater"),),
          "digits test accuracy after fine-tuning", "fine-tuning learning rate picked on the digits dev split",
-         f"at least {MIN_SEEDS} fine-tuning seeds, paired by seed (the same pre-trained model); 95% t-interval and "
-         "paired t-test; note: one pre-training seed"),
+         f"at least {MIN_SEEDS} seeds, paired by seed (pre-training seed i fine-tuned with seed i at both "
+         "resolutions; result files before 2026-11-25: one pre-trained model, fine-tuning seeds only); 95% "
+         "t-interval and paired t-test"),
     Rule("posemb", "no position embedding is worse; 1-D, 2-D and relative perform about the same (D.4, Table 8)",
          (Part("none_worse", "none − learned 1-D", "less"),
           Part("2d_same", "learned 2-D − learned 1-D", "equivalent", 0.02),
@@ -342,6 +381,18 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          (Part("same", "global average pooling − class token", "equivalent", 0.02),),
          "5-shot linear digits test accuracy at the early-stopping step",
          "each variant's pre-training rate picked on a grid bracketed on both sides (seed 0, 5-shot digits dev), "
+         "then every seed at that rate; " + _DEV, _SEEDS, preconditions=("lr grids bracketed",)),
+    Rule("size", "larger ViTs gain more from more pre-training data than smaller ones, and with enough data the "
+         "larger ViT is the better one (§4.2, Fig. 3)",
+         (Part("vit_gain", "ViT-B's gain from the smallest to the whole set minus ViT-S's", "greater"),
+          Part("vit_large", "ViT-B − ViT-S on the whole set", "greater")),
+         "5-shot linear digits test accuracy at the early-stopping step",
+         "two sizes per family, the smallest and the whole set, the same schedule; " + _DEV, _SEEDS),
+    Rule("optim", "pre-training the ResNet with Adam transfers better than with SGD with momentum (appendix D.1, "
+         "Table 7)",
+         (Part("adam_better", "Adam − SGD (ResNet-B, the whole set)", "greater"),),
+         "5-shot linear digits test accuracy at the early-stopping step",
+         "each optimiser's pre-training rate picked on a grid bracketed on both sides (seed 0, 5-shot digits dev), "
          "then every seed at that rate; " + _DEV, _SEEDS, preconditions=("lr grids bracketed",)),
     Rule("crossover", "with little data the ResNet wins; with enough data and compute the ViT overtakes it, also "
          "per unit of compute (§4.2, Fig. 3–5)",
@@ -374,7 +425,7 @@ def _pooling(res: dict[str, Any]) -> Evidence:
 
 
 EVIDENCE: dict[str, Callable[[dict[str, Any]], Evidence]] = {
-    "fig4": _fig4, "fig5": _fig5, "fig7": _fig7, "hires": _hires, "posemb": _posemb, "mpp": _mpp, "pooling": _pooling,
+    "fig4": _fig4, "size": _size, "fig5": _fig5, "optim": _optim, "fig7": _fig7, "hires": _hires, "posemb": _posemb, "mpp": _mpp, "pooling": _pooling,
     "crossover": _crossover,
 }
 

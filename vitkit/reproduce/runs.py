@@ -136,7 +136,8 @@ class Workbench:
         resume = (out / Trainer.STATE_NAME).is_file()
         if self.bar is not None:
             self.bar.set_postfix_str(unit.name(self.scale)[:60])
-        run_experiment(config_from_dict(cfg, unit.name(self.scale)), out, resume=resume, overwrite=not resume, progress=False, evaluators=evaluators)
+        run_experiment(config_from_dict(cfg, unit.name(self.scale)), out, resume=resume, overwrite=not resume, progress=False, evaluators=evaluators,
+                       curves=False)
         return out, True
 
     def _finish(self, unit: Unit, summary: dict[str, Any], trained: bool) -> dict[str, Any]:
@@ -170,7 +171,8 @@ class Workbench:
             "train_flops": 3 * flops * tcfg.batch_size * tcfg.steps,  # forward + backward, every image of every step
             "train_s": result["train_s"], "glyph_test_top1": (result.get("test") or {}).get("top1"),
             "curve": curve, "best": best, "final": curve[-1] if curve else {}, "model_dir": str(out / "model"),
-            "config": {"model": model_section(run.family, run.size, run.posemb, run.pooling)},
+            "optimizer": run.optimizer,
+            "config": {"model": model_section(run.family, run.size, run.posemb, run.pooling, self.scale.models)},
         }
         return self._finish(run, summary, trained)
 
@@ -181,7 +183,7 @@ class Workbench:
         if path.is_file():
             return json.loads(path.read_text())
         src = self.pretrain(ft.source)["model_dir"] if ft.source is not None else ""
-        scratch = None if ft.source is not None else model_section(*ft.scratch)
+        scratch = None if ft.source is not None else model_section(*ft.scratch, models=self.scale.models)
         sweep, trained = [], False
         for lr in self.scale.finetune_lrs:
             cfg = finetune_config(self.scale, src, lr, ft.img_size, ft.seed, scratch_model=scratch,

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitkit.reproduce.plan import EXPERIMENT_NAMES
 from vitkit.reproduce.rules import RULES, judgement_markdown, rule_markdown, verdict
 from vitkit.utils.atomic import atomic_write_text
 
-ORDER = ("fig4", "fig5", "fig7", "hires", "posemb", "mpp", "pooling", "crossover")
+ORDER = EXPERIMENT_NAMES  # plan.py's order
 
 
 def load_results(folder: str | Path) -> dict[str, dict[str, Any]]:

@@ -340,6 +340,7 @@ def run_experiment(
     header: bool = False,
     evaluators: Mapping[str, Callable[[nn.Module], dict[str, float]]] | None = None,
     source: nn.Module | None = None,
+    curves: bool = True,
 ) -> dict[str, Any]:
     """Train as `cfg` says; returns {"steps", "train_s", "dev", "test", "model_dir", ...}: `build_run`, then
     `Trainer.fit`, then `finish_run`.
@@ -349,7 +350,8 @@ def run_experiment(
     and no model unless `save=True`. `header=True` prints what is trained on what before starting.
     `evaluators` ({name: fn(model) -> metrics}) run beside the eval split every `train.eval_every` steps,
     on the (EMA) weights of the model being trained; their metrics are logged as `eval_<name>_<key>`.
-    `source`: model.pretrained already loaded by the caller (it is not read again)."""
+    `source`: model.pretrained already loaded by the caller (it is not read again). `curves=False`: no
+    curves.png (a caller that runs many small runs and plots their metrics.jsonl itself)."""
     with contextlib.ExitStack() as held:
         run = build_run(cfg, Path(out), resume, dry_run, progress, force=force, overwrite=overwrite, save=save,
                         header=header, evaluators=evaluators, held=held, source=source)
@@ -359,7 +361,7 @@ def run_experiment(
             atomic_write_text(run.out / "run_config.json", json.dumps(run.cfg.sections(), indent=2) + "\n")
         t0 = time.perf_counter()
         run.trainer.fit()
-        return finish_run(run, time.perf_counter() - t0, final_test)
+        return finish_run(run, time.perf_counter() - t0, final_test, curves)
 
 
 @dataclass
@@ -483,7 +485,7 @@ def _teacher(cfg: RunConfig, model: nn.Module, header: bool) -> Teacher | None:
     return teacher
 
 
-def finish_run(run: Run, train_s: float, final_test: bool = True) -> dict[str, Any]:
+def finish_run(run: Run, train_s: float, final_test: bool = True, curves: bool = True) -> dict[str, Any]:
     """After fitting: evaluate the final (EMA) weights on dev and test (once, at the end), save the model with its
     preprocessing, draw curves.png and write result.json (rank 0)."""
     trainer, model, trained, out, cfg = run.trainer, run.model, run.trained, run.out, run.cfg
@@ -527,8 +529,9 @@ def finish_run(run: Run, train_s: float, final_test: bool = True) -> dict[str, A
                 merge_lora(model)
             save_pretrained(model.to("cpu"), out / "model")
             result["model_dir"] = str(out / "model")
-        plot_curves(trainer.metrics_path, out / "curves.png", title=cfg.description.strip())
-        result["curves"] = str(out / "curves.png")
+        if curves:
+            plot_curves(trainer.metrics_path, out / "curves.png", title=cfg.description.strip())
+            result["curves"] = str(out / "curves.png")
         atomic_write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
     dist.barrier()
     return result
