@@ -200,7 +200,7 @@ def hires(res: dict[str, Any], path: Path) -> str:
     return bars(list(est), {"digits test accuracy": list(est.values())},
                 "fine-tuning at the pre-training resolution vs 2x (E_pos resampled, §3.2)", "digits test accuracy (%)",
                 path, differences={"32 px − 16 px": paired(r["32px"]["accs"], r["16px"]["accs"])},
-                difference_title="paired by fine-tuning seed")
+                difference_title="paired by seed (see the rule)")
 
 
 def posemb(res: dict[str, Any], path: Path, seeds: int) -> str:
