@@ -137,9 +137,9 @@ def test_non_finite_or_foreign_weights_and_preprocessing_are_refused(tmp_path: P
         with pytest.raises(ValueError, match=f"'head.bias' is {str(dtype)}"):
             vitkit.load_pretrained(tmp_path / "typed")
     for std in ("NaN", "0.0"):
-        doc = json.loads((good / CONFIG_NAME).read_text())
-        doc["preprocess"]["std"] = [float(std)]
         save_pretrained(model, tmp_path / "std")
+        doc = json.loads((tmp_path / "std" / CONFIG_NAME).read_text())  # its own config (another save's is refused)
+        doc["preprocess"]["std"] = [float(std)]
         (tmp_path / "std" / CONFIG_NAME).write_text(json.dumps(doc))
         with pytest.raises(ValueError, match="every std a finite number > 0"):
             vitkit.load_pretrained(tmp_path / "std")

@@ -38,6 +38,7 @@ from vitkit.models.lora import TARGETS, LoraConfig, apply_lora, base_fingerprint
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
+from vitkit.utils.files import read_json
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,8 @@ def read_adapter_config(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"no {CONFIG_NAME} in {folder}: not an adapter folder")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        doc = read_json(path, "adapter config")  # bounded, a regular file, never a RecursionError
+    except OSError as e:
         raise ValueError(f"{path}: not readable JSON ({e})") from e
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object")

@@ -40,7 +40,7 @@ from vitkit.formats.common import (
 from vitkit.formats.families import HF_FAMILY_TYPES
 from vitkit.formats.families.family import VIT_BLOCK, VIT_BLOCK_CURRENT
 from vitkit.formats.hf_families import hf_family, is_family, load_hf_family, write_family
-from vitkit.formats.sharded import read_sharded, write_weights
+from vitkit.formats.sharded import FINGERPRINT_KEY, check_fingerprint, fingerprint, read_sharded, write_weights
 from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -294,6 +294,7 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
     if doc is None:
         raise ValueError(f"{folder / CONFIG_NAME}: cannot read the model config")
     state, wpath = _weights(folder)
+    check_fingerprint(folder, doc)  # after the read: a folder replaced meanwhile is noticed
     if is_family(doc):  # DeiT, DINOv2, CLIP, SigLIP, ViTMAE (vitkit.formats.families)
         assumed = {} if (folder / PREPROCESSOR_NAME).exists() else {
             "preprocess": f"mean = std = 0.5, resize without crop: vitkit's default ({PREPROCESSOR_NAME} absent)"}
@@ -382,7 +383,7 @@ def save_hf(model: VisionTransformer, out: Path, max_shard_size: int | str | Non
         tensors = {k: v.contiguous() for k, v in split_chunks(own, key_table(cfg, "classic", base)).items()}
         resample_warning(cfg, "bicubic", f"transformers' {doc['architectures'][0]}")
     out.mkdir(parents=True, exist_ok=True)
-    write_weights(out, tensors, {"format": "pt"}, max_shard_size)
+    doc[FINGERPRINT_KEY] = fingerprint(write_weights(out, tensors, {"format": "pt"}, max_shard_size))
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")
     atomic_write_text(out / PREPROCESSOR_NAME, json.dumps(hf_processor(model.preprocess, out), indent=2) + "\n")
     return out

@@ -15,7 +15,15 @@ from typing import Any
 from torch import nn
 
 from vitkit.formats.common import Choices, load_state_checked
-from vitkit.formats.sharded import has_weights, read_weights, weight_files, write_weights
+from vitkit.formats.sharded import (
+    FINGERPRINT_KEY,
+    check_fingerprint,
+    fingerprint,
+    has_weights,
+    read_weights,
+    weight_files,
+    write_weights,
+)
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
@@ -56,8 +64,9 @@ def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | N
     arch_of(model)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    write_weights(out, tensors, {"format": "pt"}, max_shard_size)
+    written = write_weights(out, tensors, {"format": "pt"}, max_shard_size)
     doc = {"format": FORMAT_TAG, "arch": arch_of(model), "model": model.config.to_dict(),
+           FINGERPRINT_KEY: fingerprint(written),
            "preprocess": model.preprocess.to_dict()}
     if extra:
         doc.update(extra)
@@ -109,6 +118,7 @@ def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Mod
         _check_fits_weights(cfg, folder, cfg_path)
     model = model_cls(cfg)
     state, wpath = read_weights(folder)
+    check_fingerprint(folder, doc)  # after the read: a folder replaced meanwhile is noticed
     load_state_checked(model, state, wpath)
     if "preprocess" in doc:  # else the model's default: the original code's [-1, 1] scaling
         model.preprocess = PreprocessConfig.from_dict(doc["preprocess"])

@@ -8,12 +8,20 @@ huggingface_hub's `split_torch_state_dict_into_shards` does. Every ViT published
 SigLIP-so400m) ships so. Sharded saves are read back shard by shard (safetensors memory-mapped), every tensor
 checked against the shard the index names. Callers write into a folder that then replaces the old one as a whole
 (formats.replace_folder), so a reader never sees shards of two saves.
+
+The fingerprint of a folder vitkit writes: every safetensors file of one save carries the save's random id in its
+header metadata, and config.json records that id and the files (`FINGERPRINT_KEY`: cheap, only the headers are
+read). A reader that finds config.json beside weights of another save (a folder replaced while it was read, files
+copied from two saves) refuses, naming both files (`check_fingerprint`); a folder without the record (written by
+transformers or timm), or weights without a save id (saved again by another tool), is read as it is.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import struct
+import uuid
 from pathlib import Path
 
 import torch
@@ -26,6 +34,9 @@ from vitkit.utils.files import read_json
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = WEIGHTS_NAME + ".index.json"
 DEFAULT_MAX_SHARD_SIZE = "50GB"  # transformers 5's save_pretrained default
+FINGERPRINT_KEY = "vitkit_weights"  # config.json: {"save_id": the save's id, "files": its weights files}
+SAVE_ID_KEY = "vitkit_save_id"  # safetensors metadata: the save the file belongs to
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own bound on a header
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20,
           "GIB": 1 << 30, "TIB": 1 << 40}
@@ -60,6 +71,7 @@ def write_weights(folder: Path, tensors: dict[str, torch.Tensor], metadata: dict
     """Write `tensors` into `folder` as `model.safetensors`, or as shards and their index above `max_shard_size`;
     each file atomically. Returns the files written (the index last)."""
     limit = parse_size(max_shard_size if max_shard_size is not None else DEFAULT_MAX_SHARD_SIZE)
+    metadata = {**metadata, SAVE_ID_KEY: uuid.uuid4().hex}  # one id per save, in every file's header
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     if total <= limit:
         atomic_write_with(folder / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
@@ -131,3 +143,54 @@ def is_weights_file(name: str) -> bool:
     """Whether a file name is one of a folder's safetensors weights (the whole file, a shard or the index)."""
     return name in (WEIGHTS_NAME, INDEX_NAME) or SHARD_PATTERN.fullmatch(name) is not None
 
+
+
+def save_id(path: Path) -> str | None:
+    """The vitkit save id in a safetensors file's header metadata (None: not written by vitkit), read with a bound;
+    a damaged header is named."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if not 0 < n <= MAX_HEADER_BYTES:
+            raise ValueError(f"{path}: not a readable safetensors file (header length {n})")
+        body = f.read(n)
+    try:
+        meta = json.loads(body).get("__metadata__") or {}
+    except (ValueError, UnicodeDecodeError, RecursionError, AttributeError):
+        raise ValueError(f"{path}: not a readable safetensors file (damaged header)") from None
+    found = meta.get(SAVE_ID_KEY) if isinstance(meta, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def fingerprint(files: list[Path]) -> dict[str, object]:
+    """config.json's record of the safetensors files `files` of one save (written by `write_weights`)."""
+    names = [f.name for f in files if f.name.endswith(".safetensors")]
+    return {"save_id": save_id(files[0].parent / names[0]), "files": names}
+
+
+def check_fingerprint(folder: Path, doc: dict[str, object], config: str = "config.json") -> None:
+    """Refuse a folder whose config.json and vitkit-written weights come from two saves (see the module docstring).
+    Nothing to check when config.json records none, or for weights without a vitkit save id (saved again by
+    transformers, which keeps config.json's unknown keys: the record is then stale, not a mix)."""
+    record = doc.get(FINGERPRINT_KEY)
+    if record is None:
+        return
+    ok = isinstance(record, dict) and isinstance(record.get("save_id"), str) and isinstance(record.get("files"), list)
+    if not ok or not all(isinstance(n, str) and Path(n).name == n for n in record["files"]):  # type: ignore[index]
+        raise ValueError(f"{folder / config}: {FINGERPRINT_KEY} is {record!r}, expected {{'save_id': id, 'files': "
+                         "[weights files]}")
+    want = record["save_id"]  # type: ignore[index]
+    try:
+        present = [p for p in weight_files(folder) if p.is_file()]
+    except ValueError:
+        present = []
+    for f in present:
+        got = save_id(f)
+        if got is not None and got != want:
+            raise ValueError(f"{folder / config} and {f} do not belong together: they are from two saves (save "
+                             f"{str(want)[:12]} and {got[:12]}: files of two folders mixed, or the folder replaced "
+                             "while it was read); load it again, or write it again")
+    if any(save_id(p) is not None for p in present) and sorted(p.name for p in present) != sorted(record["files"]):
+        raise ValueError(f"{folder / config} records the weights files {record['files']}, but {folder} holds "  # type: ignore[index]
+                         f"{sorted(p.name for p in present)}: the config and the weights are not from one save; load "
+                         "it again, or write it again")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,13 +42,14 @@ from vitkit.formats.common import (
     torch_load_weights,
     units_per_stage,
 )
+from vitkit.formats.sharded import FINGERPRINT_KEY, SAVE_ID_KEY, check_fingerprint, fingerprint
 from vitkit.models.posemb import square_side
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.timm_api import GELU_ACTS, POOL_FROM_TIMM, TIMM_ACTS, TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
-from vitkit.utils.files import read_json
+from vitkit.utils.files import parse_json, read_json
 
 log = logging.getLogger("vitkit")
 CONFIG_NAME = "config.json"
@@ -112,9 +114,9 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
         with safe_open(str(path), "pt") as f:
             md = f.metadata() or {}
         if META_KEY in md:
-            meta.setdefault("vitkit", json.loads(md[META_KEY]))
+            meta.setdefault("vitkit", parse_json(md[META_KEY], f"{path} metadata {META_KEY}", "model config"))
         if PRE_KEY in md:
-            meta.setdefault(PRE_KEY, json.loads(md[PRE_KEY]))
+            meta.setdefault(PRE_KEY, parse_json(md[PRE_KEY], f"{path} metadata {PRE_KEY}", "preprocessing"))
         return state, meta, path
     return torch_load_weights(path), meta, path
 
@@ -270,6 +272,8 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     """Load a timm ViT state dict / hub folder, eval mode (`hints`: see `Choices`)."""
     src = Path(path)
     state, meta, wpath = _read(src)
+    if src.is_dir():
+        check_fingerprint(src, meta)  # after the read: a folder replaced meanwhile is noticed
     choices = Choices(wpath, hints)
     how = None
     family = next((fam for fam in families.FAMILIES if fam.is_own_layout(state)), None)
@@ -383,7 +387,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
     file = out if out.suffix == ".safetensors" else out / WEIGHTS_NAME
     tensors = _timm_state(model, bare=file == out)
     resample_warning(cfg, "bicubic_antialias", "timm")
-    meta = {"format": "pt", META_KEY: cfg.to_json()}
+    meta = {"format": "pt", META_KEY: cfg.to_json(), SAVE_ID_KEY: uuid.uuid4().hex}
     if file == out:  # a bare file: no config.json for timm to read the preprocessing and labels from
         meta[PRE_KEY] = json.dumps(model.preprocess.to_dict())
         log.warning("%s: a bare .safetensors file has no place timm reads preprocessing or labels from (timm takes "
@@ -426,6 +430,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "label_names": list(pre.labels),
             },
             "vitkit": cfg.to_dict(),
+            FINGERPRINT_KEY: fingerprint([file]),
         }
         atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")
     return file if file == out else out

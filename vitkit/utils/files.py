@@ -127,10 +127,15 @@ def read_text_file(path: str | os.PathLike[str], what: str = "text file", max_by
 def read_json(path: str | os.PathLike[str], what: str = "JSON file", max_bytes: int = MAX_JSON_BYTES) -> Any:
     """A JSON document from a regular file of at most `max_bytes`; a ValueError naming the file when it is not
     readable JSON, including one nested too deep to parse (never a RecursionError from deep inside json)."""
-    data = read_regular_file(path, max_bytes, what)
+    return parse_json(read_regular_file(path, max_bytes, what), path, what)
+
+
+def parse_json(data: str | bytes, where: str | os.PathLike[str], what: str = "JSON document") -> Any:
+    """JSON text as a document, or a ValueError naming `where` (a file, or a file's metadata key) when it is not
+    readable JSON, including one nested too deep to parse (never a RecursionError from deep inside json)."""
     try:
         return json.loads(data)
     except RecursionError:
-        raise ValueError(f"{path}: cannot read the {what} (nested too deep to be a config)") from None
+        raise ValueError(f"{where}: cannot read the {what} (nested too deep to be a config)") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: cannot read the {what} ({e})") from e
+        raise ValueError(f"{where}: cannot read the {what} ({e})") from e
