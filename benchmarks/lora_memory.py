@@ -8,7 +8,7 @@ images; `--warmup` untimed steps, then `--steps` timed ones (forward, backward, 
 per configuration; the parent prints the table and the ratios to full fine-tuning.
 
 Each process first fixes glibc's mmap threshold (`vitkit.utils.memory.mmap_large_blocks`, as `vitkit train` /
-`finetune` do), so freed activations go back to the OS; a configuration ending in `+glibc` leaves glibc's default
+`finetune` do with gradient checkpointing), so freed activations go back to the OS; a configuration ending in `+glibc` leaves glibc's default
 (its threshold rises to 32 MiB as blocks are freed, and a checkpointed step's peak RSS then holds ~1.8 GiB of freed,
 fragmented heap: the "before" rows of BENCHMARKS.md). Each row also gives the peak RSS after the forward pass
 (`peak_fwd_mb`) and after backward (`peak_bwd_mb`), the optimizer step being the rest.

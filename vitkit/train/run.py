@@ -411,7 +411,8 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     train = splits["train"]
     if cfg.lora.rank:  # LoRA (Hu et al. 2022): adapters on the frozen encoder, saved alone and merged at the end
         add_lora(model, cfg, notes)
-    notes.append(mmap_large_blocks())  # freed activations back to the OS: the peak RSS is the tensors' (BENCHMARKS.md)
+    if cfg.model.grad_checkpointing:  # freed activations back to the OS; costs no time here (BENCHMARKS.md)
+        notes.append(mmap_large_blocks())
     trained = objective_model(model, cfg)  # the ViT itself, or the ViT inside its §4.6 MPP wrapper
     tcfg, d = cfg.train, cfg.data
     if header and dist.rank() == 0:
