@@ -110,7 +110,7 @@ def test_a_config_asking_for_far_more_than_its_weights_is_refused_before_buildin
         (d / "config.json").write_text(json.dumps({**doc, "model": {**doc["model"], key: value}}))
         t0 = time.perf_counter()
         with pytest.raises(ValueError, match=r"config.json: describes a model of ~[\d,]+ parameters .* but "
-                                             r"model.safetensors holds 5,683 values"):
+                                             r"its weights hold 5,683 values"):
             vitkit.load_pretrained(d)
         assert time.perf_counter() - t0 < 2, key
 
