@@ -42,6 +42,7 @@ def test_fused_blocks_give_the_models_answer_to_fp32_rounding(kw: dict) -> None:
     with torch.inference_mode():
         ref = copy.deepcopy(m).double()(x.double())
         plain, fused = m(x).double(), f(x).double()
+    assert all(b._packed is not None for b in f.blocks)  # the fused path ran
     err = lambda y: float((y - ref).norm() / ref.norm())  # noqa: E731
     assert err(plain) < 1e-5 and err(fused) < max(3 * err(plain), 2e-6), (err(plain), err(fused))
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
@@ -59,6 +60,7 @@ def test_the_torch_fp32_predictor_runs_fused_and_other_calls_run_the_block() -> 
     net = build_predictor(m, "fp32", "torch")
     assert isinstance(net.module.blocks[0], FusedBlock)
     torch.testing.assert_close(net(x), m(x).detach(), atol=1e-5, rtol=1e-5)
+    assert all(b._packed is not None for b in net.module.blocks)
     assert all(type(b) is Block for b in build_predictor(m, "bf16", "torch").module.blocks)
     f = net.module
     calls = []

@@ -95,5 +95,5 @@ def fused_for_cpu(model: nn.Module) -> nn.Module:
     for parent in list(out.modules()):
         for name, child in list(parent.named_children()):
             if _fusable(child):
-                setattr(parent, name, FusedBlock(child))
+                setattr(parent, name, FusedBlock(child).train(child.training))
     return out
