@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--out", default="benchmarks/results/embed_throughput.json")
     ap.add_argument("--skip", nargs="*", default=[], help="rows to leave out (e.g. vitkit_bf16 vitkit_auto_fp32)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
@@ -189,7 +190,7 @@ def write(args: argparse.Namespace, n: int, cos: np.ndarray, processor: str, fus
         "seconds": {k: [round(t, 4) for t in v] for k, v in times.items()},
     }
     print(json.dumps({k: v for k, v in res.items() if k not in ("machine", "seconds")}, indent=1))
-    out = Path("benchmarks/results/embed_throughput.json")
+    out = Path(args.out)
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {out}")
 
