@@ -7,15 +7,17 @@ benchmarks/results/embed_throughput.json.
 
     flock /tmp/vitkit_bench.lock python benchmarks/embed_throughput.py [--images 96] [--rounds 5] [--threads 2]
 
-Rows: vitkit on torch fp32 (the like-for-like row), on `--runtime auto` fp32 (what `vitkit embed` runs by default
-for a job of AUTO_MIN_IMAGES images or more),
-on torch bf16 weights (what `--precision auto` picks on a CPU with AVX512_BF16), transformers fp32.
+Rows: vitkit on torch fp32 (the like-for-like row, and what `vitkit embed` runs by default below AUTO_MIN_IMAGES
+images: its blocks on oneDNN's fused matmuls, inference/cpu_fused.py), the same unfused (plain eager torch), on
+`--runtime auto` fp32 (what `vitkit embed` runs by default for a job of AUTO_MIN_IMAGES images or more), on torch
+bf16 weights (what `--precision auto` picks on a CPU with AVX512_BF16), transformers fp32.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 import warnings
@@ -67,6 +69,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--out", default="benchmarks/results/embed_throughput.json")
+    ap.add_argument("--skip", nargs="*", default=[], help="rows to leave out (e.g. vitkit_bf16 vitkit_auto_fp32)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     import transformers
@@ -76,7 +80,7 @@ def main() -> None:
     from vitkit.data.base import FileDataset
     from vitkit.inference.evaluate import eval_loader
     from vitkit.inference.features import FeatureNet, embed_files, prefetched
-    from vitkit.inference.runtime import AUTO_MIN_IMAGES, build_predictor
+    from vitkit.inference.runtime import AUTO_MIN_IMAGES, Predictor, build_predictor, inference_model
 
     torch.set_num_threads(args.threads)
     bs = args.batch_size
@@ -88,9 +92,11 @@ def main() -> None:
         model = vitkit.load_pretrained(folder)
         pre = model.preprocess
         preds = {p: build_predictor(FeatureNet(model), p, "torch", threads=args.threads) for p in ("fp32", "bf16")}
+        preds["fp32_unfused"] = Predictor(inference_model(FeatureNet(model), "fp32", fused=False), "torch", "fp32",
+                                          "torch eager, fp32, unfused")
         # what `vitkit embed` runs by default from AUTO_MIN_IMAGES images on (--runtime auto: the fastest installed
         # CPU runtime for fp32, OpenVINO here; below that many, torch)
-        preds["auto"] = build_predictor(FeatureNet(model), "fp32", "auto", threads=args.threads,
+        preds["auto"] = None if "vitkit_auto_fp32" in args.skip else build_predictor(FeatureNet(model), "fp32", "auto", threads=args.threads,
                                         n_images=max(len(files), AUTO_MIN_IMAGES), log=print)
         proc = transformers.AutoImageProcessor.from_pretrained(folder)
         hf = transformers.Dinov2Model.from_pretrained(folder).eval()
@@ -124,18 +130,24 @@ def main() -> None:
         def ours_model() -> None:
             preds["fp32"](x)
 
+        def ours_model_unfused() -> None:
+            preds["fp32_unfused"](x)
+
         def theirs_model() -> None:
             with torch.inference_mode():
                 hf(pixel_values=x)
 
         a, b = ours("fp32"), theirs()  # warm-up, and the two agree
         cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        fused_vs_plain = float(np.abs(a - ours("fp32_unfused")).max() / np.abs(a).max())
         print(f"{len(files)} files, cos(vitkit, transformers) min {cos.min():.6f}; processor "
               f"{type(proc).__name__}, threads {torch.get_num_threads()}")
         tasks = {"vitkit_fp32": lambda: ours("fp32"), "transformers": theirs, "vitkit_bf16": lambda: ours("bf16"),
-                 "vitkit_auto_fp32": lambda: ours("auto"),
+                 "vitkit_fp32_unfused": lambda: ours("fp32_unfused"), "vitkit_auto_fp32": lambda: ours("auto"),
                  "vitkit_preprocess": ours_pre, "transformers_preprocess": theirs_pre,
-                 "vitkit_model_b32": ours_model, "transformers_model_b32": theirs_model}
+                 "vitkit_model_b32": ours_model, "transformers_model_b32": theirs_model,
+                 "vitkit_model_unfused_b32": ours_model_unfused}
+        tasks = {k: v for k, v in tasks.items() if k not in args.skip}
         times: dict[str, list[float]] = {k: [] for k in tasks}
         for r in range(args.rounds):
             order = list(tasks) if r % 2 == 0 else list(tasks)[::-1]
@@ -144,35 +156,41 @@ def main() -> None:
                 tasks[k]()
                 times[k].append(time.perf_counter() - t0)
             print(f"round {r + 1}: " + ", ".join(f"{k} {times[k][-1]:.2f} s" for k in tasks), flush=True)
-    n = len(files)
+            write(args, len(files), cos, type(proc).__name__, fused_vs_plain, preds["auto"], times)  # each round
+
+
+def write(args: argparse.Namespace, n: int, cos: np.ndarray, processor: str, fused_vs_plain: float, auto: object,
+          times: dict[str, list[float]]) -> None:
+    """The results so far (every round's seconds, the interleaved ratios) to benchmarks/results/."""
     per_round = {k: np.asarray(v) for k, v in times.items()}
-    ratio = per_round["transformers"] / per_round["vitkit_fp32"]
-    ratio_bf16 = per_round["transformers"] / per_round["vitkit_bf16"]
-    ratio_auto = per_round["transformers"] / per_round["vitkit_auto_fp32"]
-    model_ratio = per_round["transformers_model_b32"] / per_round["vitkit_model_b32"]
-    pre_ratio = per_round["transformers_preprocess"] / per_round["vitkit_preprocess"]
+
+    def ratio_of(slow: str, fast: str) -> dict[str, float] | None:
+        if slow not in per_round or fast not in per_round:
+            return None
+        r = per_round[slow] / per_round[fast]
+        return {"median": float(np.median(r)), "min": float(r.min()), "max": float(r.max())}
+
     res = {
         "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "images": n, "batch": bs, "threads": args.threads, "rounds": args.rounds, "cos_min": float(cos.min()),
-        "processor": type(proc).__name__,
+        "images": n, "batch": args.batch_size, "threads": args.threads, "rounds": len(next(iter(times.values()))),
+        "cos_min": float(cos.min()), "processor": processor, "load_average": list(os.getloadavg()),
         "images_per_s_median": {k: n / float(np.median(v)) for k, v in per_round.items()
                                 if not k.endswith("_b32")},
         "model_b32_ms_median": {k: 1e3 * float(np.median(v)) for k, v in per_round.items() if k.endswith("_b32")},
-        "ratio_end_to_end_fp32": {"median": float(np.median(ratio)), "min": float(ratio.min()),
-                                  "max": float(ratio.max())},
-        "runtime_auto": preds["auto"].description,
-        "ratio_end_to_end_auto_fp32": {"median": float(np.median(ratio_auto)), "min": float(ratio_auto.min()),
-                                       "max": float(ratio_auto.max())},
-        "ratio_end_to_end_bf16": {"median": float(np.median(ratio_bf16)), "min": float(ratio_bf16.min()),
-                                  "max": float(ratio_bf16.max())},
-        "ratio_model_fp32": {"median": float(np.median(model_ratio)), "min": float(model_ratio.min()),
-                             "max": float(model_ratio.max())},
-        "ratio_preprocess": {"median": float(np.median(pre_ratio)), "min": float(pre_ratio.min()),
-                             "max": float(pre_ratio.max())},
+        "ratio_end_to_end_fp32": ratio_of("transformers", "vitkit_fp32"),
+        "ratio_end_to_end_fp32_unfused": ratio_of("transformers", "vitkit_fp32_unfused"),
+        "fused_vs_unfused_max_rel_diff": fused_vs_plain,
+        "runtime_auto": getattr(auto, "description", None),
+        "ratio_end_to_end_auto_fp32": ratio_of("transformers", "vitkit_auto_fp32"),
+        "ratio_end_to_end_bf16": ratio_of("transformers", "vitkit_bf16"),
+        "ratio_model_fp32": ratio_of("transformers_model_b32", "vitkit_model_b32"),
+        "ratio_model_fp32_unfused": ratio_of("transformers_model_b32", "vitkit_model_unfused_b32"),
+        "ratio_fused_over_unfused_model": ratio_of("vitkit_model_unfused_b32", "vitkit_model_b32"),
+        "ratio_preprocess": ratio_of("transformers_preprocess", "vitkit_preprocess"),
         "seconds": {k: [round(t, 4) for t in v] for k, v in times.items()},
     }
     print(json.dumps({k: v for k, v in res.items() if k not in ("machine", "seconds")}, indent=1))
-    out = Path("benchmarks/results/embed_throughput.json")
+    out = Path(args.out)
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {out}")
 

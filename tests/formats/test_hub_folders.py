@@ -104,6 +104,9 @@ def test_deit_pooled_is_deitmodels_pooler_output_where_the_folder_has_its_weight
         torch.testing.assert_close(again(pixel_values=x).pooler_output, hf(pixel_values=x).pooler_output)
     with pytest.raises(ValueError, match="timm"):
         vitkit.save_pretrained(model, tmp_path / "t", format="timm")
+    tuned = vitkit.load_pretrained(folder)
+    tuned.reset_head(3)  # fine-tuning: DeiT's two heads read the tokens; the pooler goes
+    assert tuned.pre_logits is None and tuned.config.representation_size is None and tuned.config.num_classes == 3
     # no pooler weights in the folder: the class token, said
     bare = transformers.DeiTModel(hf.config, add_pooling_layer=False)
     bare.load_state_dict({k: v for k, v in hf.state_dict().items() if not k.startswith("pooler.")})

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from vitkit.inference.backends import BACKENDS, RUNTIMES
+from vitkit.inference.cpu_fused import fused_for_cpu
 from vitkit.inference.export import quantize_int8, quantize_static_int8
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.hardware import set_threads
@@ -77,13 +78,18 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
 
 
 def inference_model(model: nn.Module, precision: str | precision_mod.Precision = "fp32",
-                    compile: bool = False) -> nn.Module:
+                    compile: bool = False, fused: bool = True) -> nn.Module:
     """`model` ready to predict in torch: eval mode, bf16 weights for "bf16", optionally compiled by inductor
-    with the weights frozen as constants (folded and prepacked for oneDNN; valid under no_grad / inference).
+    with the weights frozen as constants (folded and prepacked for oneDNN; valid under no_grad / inference);
+    fp32 on the CPU uncompiled runs its blocks with oneDNN's fused matmuls (`fused`, inference/cpu_fused.py).
     Feed it inputs of `input_dtype(precision)` (and run it under the precision's autocast context). The caller's
-    model is left as it was (bf16 goes to a copy)."""
-    model = precision_mod.get(precision).cast(model.eval())
-    return torch.compile(model, options={"freezing": True}) if compile else model
+    model is left as it was (bf16 and the fused blocks go to a copy sharing its parameters)."""
+    prec = precision_mod.get(precision)
+    model = prec.cast(model.eval())
+    if compile:
+        return torch.compile(model, options={"freezing": True})
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    return fused_for_cpu(model) if fused and prec.name == "fp32" and on_cpu else model
 
 
 class Predictor(nn.Module):

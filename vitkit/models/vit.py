@@ -573,7 +573,10 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
 
     def reset_head(self, num_classes: int, bias: float = 0.0, drop_pre_logits: bool = False) -> None:
         """Replace the classifier with a zero-initialised K-way Dense (the paper's fine-tuning head, §3.2)."""
-        self.config.replace(num_classes=num_classes)  # validated (0 <= K <= 2^24) before anything is allocated
+        # DeiT's two heads read their tokens directly: a pooler (DeiTModel's) goes when heads come
+        drop_pre_logits = drop_pre_logits or (self.config.distill_token and num_classes > 0)
+        # validated (0 <= K <= 2^24) before anything is allocated
+        self.config.replace(num_classes=num_classes, **({"representation_size": None} if drop_pre_logits else {}))
         if drop_pre_logits and self.pre_logits is not None:
             self.pre_logits = None
             self.config.representation_size = None

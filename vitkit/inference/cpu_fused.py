@@ -1,0 +1,99 @@
+"""fp32 inference on the CPU with oneDNN's fused matmuls: the torch runtime's default for fp32 (`inference_model`).
+
+Each encoder block (eq. 2-3) runs its four Dense layers as oneDNN matmuls on prepacked weights with their epilogues
+fused: the bias; the GELU after fc1 (the model's own form, erf or tanh); the residual add after proj and fc2, with
+LayerScale folded into those two layers' weights. Eager torch runs each as an MKL matmul followed by separate
+passes over the activations (the bias copied in, GELU, LayerScale, the add). The arithmetic is the same up to fp32
+rounding (tested against an fp64 forward); the speed is in BENCHMARKS.md. Blocks it does not cover (Axial-ViT,
+relative positions, QuickGELU's activation is applied apart) and any call with gradients, autocast, another dtype
+or device, or attention being recorded run the block itself.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitkit.models.vit import Block, LayerScale
+
+
+def available() -> bool:
+    """Whether this torch has oneDNN's fused linear (`torch.ops.mkldnn._linear_pointwise`)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class FusedBlock(nn.Module):
+    """`block` (an encoder Block, kept as a submodule: its parameters, and the fallback path) run with fused
+    oneDNN matmuls. Weights are packed at the first call, and again when a parameter changed in place since."""
+
+    def __init__(self, block: Block) -> None:
+        super().__init__()
+        self.block = block
+        act = block.mlp.act
+        self.gelu = act.approximate if isinstance(act, nn.GELU) else None  # "none" (erf) / "tanh"; else apart
+        self._packed: dict[str, Any] | None = None
+        self._versions: tuple[int, ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:  # packed oneDNN tensors cannot be copied or pickled: repacked
+        return {**self.__dict__, "_packed": None, "_versions": ()}
+
+    def _pack(self) -> dict[str, Any]:
+        versions = tuple(p._version for p in self.block.parameters())
+        if self._packed is None or versions != self._versions:
+            b = self.block
+
+            def folded(lin: nn.Linear, ls: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+                w, bias = lin.weight.detach(), None if lin.bias is None else lin.bias.detach()
+                if isinstance(ls, LayerScale):  # gamma * (W x + b) = (gamma W) x + gamma b
+                    g = ls.gamma.detach()
+                    w, bias = w * g[:, None], None if bias is None else bias * g
+                return w, bias
+
+            def pack(wb: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+                return torch.ops.mkldnn._reorder_linear_weight(wb[0].contiguous(), None), wb[1]
+
+            self._packed = {"qkv": pack(folded(b.attn.qkv, nn.Identity())), "proj": pack(folded(b.attn.proj, b.ls1)),
+                            "fc1": pack(folded(b.mlp.fc1, nn.Identity())), "fc2": pack(folded(b.mlp.fc2, b.ls2))}
+            self._versions = versions
+        return self._packed
+
+    def merged(self, *args: Any) -> Any:  # token merging runs the block itself
+        return self.block.merged(*args)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.block
+        if (torch.is_grad_enabled() or self.training or x.dtype != torch.float32 or x.device.type != "cpu"
+                or b.attn.record is not None or torch.is_autocast_enabled("cpu")):
+            return b(x)
+        p, lin = self._pack(), torch.ops.mkldnn._linear_pointwise
+        B, T, C = x.shape
+        a = b.attn
+        qkv = lin(b.norm1(x), *p["qkv"], "none", [], "")
+        q, k, v = qkv.view(B, T, 3, a.num_heads, a.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+        x = lin.binary(out, x, *p["proj"], "add")  # eq. 2: z' = MSA(LN(z)) + z
+        h = b.norm2(x)
+        h = lin(h, *p["fc1"], "gelu", [], self.gelu) if self.gelu else b.mlp.act(lin(h, *p["fc1"], "none", [], ""))
+        return lin.binary(h, x, *p["fc2"], "add")  # eq. 3: z = MLP(LN(z')) + z'
+
+
+def _fusable(block: nn.Module) -> bool:
+    return type(block) is Block and block.attn.rel is None
+
+
+def fused_for_cpu(model: nn.Module) -> nn.Module:
+    """`model` with every plain encoder Block run by `FusedBlock`: a copy sharing the caller's parameters (the
+    caller's model is left as it was); `model` itself where oneDNN's fused linear is absent or no block fits."""
+    if not available() or not any(_fusable(m) for m in model.modules()):
+        return model
+    memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}  # shared, not copied
+    out = copy.deepcopy(model, memo)
+    for parent in list(out.modules()):
+        for name, child in list(parent.named_children()):
+            if _fusable(child):
+                setattr(parent, name, FusedBlock(child).train(child.training))
+    return out
