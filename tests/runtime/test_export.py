@@ -47,6 +47,12 @@ def test_onnx_graph_is_in_the_shape_onnxruntime_fuses(tmp_path) -> None:  # noqa
     gelus = [n for n in now.graph.node if n.op_type == "Gelu"]
     assert len(gelus) == 2 and "Tanh" not in ops and "Sqrt" not in ops, sorted(set(ops))
     assert [a.s for n in gelus for a in n.attribute if a.name == "approximate"] == [b"tanh", b"tanh"]
+    import onnxruntime
+
+    opts = onnxruntime.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "ort.onnx")  # the graph onnxruntime runs: GELU fused
+    onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), opts, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node].count("FastGelu") == 2
     for m in model.modules():  # the attention as it was exported: SDPA's scale from q's shape, opset 17
         if hasattr(m, "sdpa_scale"):
             m.sdpa_scale = None
