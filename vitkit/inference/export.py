@@ -260,6 +260,17 @@ def onnx_logits(session, images: torch.Tensor, batch_size: int = 256) -> torch.T
     return torch.from_numpy(np.concatenate(outs))
 
 
+def _pre_process(src: str | Path, pre: Path) -> None:
+    """onnxruntime's `quant_pre_process` (shape inference + graph optimisation) of `src` into `pre`. Its symbolic
+    shape inference fails on ToMe's merging nodes at opset 20; ONNX's own shape inference then stands in for it."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        quant_pre_process(str(src), str(pre))
+    except TypeError:  # symbolic_shape_infer: "object of type 'NoneType' has no len()" on an uninferred output
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+
+
 def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     """onnxruntime dynamic quantisation: int8 weights of MatMul/Gemm, activations quantised per call.
     The graph is first shape-inferred and optimised (onnxruntime's `quant_pre_process`), which made the
@@ -268,7 +279,6 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     import logging
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     dst = Path(dst)
     pre = dst.with_name(dst.stem + ".pre.onnx")
@@ -276,7 +286,7 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     level = root.level
     root.setLevel(logging.ERROR)  # its "consider pre-processing" advice, printed through the root logger
     try:
-        quant_pre_process(str(src), str(pre))
+        _pre_process(src, pre)
         quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8)
     finally:
         root.setLevel(level)
@@ -316,7 +326,6 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
         QuantType,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     batch_size = min(batch_size, len(calibration))
     if calibration.ndim != 4 or len(calibration) < MIN_CALIBRATION:
@@ -328,7 +337,7 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        quant_pre_process(str(src), str(pre))
+        _pre_process(src, pre)
         graph = onnx.load(str(pre)).graph
         weights = {t.name for t in graph.initializer}
         matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
