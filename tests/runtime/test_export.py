@@ -36,6 +36,33 @@ def test_onnx_has_a_dynamic_batch_and_matches_pytorch(tmp_path) -> None:  # noqa
     assert r.max_abs_diff < 1e-4 and r.top1_agreement == 1.0
 
 
+def test_onnx_graph_is_in_the_shape_onnxruntime_fuses(tmp_path) -> None:  # noqa: ANN001
+    """The tanh GELU is one Gelu node (onnxruntime's FastGelu kernel; at opset 17 it was eight elementwise nodes)
+    and the attention's scale a constant (no Shape -> Sqrt at run time), with the same logits as the old graph."""
+    import onnx
+
+    model = _tiny()
+    now = onnx.load(str(export_onnx(model, tmp_path / "m.onnx")))
+    ops = [n.op_type for n in now.graph.node]
+    gelus = [n for n in now.graph.node if n.op_type == "Gelu"]
+    assert len(gelus) == 2 and "Tanh" not in ops and "Sqrt" not in ops, sorted(set(ops))
+    assert [a.s for n in gelus for a in n.attribute if a.name == "approximate"] == [b"tanh", b"tanh"]
+    import onnxruntime
+
+    opts = onnxruntime.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "ort.onnx")  # the graph onnxruntime runs: GELU fused
+    onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), opts, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node].count("FastGelu") == 2
+    for m in model.modules():  # the attention as it was exported: SDPA's scale from q's shape, opset 17
+        if hasattr(m, "sdpa_scale"):
+            m.sdpa_scale = None
+    old = export_onnx(model, tmp_path / "old.onnx", opset=17)
+    assert "Sqrt" in [n.op_type for n in onnx.load(str(old)).graph.node]
+    x = torch.randn(3, 3, 32, 32)
+    a, b = (ort_session(p).run(None, {"pixel_values": x.numpy()})[0] for p in (tmp_path / "m.onnx", old))
+    assert abs(a).max() > 0.1 and float(abs(a - b).max()) < 1e-5
+
+
 def test_export_at_another_resolution(tmp_path) -> None:  # noqa: ANN001
     model = _tiny()
     path = export_onnx(model, tmp_path / "m48.onnx", img_size=48)

@@ -10,6 +10,7 @@ from pathlib import Path
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.inference.backends import EXPORT_SUFFIXES, FORMATS
+from vitkit.inference.export import DEFAULT_OPSET
 from vitkit.utils.options import EXPORT_PRECISIONS, add_img_size_argument, precision_help
 
 HELP = "export a model to ONNX (optional int8), OpenVINO IR or an AOTInductor package, checked against PyTorch"
@@ -24,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="output file (default: model.onnx / model.xml / model.pt2 next to the checkpoint)")
     add_img_size_argument(p, "export at this resolution (E_pos resampled)")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17; SDPA needs >= 14)")
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
+                   help=f"ONNX opset version (default: {DEFAULT_OPSET}, which fuses the tanh GELU; SDPA needs >= 14)")
     p.add_argument("--precision", choices=EXPORT_PRECISIONS, default=None,
                    help=precision_help(EXPORT_PRECISIONS, "fp32") + "; the fp32 file is always written, int8 (onnx) "
                    "beside it as <out>.int8.onnx (dynamic quantisation, or static with --calibrate)")

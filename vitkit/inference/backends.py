@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from vitkit.inference.export import (
+    DEFAULT_OPSET,
     export_aoti,
     export_onnx,
     export_openvino,
@@ -63,7 +64,7 @@ class Backend:
         return all(importlib.util.find_spec(p) is not None for p in self.packages)
 
 
-def _export_openvino(model: nn.Module, out: Path, opset: int = 17) -> Path:
+def _export_openvino(model: nn.Module, out: Path, opset: int = DEFAULT_OPSET) -> Path:
     with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
         return export_openvino(export_onnx(model, Path(tmp) / "model.onnx", opset=opset), out)
 
@@ -83,12 +84,12 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             "the ONNX graph compiled by OpenVINO for this CPU (IR .xml + .bin)", _export_openvino, _run_openvino),
     Backend("onnxruntime", "onnx", ".onnx", "vitkit[onnx]", ("onnxruntime", "onnx"), ("fp32", "int8"), True,
             "the ONNX export run by onnxruntime; int8 = dynamic quantisation of every MatMul/Gemm",
-            lambda model, out, opset=17: export_onnx(model, out, opset=opset), _run_onnx),
+            lambda model, out, opset=DEFAULT_OPSET: export_onnx(model, out, opset=opset), _run_onnx),
     Backend("torch", None, None, None, (), TORCH_PRECISIONS, True,
             "the model itself, eager or torch.compile'd (inductor, weights frozen)"),
     Backend("aoti", "aoti", ".pt2", None, (), ("fp32",), False,
             "torch.export + AOTInductor: compiled C++ for this CPU, loaded without vitkit's code",
-            lambda model, out, opset=17: export_aoti(model, out), lambda path, precision="fp32", threads=None:
+            lambda model, out, opset=DEFAULT_OPSET: export_aoti(model, out), lambda path, precision="fp32", threads=None:
             load_aoti(path)),
 )}
 #: the runtimes `build_predictor` serves, in auto's order of preference, and the export formats by name
@@ -176,7 +177,7 @@ def check_export(fmt: str, int8: bool = False) -> None:
         raise ValueError("--precision int8 is an ONNX quantisation: use it with --format onnx")
 
 
-def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = 17, int8: bool = False,
+def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = DEFAULT_OPSET, int8: bool = False,
                  calibration: torch.Tensor | None = None) -> dict[str, Path]:
     """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` (onnx) its dynamic
     quantisation beside, or its static quantisation calibrated on `calibration` (normalised images of the user's

@@ -30,6 +30,10 @@ from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
 
 INPUT_NAME = "pixel_values"
 OUTPUT_NAME = "logits"
+#: the ONNX opset of vitkit's exports. 20 writes the tanh GELU (the paper's, vitkit's default) as one `Gelu` node,
+#: which onnxruntime runs as its fused FastGelu kernel; at 17 it is eight elementwise nodes over the MLP's widest
+#: activation that no onnxruntime fusion matched (ViT-B/16 fp32: BENCHMARKS.md "The onnxruntime gap, profiled").
+DEFAULT_OPSET = 20
 
 
 def _ort():
@@ -57,7 +61,7 @@ def export_onnx(
     path: str | Path,
     *,
     img_size: int | tuple[int, int] | None = None,
-    opset: int = 17,
+    opset: int = DEFAULT_OPSET,
     dynamic_batch: bool = True,
 ) -> Path:
     """Write `model` (eval mode, fp32) as ONNX: input `pixel_values` (B, C, H, W), output `logits`.
@@ -256,6 +260,17 @@ def onnx_logits(session, images: torch.Tensor, batch_size: int = 256) -> torch.T
     return torch.from_numpy(np.concatenate(outs))
 
 
+def _pre_process(src: str | Path, pre: Path) -> None:
+    """onnxruntime's `quant_pre_process` (shape inference + graph optimisation) of `src` into `pre`. Its symbolic
+    shape inference fails on ToMe's merging nodes at opset 20; ONNX's own shape inference then stands in for it."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        quant_pre_process(str(src), str(pre))
+    except TypeError:  # symbolic_shape_infer: "object of type 'NoneType' has no len()" on an uninferred output
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+
+
 def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     """onnxruntime dynamic quantisation: int8 weights of MatMul/Gemm, activations quantised per call.
     The graph is first shape-inferred and optimised (onnxruntime's `quant_pre_process`), which made the
@@ -264,7 +279,6 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     import logging
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     dst = Path(dst)
     pre = dst.with_name(dst.stem + ".pre.onnx")
@@ -272,7 +286,7 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     level = root.level
     root.setLevel(logging.ERROR)  # its "consider pre-processing" advice, printed through the root logger
     try:
-        quant_pre_process(str(src), str(pre))
+        _pre_process(src, pre)
         quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8)
     finally:
         root.setLevel(level)
@@ -285,13 +299,22 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
 MIN_CALIBRATION = 8
 
 
+#: calibration images whose activations onnxruntime's calibrator holds at once: it keeps every calibrated tensor of
+#: every image before making its histograms (~0.1-0.2 GB per ViT-B/16 image, twice over), so it is fed this many at a
+#: time (32 of ViT-B/16 took 10 GB)
+CALIBRATION_CHUNK = 8
+
+
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8) -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
     channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activation
     percentiles. Kept in float as onnxruntime's guidance for transformers has it: softmax, LayerNorm, GELU, the
     attention's activation x activation MatMuls (q k^T, a v) and the classifier head (the graph's last MatMul/Gemm).
-    The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out)."""
+    The MatMuls' outputs stay float (onnxruntime runs each as one MatMulIntegerToFloat: an int8 output would add a
+    requantisation and a DequantizeLinear pass per MatMul, which made static int8 slower than dynamic).
+    The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out), at most
+    `CALIBRATION_CHUNK` images held at once (the histograms are merged chunk by chunk)."""
     _ort()
     import logging
 
@@ -303,7 +326,6 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
         QuantType,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     batch_size = min(batch_size, len(calibration))
     if calibration.ndim != 4 or len(calibration) < MIN_CALIBRATION:
@@ -315,7 +337,7 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        quant_pre_process(str(src), str(pre))
+        _pre_process(src, pre)
         graph = onnx.load(str(pre)).graph
         weights = {t.name for t in graph.initializer}
         matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
@@ -323,21 +345,36 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
         keep_float = [n.name for n in matmuls if not any(i in weights for i in n.input[1:2])]
         keep_float += [matmuls[-1].name] if matmuls else []
 
+        n = len(calibration) // batch_size
+        # batches per chunk: the largest divisor of the batch count that keeps a chunk within CALIBRATION_CHUNK
+        stride = max(d for d in range(1, n + 1) if n % d == 0 and d * batch_size <= max(CALIBRATION_CHUNK, batch_size))
+
         class Reader(CalibrationDataReader):
-            def __init__(self) -> None:  # equal batches: the calibrator stacks each tensor's batches
-                n = len(calibration) // batch_size * batch_size
-                self.batches = iter(calibration[:n].float().split(batch_size))
+            """Equal batches (the calibrator stacks each tensor's batches); onnxruntime's strided calibration asks
+            for them `stride` at a time (`set_range`)."""
+
+            def __init__(self) -> None:
+                self.batches = list(calibration[:n * batch_size].float().split(batch_size))
+                self.set_range(0, n)
+
+            def __len__(self) -> int:
+                return n
+
+            def set_range(self, start_index: int, end_index: int) -> None:
+                self.todo = iter(self.batches[start_index:end_index])
 
             def get_next(self) -> dict[str, np.ndarray] | None:
-                b = next(self.batches, None)
+                b = next(self.todo, None)
                 return None if b is None else {INPUT_NAME: b.numpy()}
 
         with contextlib.redirect_stdout(io.StringIO()):  # its calibration progress, printed
             quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                             op_types_to_quantize=["MatMul", "Conv"], nodes_to_exclude=keep_float,
                             calibrate_method=CalibrationMethod.Percentile,
-                            extra_options={"CalibPercentile": 99.999, "ActivationSymmetric": False})
+                            extra_options={"CalibPercentile": 99.999, "ActivationSymmetric": False,
+                                           "CalibStridedMinMax": stride,  # (any calibrator, despite the name)
+                                           "OpTypesToExcludeOutputQuantization": ["MatMul"]})
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)

@@ -328,6 +328,9 @@ class Attention(nn.Module):
         self.num_heads = cfg.num_heads
         self.head_dim = cfg.head_dim
         self.scale = self.head_dim**-0.5
+        # SDPA's own default, 1 / sqrt(d) in double (bit-identical eager results), passed as a number so that an
+        # ONNX export holds a constant, which onnxruntime folds into the q k^T MatMul (no shape -> sqrt at run time)
+        self.sdpa_scale = 1 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(cfg.width, 3 * cfg.width, bias=cfg.qkv_bias)
         self.attn_drop = cfg.attn_dropout
         self.proj = nn.Linear(cfg.width, cfg.width)
@@ -354,7 +357,7 @@ class Attention(nn.Module):
             self.record.append(attn)
             out = F.dropout(attn, drop, self.training) @ v
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop, scale=self.sdpa_scale)
         out = out.transpose(1, 2).reshape(B, T, C)
         return self.proj(out), k
 
@@ -477,7 +480,7 @@ class MAPHead(nn.Module):
         B, T, D = x.shape
         q = self.q(self.probe.expand(B, -1, -1).to(x.dtype)).view(B, 1, self.num_heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(x).view(B, T, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=size_bias(size))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=size_bias(size), scale=1 / math.sqrt(self.head_dim))
         y = self.proj(y.transpose(1, 2).reshape(B, 1, D))
         y = y + self.mlp(self.norm(y))
         return y[:, 0]
