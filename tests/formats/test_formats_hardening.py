@@ -111,7 +111,8 @@ def test_checkpoint_and_config_bombs_are_refused_before_anything_is_built(tmp_pa
 
 def test_non_finite_or_foreign_weights_and_preprocessing_are_refused(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     import vitkit
-    from vitkit.formats.native import CONFIG_NAME, WEIGHTS_NAME
+    from vitkit.formats.native import CONFIG_NAME
+    from vitkit.formats.sharded import WEIGHTS_NAME
 
     model = digits_model(depth=1, width=16, num_heads=2, mlp_dim=32)
     good = tmp_path / "good"

@@ -40,7 +40,15 @@ from vitkit.formats.common import (
 from vitkit.formats.families import HF_FAMILY_TYPES
 from vitkit.formats.families.family import VIT_BLOCK, VIT_BLOCK_CURRENT
 from vitkit.formats.hf_families import hf_family, is_family, load_hf_family, write_family
-from vitkit.formats.sharded import FINGERPRINT_KEY, check_fingerprint, fingerprint, read_sharded, write_weights
+from vitkit.formats.sharded import (
+    FINGERPRINT_KEY,
+    INDEX_NAME,
+    WEIGHTS_NAME,
+    check_fingerprint,
+    fingerprint,
+    read_sharded,
+    write_weights,
+)
 from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -48,7 +56,7 @@ from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import read_json
 
 CONFIG_NAME = "config.json"
-SAFETENSORS_NAME = "model.safetensors"
+SAFETENSORS_NAME = WEIGHTS_NAME  # formats/sharded.py owns the name
 BIN_NAME = "pytorch_model.bin"
 PREPROCESSOR_NAME = "preprocessor_config.json"
 HF_MODEL_TYPES = ("vit", "vit_msn", *HF_FAMILY_TYPES)  # config.json model_types read here (ViTMSN is a plain ViT)
@@ -103,7 +111,7 @@ def is_hf_dir(path: Path) -> bool:
 
 
 # transformers' sharded saves: an index {"weight_map": {tensor: shard file}} beside the shards
-INDEX_NAMES = (SAFETENSORS_NAME + ".index.json", BIN_NAME + ".index.json")
+INDEX_NAMES = (INDEX_NAME, BIN_NAME + ".index.json")
 
 
 def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:

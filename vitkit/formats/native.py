@@ -31,7 +31,6 @@ from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import read_json
 
 CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 FORMAT_TAG = "vitkit"
 
 

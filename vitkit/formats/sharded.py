@@ -184,13 +184,13 @@ def check_fingerprint(folder: Path, doc: dict[str, object], config: str = "confi
         present = [p for p in weight_files(folder) if p.is_file()]
     except ValueError:
         present = []
-    for f in present:
-        got = save_id(f)
+    ids = {f: save_id(f) for f in present}  # each header read once
+    for f, got in ids.items():
         if got is not None and got != want:
             raise ValueError(f"{folder / config} and {f} do not belong together: they are from two saves (save "
                              f"{str(want)[:12]} and {got[:12]}: files of two folders mixed, or the folder replaced "
                              "while it was read); load it again, or write it again")
-    if any(save_id(p) is not None for p in present) and sorted(p.name for p in present) != sorted(record["files"]):
+    if any(got is not None for got in ids.values()) and sorted(p.name for p in present) != sorted(record["files"]):
         raise ValueError(f"{folder / config} records the weights files {record['files']}, but {folder} holds "  # type: ignore[index]
                          f"{sorted(p.name for p in present)}: the config and the weights are not from one save; load "
                          "it again, or write it again")

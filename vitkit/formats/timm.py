@@ -42,7 +42,7 @@ from vitkit.formats.common import (
     torch_load_weights,
     units_per_stage,
 )
-from vitkit.formats.sharded import FINGERPRINT_KEY, SAVE_ID_KEY, check_fingerprint, fingerprint
+from vitkit.formats.sharded import FINGERPRINT_KEY, SAVE_ID_KEY, WEIGHTS_NAME, check_fingerprint, fingerprint
 from vitkit.models.posemb import square_side
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
@@ -53,7 +53,6 @@ from vitkit.utils.files import parse_json, read_json
 
 log = logging.getLogger("vitkit")
 CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 META_KEY = "vitkit_config"
 PRE_KEY = "vitkit_preprocess"  # a bare file's preprocessing and labels (timm reads them from a hub folder only)
