@@ -73,8 +73,8 @@ class FusedBlock(nn.Module):
         B, T, C = x.shape
         a = b.attn
         qkv = lin(b.norm1(x), *p["qkv"], "none", [], "")
-        q, k, v = qkv.view(B, T, 3, a.num_heads, a.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        out = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+        q, k, v = a.split_heads(qkv)
+        out = F.scaled_dot_product_attention(q, k, v, scale=a.sdpa_scale).transpose(1, 2).reshape(B, T, C)
         x = lin.binary(out, x, *p["proj"], "add")  # eq. 2: z' = MSA(LN(z)) + z
         h = b.norm2(x)
         h = lin(h, *p["fc1"], "gelu", [], self.gelu) if self.gelu else b.mlp.act(lin(h, *p["fc1"], "none", [], ""))

@@ -342,11 +342,17 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.attend(x)[0]
 
+    def split_heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v (B, heads, T, head_dim) of the fused projection's output `qkv` (B, T, 3 * width)."""
+        B, T, _ = qkv.shape
+        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, v
+
     def attend(self, x: torch.Tensor, size: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(the attention's output, its keys (B, heads, T, head_dim)); `size` (B, T, 1), the patch count of each
         token after token merging, adds ToMe's proportional-attention bias log(size) to the logits of each key."""
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = self.split_heads(self.qkv(x))
         drop = self.attn_drop if self.training else 0.0
         bias = self.rel(q, self.scale) if self.rel is not None else None
         if size is not None:
