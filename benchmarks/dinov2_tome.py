@@ -89,6 +89,23 @@ def onnx_hidden(proto, images: np.ndarray) -> np.ndarray:  # noqa: ANN001
     return sess.run([add.output[0]], {proto.graph.input[0].name: images})[0]
 
 
+def load_checked(wheel: Path, folder: Path) -> tuple[torch.nn.Module, Any]:
+    """vitkit's model of the wheel's backbone (rebuilt into `folder`, read at 224 px), and `check(images)`: the max
+    |difference| of its final-LayerNorm tokens from the wheel's own ONNX graph's on normalised `images` (printed)."""
+    folder, proto = rebuild(wheel, folder)
+    model = vitkit.load_pretrained(folder, img_size=224).eval()
+
+    def check(images: torch.Tensor) -> float:
+        with torch.no_grad():
+            tokens = model.forward_features(images)
+        diff = float(np.abs(tokens.numpy() - onnx_hidden(proto, images.numpy())).max())
+        print(f"vitkit vs the wheel's ONNX backbone ({len(images)} images, {tokens.shape[1]} tokens): max |diff| "
+              f"{diff:.2e}", flush=True)
+        return diff
+
+    return model, check
+
+
 def photos(model) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:  # noqa: ANN001
     """lfw_subset through the model's preprocessing (grey -> 3 channels), its labels; and scikit-image's other
     photos (calibration for static int8)."""
@@ -136,14 +153,9 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(2)
     tmp = Path(tempfile.mkdtemp(prefix="vitkit-dinov2-"))
-    folder, proto = rebuild(a.wheel, tmp / "dinov2")
-    model = vitkit.load_pretrained(folder, img_size=224).eval()
+    model, check = load_checked(a.wheel, tmp / "dinov2")
     x, y, calib = photos(model)
-    with torch.no_grad():
-        ref_tokens = model.forward_features(x[:4])
-    want = onnx_hidden(proto, x[:4].numpy())
-    parity = float(np.abs(ref_tokens.numpy() - want).max())
-    print(f"vitkit vs the wheel's ONNX backbone (4 photos, 257 tokens): max |diff| {parity:.2e}", flush=True)
+    parity = check(x[:4])
     with torch.no_grad():
         ref = model.intermediates(x, blocks=False)["pooled"]
     ref_knn = knn_accuracy(ref.numpy(), y)
