@@ -17,11 +17,12 @@ eager are the figures, absolute img/s depend on the machine's load.
 0.1.1 (rebuilt and checked against the wheel's ONNX graph by benchmarks/dinov2_tome.py), at 224 px: 256 patch tokens
 + the class token. All 1,797 digits (grey -> RGB, the model's own preprocessing) go once through each variant: fp32
 at every r of `--r`; bf16, onnxruntime int8 dynamic and int8 static (calibrated on `--calibration` training digits)
-at every r of `--r-quant`. Per seed (seed 0: vitkit's fixed digits split; seed s: the 450 test digits re-drawn,
-stratified, from all but the calibration digits; dev = 20% of train), a multinomial logistic-regression head is
-trained on the fp32 unmerged pooled features of the training digits (C chosen on dev, never on test), and the SAME
-head reads every variant's features of the test digits: top-1, its change with a paired-bootstrap 95% interval,
-agreement with fp32, feature cosine; over the seeds the mean change with its 95% t-interval.
+at every r of `--r-quant`, and static int8 with percentile ranges at r = 0. Per seed (seed 0: vitkit's fixed digits
+split; seed s: the 450 test digits re-drawn, stratified, from all but the calibration digits; dev = 20% of train),
+a multinomial logistic-regression head is trained on the fp32 unmerged pooled features of the training digits (C
+chosen on dev, never on test), and the SAME head reads every variant's features of the test digits: top-1, its
+change with a paired-bootstrap 95% interval, agreement with fp32, feature cosine; over the seeds the mean change
+with its 95% t-interval.
 
 `accuracy` (`--model digits-196`): a ViT with 196 patch tokens (digits at 56 px, patch 4, depth 12 like ViT-B) trained here on the digits'
 train split (cached in $VITKIT_BENCH_CACHE, default /tmp/vitkit_bench_cache), then on the 450 test digits for each
@@ -334,8 +335,9 @@ def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limi
                            threads: int, chunk: int = 64) -> dict[str, Any]:
     """The pooled features of every digit (grey -> RGB, the model's own preprocessing: 224 px, ImageNet mean /
     std) through each variant of the wheel's DINOv2 backbone, once per variant: fp32 eager at every r of `rs`;
-    bf16 eager, onnxruntime int8 dynamic and int8 static (QDQ, calibrated on the first `calibration` training
-    digits) at every r of `quant_rs`. Also the parity of the rebuilt backbone with the wheel's ONNX graph and of
+    bf16 eager, onnxruntime int8 dynamic and int8 static (QDQ, min / max ranges calibrated on the first
+    `calibration` training digits) at every r of `quant_rs`, and at r = 0 also static int8 with percentile ranges
+    ("int8-static-pct", the earlier default). Also the parity of the rebuilt backbone with the wheel's ONNX graph and of
     each fp32 export with the eager model, and each variant's seconds (sequential, not interleaved: indicative)."""
     from dinov2_tome import load_checked  # the sibling script: the wheel's backbone rebuilt and checked
     from tqdm.auto import tqdm
@@ -389,12 +391,15 @@ def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limi
         doc["export_parity_min_cosine"][r] = float(torch.nn.functional.cosine_similarity(got, ref["pooled"]).min())
         t0 = time.perf_counter()
         dyn = quantize_int8(fp32, tmp / f"r{r}.dyn.onnx")
-        static = quantize_static_int8(fp32, tmp / f"r{r}.st.onnx", calib)
+        static = quantize_static_int8(fp32, tmp / f"r{r}.st.onnx", calib)  # min / max ranges (the default)
+        pct = quantize_static_int8(fp32, tmp / f"r{r}.pct.onnx", calib, method="percentile") if r == 0 else None
         print(f"r={r}: export parity {doc['export_parity_max_abs'][r]:.1e} (min cosine "
               f"{doc['export_parity_min_cosine'][r]:.6f}), quantised in "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
         run("int8-dyn", r, tokens, exported_runner(dyn, threads=threads))
         run("int8-static", r, tokens, exported_runner(static, threads=threads))
+        if pct is not None:  # the earlier default, percentile ranges: at r = 0 only, to compare the calibrations
+            run("int8-static-pct", r, tokens, exported_runner(pct, threads=threads))
     model.set_token_merging(0)
     return doc
 
