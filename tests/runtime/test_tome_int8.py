@@ -132,3 +132,32 @@ def test_errors_are_clear(tmp_path, saved) -> None:
     assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--merge", "2,2,2"), "one r per layer",
                           "2 layers")
     assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--merge", "x"), "--merge")
+
+
+def test_static_int8_ranges_are_the_calibration_min_max_unless_percentile(tmp_path) -> None:
+    """Default calibration keeps the whole range seen (a rare large activation is not clipped: percentile ranges
+    clipped DINOv2's and cost it 15 points, BENCHMARKS.md); `method="percentile"` clips it; a bad method is named."""
+    from onnx import numpy_helper
+
+    from vitkit.inference.export import export_onnx, quantize_static_int8
+    from vitkit.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("vit", img_size=64, patch_size=16, in_chans=1, num_classes=3, width=16, depth=1,
+                         num_heads=2, mlp_dim=32).eval()
+    src = export_onnx(model, tmp_path / "m.onnx")
+    calib = torch.rand(32, 1, 64, 64, generator=torch.Generator().manual_seed(1))
+    calib[3, 0, 5, 7] = 40.0  # one rare large input value among 131,072 (beyond the 99.999th percentile)
+
+    def input_range(path: Path) -> float:
+        graph = onnx.load(str(path)).graph
+        inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        q = next(n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "pixel_values")
+        return float(inits[q.input[1]]) * 255  # u8: the scale spans the calibrated range in 255 steps
+
+    full = input_range(quantize_static_int8(src, tmp_path / "mm.onnx", calib))
+    clipped = input_range(quantize_static_int8(src, tmp_path / "pc.onnx", calib, method="percentile"))
+    assert full == pytest.approx(40.0, rel=1e-3)  # min 0 (the range always holds 0) to the outlier
+    assert clipped < 5.0, clipped  # the outlier clipped to about the other values' range (< 1)
+    with pytest.raises(ValueError, match="calibration method: one of minmax, percentile, got 'entropy'"):
+        quantize_static_int8(src, tmp_path / "x.onnx", calib, method="entropy")
