@@ -69,7 +69,7 @@ _SIZES = (15_625, 62_500, 250_000, 1_000_000)  # nested subsets of one 10^6-imag
 _PRETRAIN = _stream("crossover", _SIZES[-1])  # the long grid's
 # the laptop grid's: 40,000 images drawn once per process and held (cheaper than drawing them on the fly), batch 64
 _LAPTOP_SIZES = (2_500, 10_000, 40_000)
-_LAPTOP = replace(_stream("laptop", _LAPTOP_SIZES[-1]), glyph_stream=False, batch=64)
+_LAPTOP = replace(_stream("laptop", _LAPTOP_SIZES[-1]), glyph_stream=False, batch=64, glyph_classes=100)
 CROSSOVER_SCALES = {s.name: s for s in (
     # seconds: the plumbing (stream, lr sweep and inheritance, a ragged grid, seeds, analysis, figures), not the finding
     CrossoverScale("smoke", replace(_stream("smoke", 4_000), batch=16, evals_per_run=2, shots=SMOKE.shots,

@@ -127,6 +127,7 @@ LAPTOP = Scale(
     name="laptop", glyph_images=20_000, sizes=(2_500, 20_000), steps=500, batch=64, eval_every=125,
     finetune_steps=150, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
     posemb_seeds=(0, 1, 2), mpp_steps=(100, 500), pretrain_seeds=(0, 1, 2), models="laptop", compute_sizes=("S", "B"),
+    glyph_classes=100,
 )
 SCALES = {s.name: s for s in (LAPTOP, FULL, SMOKE)}
 
