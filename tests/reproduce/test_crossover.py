@@ -22,6 +22,7 @@ from vitkit.reproduce.crossover import (
     tuning_runs,
 )
 from vitkit.reproduce.plan import SMOKE, Pretrain
+from vitkit.reproduce.rules import bracketed
 from vitkit.reproduce.runs import STATE_FILE, Workbench
 
 
@@ -131,6 +132,11 @@ def test_a_sweep_won_at_its_edge_is_extended_until_bracketed() -> None:
     assert extension(sweep({3e-3: 0.7, 6e-3: 0.8, 1.2e-2: 0.85, 2.4e-2: 0.86, 4.8e-2: 0.87}), grid, 2) is None
     assert extension(sweep({3e-3: 0.7, 6e-3: 0.8}), (3e-3, 6e-3), 1) == pytest.approx(1.2e-2)
     assert extension(sweep({3e-3: 0.7, 6e-3: 0.8}), (3e-3, 6e-3), 0) is None
+    # an edge tied with the best still wins there (2026-11-25: SGD 0.3 and 0.9 both 80.7% counted as bracketed)
+    tied = sweep({0.03: 0.698, 0.1: 0.766, 0.3: 0.807, 0.9: 0.807})
+    assert extension(tied, (0.03, 0.1, 0.3), 2) == pytest.approx(2.7) and not bracketed(tied)
+    assert bracketed(sweep({0.03: 0.698, 0.1: 0.766, 0.3: 0.807, 0.9: 0.807, 2.7: 0.5}))
+    assert not bracketed(sweep({3e-3: 0.8, 6e-3: 0.8, 1.2e-2: 0.7}))  # tied at the lower edge
 
 
 def test_a_folder_may_grow_seeds_but_not_change_its_runs(tmp_path: Path) -> None:

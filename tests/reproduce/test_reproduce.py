@@ -225,3 +225,18 @@ def test_reproduce_names_and_arguments_are_checked(tmp_path: Path, capsys) -> No
     assert "unknown experiment(s) ['fig9']" in capsys.readouterr().err
     for name in ("digits_demo",):  # the recipes still load with the new data keys
         assert load_config(name).data.subset == 0
+
+
+def test_one_run_named_two_ways_is_trained_and_counted_once(tmp_path: Path) -> None:
+    """Experiment 1 names the whole-set run `images=20000`, experiment 2 `images=0` (the whole set) and the scale's
+    steps explicitly or not: one run folder. With `--jobs 2` both went to the worker pool, and the second worker
+    found the first one's lock ("in use by another vitkit job"), which stopped `reproduce --all`."""
+    wb = Workbench(tmp_path, SMOKE, progress=False)
+    whole = Pretrain("ViT", "B", seed=1)
+    same = [whole, Pretrain("ViT", "B", images=SMOKE.glyph_images, seed=1), Pretrain("ViT", "B", steps=SMOKE.steps, seed=1)]
+    other = Pretrain("ViT", "B", images=SMOKE.sizes[0], seed=1)
+    assert len({wb.folder(u) for u in same}) == 1 and len(set(same)) == 3  # equal folders, unequal objects
+    assert wb.unique([*same, other, whole]) == [whole, other]
+    wb.start([*same, other], "t")
+    assert wb.bar is not None and wb.bar.total == 2 * SMOKE.steps
+    wb.close()

@@ -118,15 +118,14 @@ SMOKE = Scale(
     optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)},
 )
 # `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores
-# (estimated from measured per-step CPU costs: 23-30 min on 2 quiet cores; REPRODUCTION.md). Smaller than FULL
-# everywhere: 20,000 images (nested subsets of 2,500 and 20,000), 500 steps of batch 64, ViT-L narrower
-# (LAPTOP_MODELS), Fig. 5 over the S and B sizes, shorter fine-tunes. Known limit (the 2026-11-25 run): 32,000 images
-# seen leave ViT-B near chance on 1,000 glyph classes; with glyph_classes=100 the same budget reaches 68% (ViT-B) and
-# 91% (ResNet-B) glyph test accuracy -- the change to make before the next laptop run.
+# (measured 2026-11-25: 23 min 36 s; REPRODUCTION.md). Smaller than FULL everywhere: 100 glyph classes (32,000
+# images seen left ViT-B near chance on 1,000), 20,000 images (nested subsets of 2,500 and 20,000), 500 steps of
+# batch 64, ViT-L narrower (LAPTOP_MODELS), Fig. 5 over the S and B sizes, shorter fine-tunes.
 LAPTOP = Scale(
     name="laptop", glyph_images=20_000, sizes=(2_500, 20_000), steps=500, batch=64, eval_every=125,
     finetune_steps=150, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
     posemb_seeds=(0, 1, 2), mpp_steps=(100, 500), pretrain_seeds=(0, 1, 2), models="laptop", compute_sizes=("S", "B"),
+    glyph_classes=100,
 )
 SCALES = {s.name: s for s in (LAPTOP, FULL, SMOKE)}
 

@@ -19,7 +19,7 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
 
 from vitkit.reproduce.rules import crossover_rows, legacy_seeds  # noqa: E402
 from vitkit.reproduce.stats import Estimate, mean_ci, paired, stored  # noqa: E402
@@ -51,7 +51,14 @@ def _finish_axis(ax: Any, xlabel: str, title: str, log_x: bool = True, ylabel: s
     does not start at zero, a label that says where it starts."""
     if log_x:
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        # a few data points (the data sizes of a grid): a tick at each, so every point's x can be read off; else
+        # (or where two would print alike) the 1-2-5 ticks of each decade
+        xs = sorted({float(x) for line in ax.get_lines() for x in line.get_xdata() if float(x) > 0})
+        if 2 <= len(xs) <= 8 and len({_short(x) for x in xs}) == len(xs):
+            ax.xaxis.set_major_locator(FixedLocator(xs))
+            ax.xaxis.set_minor_locator(NullLocator())
+        else:
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)

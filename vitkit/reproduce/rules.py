@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitkit.reproduce.plan import SCALES
-from vitkit.reproduce.stats import MIN_SEEDS, Estimate, mean_ci, paired, stored, welch
+from vitkit.reproduce.stats import MIN_SEEDS, Estimate, best_rates, mean_ci, paired, stored, welch
 
 KINDS = ("greater", "less", "equivalent")
 
@@ -285,9 +285,8 @@ def _mpp(res: dict[str, Any]) -> Evidence:
 
 def bracketed(sweep: list[dict[str, float]], key: str = "dev") -> bool:
     """A learning-rate sweep whose best rate (by `key`) has a tried rate on each side of it."""
-    lrs = sorted(s["lr"] for s in sweep)
-    best = max(sweep, key=lambda s: (s[key], -s["lr"]))["lr"]
-    return len(lrs) >= 3 and lrs[0] < best < lrs[-1]
+    lrs, wins = sorted(s["lr"] for s in sweep), best_rates(sweep, key)
+    return len(lrs) >= 3 and lrs[0] not in wins and lrs[-1] not in wins
 
 
 def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:

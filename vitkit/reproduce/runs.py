@@ -114,9 +114,17 @@ class Workbench:
     def done(self, unit: Unit) -> bool:
         return (self.folder(unit) / UNIT_FILE).is_file()
 
+    def unique(self, units: list[Unit]) -> list[Unit]:
+        """`units` without repeats, by run folder: two experiments may name one run differently (`images=0` and
+        `images=glyph_images`, `steps=0` and the scale's steps), and it must be trained, and counted, once."""
+        first: dict[Path, Unit] = {}
+        for u in units:
+            first.setdefault(self.folder(u), u)
+        return list(first.values())
+
     def start(self, units: list[Unit], desc: str) -> None:
         """Open the progress bar over the training steps of `units` (complete ones counted as done)."""
-        unique = list(dict.fromkeys(units))
+        unique = self.unique(units)
         total = sum(unit_steps(u, self.scale) for u in unique)
         done = sum(unit_steps(u, self.scale) for u in unique if self.done(u))
         self.bar = tqdm(total=total, initial=done, desc=desc, unit="step", disable=not self.progress,
@@ -202,7 +210,7 @@ class Workbench:
     def pretrain_all(self, runs: list[Pretrain]) -> list[dict[str, Any]]:
         """The summaries of `runs`, training those not done: one after another, or `jobs` at a time in worker
         processes (small models leave a GPU or several cores idle; each worker takes cores // jobs threads)."""
-        todo = [r for r in dict.fromkeys(runs) if not self.done(r)]
+        todo = [r for r in self.unique(runs) if not self.done(r)]  # one worker per run folder, never two
         if self.jobs > 1 and len(todo) > 1:
             threads = max(1, torch.get_num_threads() // self.jobs)
             ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state

@@ -126,3 +126,10 @@ def seeded(values: Sequence[float]) -> dict[str, Any]:
     e = mean_ci(values)
     ok = not math.isnan(e.lo)
     return {"values": list(e.values), "mean": e.mean, "lo": e.lo if ok else None, "hi": e.hi if ok else None}
+
+
+def best_rates(sweep: list[dict[str, float]], key: str = "dev") -> set[float]:
+    """Every rate of the sweep that reaches its best `key`: an edge rate tied with an inner one still wins at that
+    edge (the sweep is extended there, and is not bracketed until it is not among them)."""
+    top = max(s[key] for s in sweep)
+    return {s["lr"] for s in sweep if s[key] == top}
