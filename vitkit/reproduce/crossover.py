@@ -290,7 +290,7 @@ def markdown(grid: dict[str, Any], res: dict[str, Any], lr_sweeps: dict[str, Any
              f"avg_{k}shot": f"{k}-shot mean (digits, lfw)"}
     lines = [f"Scale {grid['name']}: ViT-B vs ResNet-B on nested subsets of {data}, "
              f"schedules {', '.join(f'{t:,}' for t in schedules)} steps of batch {batch}, seeds "
-             f"{seeds}; mean ± std over seeds (few-shot at the early-stopping step).", ""]
+             f"{seeds}; mean ± population std (ddof 0) over seeds (few-shot at the early-stopping step).", ""]
     head = "| family | steps | lr | " + " | ".join(f"{n:,}" for n in sizes) + " |"
     for m, title in names.items():
         lines += [f"**{title}** (%) against pre-training images", "", head,
@@ -319,7 +319,7 @@ def markdown(grid: dict[str, Any], res: dict[str, Any], lr_sweeps: dict[str, Any
         lines.append(f"| {title} | {', '.join(f'{x:.3g}' for x in g['x'])} | "
                      f"{', '.join(f'{100 * v:+.1f}' for v in g['gap'])} | {_cross_text(g, 'FLOPs')} |")
     if res["seed_check"]:
-        lines += ["", "**Seeds where the families meet** (mean ± std over pre-training seeds; the gap per seed pair)", "",
+        lines += ["", "**Seeds where the families meet** (mean ± population std over pre-training seeds; the gap per seed pair)", "",
                   "| steps | images | measure | seeds | ViT | ResNet | ViT − ResNet (points) |", "|---:|---:|---|---|---:|---:|---|"]
         for c in res["seed_check"]:
             lines.append(f"| {c['steps']:,} | {c['images']:,} | {names[c['metric']]} | {c['seeds']} | "
