@@ -127,3 +127,79 @@ def test_glyph_samples_fill_every_cell_or_refuse(tmp_path: Path) -> None:
     plots.samples(images, labels, 10, 5, tmp_path / "s.png", "t")
     with pytest.raises(ValueError, match="only 11 classes have 5 images"):
         plots.samples(images, labels, 12, 5, tmp_path / "s.png", "t")
+
+
+def _seeded(values: list[float]) -> dict:
+    return {"values": values}
+
+
+def _mpp_result(**extra) -> dict:  # noqa: ANN003
+    ft = [0.5, 0.52, 0.54]
+    return {"scale": "laptop", "scratch": _seeded(ft), "supervised": _seeded([0.9, 0.91, 0.89]),
+            "mpp": {"100": _seeded([0.6, 0.63, 0.61])}, "equal_budget_scratch": {"100": {"steps": 250,
+                                                                                        "top1": _seeded(ft)}},
+            "masked_colour_test": {"100": 0.5}, "majority_colour": 0.37, "fewshot": {"supervised": 0.6, "mpp_100": 0.2},
+            "markdown": "the run's old text", **extra}
+
+
+def test_the_mpp_text_reads_the_scratch_runs_length_and_says_what_its_cells_are() -> None:
+    from vitkit.reproduce.rules import verdict
+    from vitkit.reproduce.summary import result_markdown
+
+    res = _mpp_result()  # no scratch_steps kept: the scale's finetune_steps (150 at laptop scale)
+    text = result_markdown("mpp", res)
+    assert "from scratch (150 steps)" in text and "mean [95% CI] over fine-tuning seeds" in text
+    assert "±" not in text.splitlines()[0]  # the header names the cells: intervals, not a std
+    assert any("usual 150-step scratch run" in c for c in verdict("mpp", res)[1].context)
+    kept = _mpp_result(scratch_steps=77)  # a run's own record wins
+    assert "from scratch (77 steps)" in result_markdown("mpp", kept)
+    assert any("usual 77-step scratch run" in c for c in verdict("mpp", kept)[1].context)
+
+
+def test_fig7_and_crossover_texts_are_worded_by_the_data() -> None:
+    from vitkit.reproduce.summary import result_markdown
+
+    laptop = load_results(LAPTOP_RESULTS)
+    fig7 = result_markdown("fig7", laptop["fig7"])
+    n = len(laptop["fig7"]["embedding_filter_variance_top5"])
+    assert f"the first {n} components" in fig7 and n == 4  # a 2x2 patch has 4
+    assert "pre-training seed 0's model; the verdict reads all 3 seeds" in fig7
+    assert "one pre-training seed" in result_markdown("fig7", load_results(RESULTS)["fig7"])
+    res = laptop["crossover"]
+    assert res["crossover_scale"]["scale"]["glyph_stream"] is False
+    assert "40,000-image glyph set (drawn once and held)" in result_markdown("crossover", res)
+    streamed = {**res, "crossover_scale": {**res["crossover_scale"],
+                                           "scale": {**res["crossover_scale"]["scale"], "glyph_stream": True}}}
+    assert "40,000-image glyph stream (drawn as loaded)" in result_markdown("crossover", streamed)
+
+
+def test_intervals_past_100_are_clipped_and_the_figure_says_so(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    high, low = mean_ci([0.97, 0.99, 0.90]), mean_ci([0.6, 0.62, 0.64])
+    assert high.hi > 1.0
+    err, clipped = plots._yerr([high, low])
+    assert clipped and abs(high.mean + err[1][0] / 100 - 1.0) < 1e-12 and abs(err[1][1] / 100 - (low.hi - low.mean)) < 1e-12
+    assert not plots._yerr([low])[1]
+    seen = {}
+    real = plots._save
+
+    def keep(fig, path):  # noqa: ANN001, ANN202
+        seen["texts"] = [t.get_text() for t in fig.texts]
+        seen["labels"] = [(t.get_text(), t.xy) for a in fig.axes for t in a.texts]
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plots.bars(["a", "b"], {"s": [high, low]}, "t", "acc", tmp_path / "b.png")
+    assert plots.CLIP_NOTE in seen["texts"]
+    # value labels never sit on an error bar: beyond the interval (or the seeds), or beside it
+    for (text, (x, y)), e, xc in zip(seen["labels"], (high, low), (0, 1)):
+        assert text == f"{100 * e.mean:.1f}"
+        assert y >= 100 * max(min(e.hi, 1), *e.values) or y <= 100 * min(e.lo, *e.values) or x != xc
+    plots.bars(["b"], {"s": [low]}, "t", "acc", tmp_path / "c.png")
+    assert plots.CLIP_NOTE not in seen["texts"]
+
+
+def test_posemb_draws_the_rules_differences_with_its_equivalence_band() -> None:
+    res = load_results(LAPTOP_RESULTS)["posemb"]
+    diffs, bands = plots.rule_differences("posemb", res, {"2d_same": "2-D − 1-D"})
+    assert bands == {"2-D − 1-D": 0.02, "relative − learned 1-D": 0.02}  # the rule's ±2 points, equivalence parts only
+    assert diffs["2-D − 1-D"].n == 3 and diffs["none − learned 1-D"].mean < 0

@@ -279,30 +279,35 @@ def _cross_text(g: dict[str, Any], unit: str) -> str:
     return f"no crossing; the gap is {100 * last:+.1f} points, closing {slope:+.1f} points per 10x: the trend meets at ~{at} {unit}"
 
 
-def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any]) -> str:
-    k = cs.scale.select_shots
+def markdown(grid: dict[str, Any], res: dict[str, Any], lr_sweeps: dict[str, Any]) -> str:
+    """The crossover's tables from its result JSON alone (`grid`: the result's `crossover_scale`,
+    CrossoverScale.to_dict(); summary.py rebuilds the text from the committed JSON)."""
+    sizes, schedules, seeds = list(grid["sizes"]), list(grid["schedules"]), list(grid["seeds"])
+    k, batch = grid["scale"]["select_shots"], grid["scale"]["batch"]
+    data = (f"a {sizes[-1]:,}-image glyph stream (drawn as loaded)" if grid["scale"]["glyph_stream"] else
+            f"a {sizes[-1]:,}-image glyph set (drawn once and held)")
     names = {"glyph_test_top1": "glyph test", f"digits_test_{k}shot": f"{k}-shot digits",
              f"avg_{k}shot": f"{k}-shot mean (digits, lfw)"}
-    lines = [f"Scale {cs.name}: ViT-B vs ResNet-B on nested subsets of a {cs.sizes[-1]:,}-image glyph stream, "
-             f"schedules {', '.join(f'{t:,}' for t in cs.schedules)} steps of batch {cs.scale.batch}, seeds "
-             f"{list(cs.seeds)}; mean ± std over seeds (few-shot at the early-stopping step).", ""]
-    head = "| family | steps | lr | " + " | ".join(f"{n:,}" for n in cs.sizes) + " |"
+    lines = [f"Scale {grid['name']}: ViT-B vs ResNet-B on nested subsets of {data}, "
+             f"schedules {', '.join(f'{t:,}' for t in schedules)} steps of batch {batch}, seeds "
+             f"{seeds}; mean ± population std (ddof 0) over seeds (few-shot at the early-stopping step).", ""]
+    head = "| family | steps | lr | " + " | ".join(f"{n:,}" for n in sizes) + " |"
     for m, title in names.items():
         lines += [f"**{title}** (%) against pre-training images", "", head,
-                  "|---|---:|---:|" + "---:|" * len(cs.sizes)]
-        for t in cs.schedules:
+                  "|---|---:|---:|" + "---:|" * len(sizes)]
+        for t in schedules:
             for fam in FAMILIES:
                 c = res["curves"][f"{fam}/{t}/{m}"]
                 lr = next(r["lr"] for r in res["rows"] if (r["family"], r["steps"]) == (fam, t))
                 at = {n: (a, b) for n, a, b in zip(c["images"], c["mean"], c["std"])}
                 cells = " | ".join("–" if n not in at else f"{100 * at[n][0]:.1f} ± {100 * at[n][1]:.1f}"
-                                   if len(cs.seeds) > 1 else f"{100 * at[n][0]:.1f}" for n in cs.sizes)
+                                   if len(seeds) > 1 else f"{100 * at[n][0]:.1f}" for n in sizes)
                 lines.append(f"| {fam} | {t:,} | {lr:g} | {cells} |")
         lines.append("")
     lines += ["**Where the curves cross** (ViT minus ResNet; interpolated in log images, seed range in brackets)", "",
               "| measure | steps | gap at each of its sizes (points) | crossing |", "|---|---:|---|---|"]
     for m, title in names.items():
-        for t in cs.schedules:
+        for t in schedules:
             g = res["by_data"][f"{t}/{m}"]
             gaps = ", ".join(f"{100 * v:+.1f}" for v in g["gap"])
             lines.append(f"| {title} | {t:,} | {gaps} | {_cross_text(g, 'images')} |")
@@ -314,7 +319,7 @@ def markdown(cs: CrossoverScale, res: dict[str, Any], lr_sweeps: dict[str, Any])
         lines.append(f"| {title} | {', '.join(f'{x:.3g}' for x in g['x'])} | "
                      f"{', '.join(f'{100 * v:+.1f}' for v in g['gap'])} | {_cross_text(g, 'FLOPs')} |")
     if res["seed_check"]:
-        lines += ["", "**Seeds where the families meet** (mean ± std over pre-training seeds; the gap per seed pair)", "",
+        lines += ["", "**Seeds where the families meet** (mean ± population std over pre-training seeds; the gap per seed pair)", "",
                   "| steps | images | measure | seeds | ViT | ResNet | ViT − ResNet (points) |", "|---:|---:|---|---|---:|---:|---|"]
         for c in res["seed_check"]:
             lines.append(f"| {c['steps']:,} | {c['images']:,} | {names[c['metric']]} | {c['seeds']} | "
@@ -360,4 +365,4 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
     k = cs.scale.select_shots
     return {"crossover_scale": cs.to_dict(), "device": device, "lr": {f"{f} {t}": v for (f, t), v in lrs.items()},
             "lr_from": {str(t): u for t, u in cs.lr_from.items()}, "lr_sweeps": sweeps, **res,
-            "check_rows": [_row(s, k) for s in extra], "markdown": markdown(cs, res, sweeps)}
+            "check_rows": [_row(s, k) for s in extra], "markdown": markdown(cs.to_dict(), res, sweeps)}

@@ -36,6 +36,7 @@ from vitkit.reproduce.plan import (
 from vitkit.reproduce.runs import Finetune, Unit, Workbench
 from vitkit.reproduce.stats import mean_ci, paired, seeded
 from vitkit.reproduce.summary import load_results, write_summary
+from vitkit.reproduce.tables import FIG7_IMAGES, ci_text, fig7_markdown, mpp_markdown
 from vitkit.train.config import config_from_dict
 from vitkit.train.run import build_model
 from vitkit.utils.atomic import atomic_write_text
@@ -51,11 +52,6 @@ class Experiment:
 
 def _pct(m: float, s: float | None = None) -> str:
     return f"{100 * m:.1f}" + ("" if s is None else f" ± {100 * s:.1f}")
-
-
-def _ci(a: dict[str, Any], b: dict[str, Any] | None = None) -> str:
-    """A seeded entry as 'mean [95% CI] (n=..)' in %, or a - b paired by seed in points."""
-    return mean_ci(a["values"]).text() if b is None else paired(a["values"], b["values"]).text(signed=True)
 
 
 # -- 1. data size (Fig. 3-4) ---------------------------------------------------------------------------
@@ -166,8 +162,8 @@ def _fig7_model(wb: Workbench, seed: int, out: Path) -> dict[str, Any]:
     run = Pretrain("ViT", "L", seed=seed)
     s = wb.pretrain(run)
     model = load_pretrained(s["model_dir"])
-    test = glyphs(64, 1000, model.config.img_size[0], 0, "test")
-    images = [InspectImage(f"glyph test #{i}", test.get(i)[0], test.classes[int(test.labels[i])]) for i in range(64)]
+    test = glyphs(FIG7_IMAGES, 1000, model.config.img_size[0], 0, "test")
+    images = [InspectImage(f"glyph test #{i}", test.get(i)[0], test.classes[int(test.labels[i])]) for i in range(FIG7_IMAGES)]
     ins = out / ("inspect" if seed == 0 else f"inspect_seed{seed}")
     summary = inspect_model(model, images, ins, name=f"ViT-L (glyphs, {s['images']:,} images)", progress=False)
     figures = []
@@ -200,18 +196,7 @@ def _fig7_model(wb: Workbench, seed: int, out: Path) -> dict[str, Any]:
         "uniform_attention_distance": ad["uniform_attention_reference"], "max_distance": ad["max_possible"],
         "embedding_filter_variance_top5": ratio, "figures": figures,
     }
-    res["markdown"] = "\n".join([
-        f"Model: {s['name']} ({gh}x{gw} patch grid, patch {model.config.patch_size} px), {len(images)} glyph test images.",
-        "",
-        "| measure | value |", "|---|---:|",
-        f"| position embeddings: mean cosine similarity, same row/column minus other patches | {rowcol:+.3f} |",
-        f"| position embeddings: correlation of similarity with closeness | {corr:+.3f} |",
-        "| mean attention distance per layer (px) | " + ", ".join(f"{v:.2f}" for v in per_layer) + " |",
-        f"| first layer: nearest / farthest-looking head (px) | {mean[0].min():.2f} / {mean[0].max():.2f} |",
-        f"| uniform attention / largest possible distance (px) | {ad['uniform_attention_reference']:.2f} / "
-        f"{ad['max_possible']:.2f} |",
-        "| embedding filters: variance explained by the first 5 components | " + ", ".join(f"{v:.3f}" for v in ratio) + " |",
-    ])
+    res["markdown"] = fig7_markdown({**res, "per_seed": [res] * len(wb.scale.pretrain_seeds)})
     return res
 
 
@@ -306,22 +291,14 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
     fewshot = {n: wb.pretrain(Pretrain("ViT", "B", steps=n, objective="mpp"))["final"][f"digits_test_{k}shot"]
                for n in wb.scale.mpp_steps}
     fewshot_sup = wb.pretrain(sup)["final"][f"digits_test_{k}shot"]
-    lines = ["| initialisation | digits test accuracy after fine-tuning (mean ± std over seeds) | vs scratch | "
-             "from scratch with the same total compute | vs that | masked-colour test accuracy (majority colour: "
-             f"{_pct(floor)}) | {k}-shot digits of the frozen features |", "|---|---:|---:|---:|---:|---:|---:|",
-             f"| from scratch ({wb.scale.finetune_steps} steps) | {_ci(scratch)} | | | | | |"]
-    for n, v in mpp.items():
-        lines.append(f"| MPP, {n} steps on glyphs | {_ci(v)} | {_ci(v, scratch)} | {_ci(equal[n])} ({budget[n]} steps) "
-                     f"| {_ci(v, equal[n])} | {_pct(colour[n])} | {_pct(fewshot[n])} |")
-    lines.append(f"| supervised on glyphs, {sup.steps or wb.scale.steps} steps | {_ci(supervised)} | "
-                 f"{_ci(supervised, scratch)} | | | | {_pct(fewshot_sup)} |")
-    lines.append("\nmean [95% CI] over fine-tuning seeds; differences paired by fine-tuning seed (points)")
     first_gain = next((n for n, v in mpp.items() if paired(v["values"], scratch["values"]).lo > 0), None)
-    return {"scratch": scratch, "supervised": supervised, "mpp": {str(n): v for n, v in mpp.items()},
-            "equal_budget_scratch": {str(n): {"steps": budget[n], "top1": equal[n]} for n in budget},
-            "masked_colour_test": {str(n): v for n, v in colour.items()}, "majority_colour": floor,
-            "fewshot": {"supervised": fewshot_sup, **{f"mpp_{n}": v for n, v in fewshot.items()}},
-            "mpp_pays_from_steps": first_gain, "markdown": "\n".join(lines)}
+    res = {"scratch": scratch, "scratch_steps": wb.scale.finetune_steps, "supervised": supervised,
+           "mpp": {str(n): v for n, v in mpp.items()},
+           "equal_budget_scratch": {str(n): {"steps": budget[n], "top1": equal[n]} for n in budget},
+           "masked_colour_test": {str(n): v for n, v in colour.items()}, "majority_colour": floor,
+           "fewshot": {"supervised": fewshot_sup, **{f"mpp_{n}": v for n, v in fewshot.items()}},
+           "mpp_pays_from_steps": first_gain}
+    return {**res, "markdown": mpp_markdown({**res, "scale": wb.scale.name})}
 
 
 # -- 8. class token vs global average pooling (appendix D.3) ------------------------------------------
@@ -384,10 +361,10 @@ def _pooling_run(wb: Workbench, out: Path) -> dict[str, Any]:
     lines = [f"| pooling | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
              "|---|---:|---:|---:|"]
     for p in POOLINGS:
-        lines.append(f"| {p} | {picks[p]:g} | {_ci(res[p][f'digits_test_{k}shot'])} | {_ci(res[p]['glyph_test_top1'])} |")
+        lines.append(f"| {p} | {picks[p]:g} | {ci_text(res[p][f'digits_test_{k}shot'])} | {ci_text(res[p]['glyph_test_top1'])} |")
     lines += ["", f"gap − token, paired by pre-training seed (points): {k}-shot digits "
-              f"{_ci(res['gap'][f'digits_test_{k}shot'], res['token'][f'digits_test_{k}shot'])}; glyph test "
-              f"{_ci(res['gap']['glyph_test_top1'], res['token']['glyph_test_top1'])}",
+              f"{ci_text(res['gap'][f'digits_test_{k}shot'], res['token'][f'digits_test_{k}shot'])}; glyph test "
+              f"{ci_text(res['gap']['glyph_test_top1'], res['token']['glyph_test_top1'])}",
               "", _sweeps_text(sweeps)]
     return {"results": res, "lr": picks, "lr_sweeps": sweeps, "markdown": "\n".join(lines)}
 
@@ -449,9 +426,9 @@ def _optim_run(wb: Workbench, out: Path) -> dict[str, Any]:
     names = {"adamw": "Adam (AdamW, weight decay 0.05)", "sgd": "SGD, momentum 0.9 (weight decay 1e-4)"}
     lines = [f"| optimiser | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
              "|---|---:|---:|---:|"]
-    lines += [f"| {names[o]} | {picks[o]:g} | {_ci(res[o][m])} | {_ci(res[o]['glyph_test_top1'])} |" for o in res]
-    lines += ["", f"Adam − SGD, paired by pre-training seed (points): {k}-shot digits {_ci(res['adamw'][m], res['sgd'][m])}"
-              f"; glyph test {_ci(res['adamw']['glyph_test_top1'], res['sgd']['glyph_test_top1'])}", "",
+    lines += [f"| {names[o]} | {picks[o]:g} | {ci_text(res[o][m])} | {ci_text(res[o]['glyph_test_top1'])} |" for o in res]
+    lines += ["", f"Adam − SGD, paired by pre-training seed (points): {k}-shot digits {ci_text(res['adamw'][m], res['sgd'][m])}"
+              f"; glyph test {ci_text(res['adamw']['glyph_test_top1'], res['sgd']['glyph_test_top1'])}", "",
               _sweeps_text(sweeps)]
     return {"results": res, "lr": picks, "lr_sweeps": sweeps, "markdown": "\n".join(lines)}
 

@@ -4,7 +4,9 @@
 --redraw` calls on committed JSON: a figure never holds a number its JSON does not. Honesty rules for every
 figure: bar charts start at zero; a line plot whose accuracy axis does not start at zero says so in its axis
 label; error bars are drawn only where there are seeds (95% t-interval over pre-training or fine-tuning seeds,
-stats.py), and the legend or title says what they are; a curve of one seed has no error bars and says so.
+stats.py), and the legend or title says what they are; a curve of one seed has no error bars and says so; an
+accuracy interval that passes 100% is drawn clipped at 100 and the figure says so (the JSON keeps the raw interval);
+value labels sit beyond the error bar's end, never on it.
 """
 
 from __future__ import annotations
@@ -21,25 +23,27 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
 
-from vitkit.reproduce.rules import crossover_rows, legacy_seeds  # noqa: E402
+from vitkit.reproduce.rules import EVIDENCE, RULES, crossover_rows, legacy_seeds, matched_flops_point  # noqa: E402
 from vitkit.reproduce.stats import Estimate, mean_ci, paired, stored  # noqa: E402
+from vitkit.reproduce.tables import scratch_steps  # noqa: E402
 
 MARKERS = {"ViT": "o", "ResNet": "s", "Hybrid": "^"}
+CLIP_NOTE = "error bars clipped at 100% where the 95% t-interval passes it (the JSON keeps the raw interval)"
 COLORS = {"ViT": "tab:blue", "ResNet": "tab:orange", "Hybrid": "tab:green"}
 
 
 def _save(fig: Any, path: Path) -> str:
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1) if any(t.get_text() == CLIP_NOTE for t in fig.texts) else None)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
 
 
 def _short(x: float) -> str:
-    """A tick label that fits: 20k, 1M for counts, 2e12 for FLOPs."""
+    """A tick label that fits: 20k, 1M for counts, 2e12 or 2.8e11 for FLOPs."""
     if x >= 1e9:
-        m, e = f"{x:.0e}".split("e")
-        return f"{m}e{int(e)}"
+        m, e = f"{x:.1e}".split("e")
+        return f"{m.removesuffix('.0')}e{int(e)}"
     for div, suffix in ((1e6, "M"), (1e3, "k")):
         if x >= div:
             return f"{x / div:g}{suffix}"
@@ -47,16 +51,24 @@ def _short(x: float) -> str:
 
 
 def _finish_axis(ax: Any, xlabel: str, title: str, log_x: bool = True, ylabel: str = "accuracy (%)") -> None:
-    """Labels, readable log ticks (decades labelled, minor ticks unlabelled: no overprinting) and, where the y axis
+    """Labels, readable log ticks (at the data points where there are few, else decades and their 2s and 5s; no two
+    labels overprint) and, where the y axis
     does not start at zero, a label that says where it starts."""
     if log_x:
         ax.set_xscale("log")
         # a few data points (the data sizes of a grid): a tick at each, so every point's x can be read off; else
         # (or where two would print alike) the 1-2-5 ticks of each decade
+        # (a point closer than a tenth of the axis to the last labelled one gets an unlabelled minor tick instead)
         xs = sorted({float(x) for line in ax.get_lines() for x in line.get_xdata() if float(x) > 0})
         if 2 <= len(xs) <= 8 and len({_short(x) for x in xs}) == len(xs):
-            ax.xaxis.set_major_locator(FixedLocator(xs))
-            ax.xaxis.set_minor_locator(NullLocator())
+            lo_x, hi_x = (np.log10(v) for v in ax.get_xlim())
+            labelled = [xs[0]]
+            for x in xs[1:]:
+                if np.log10(x / labelled[-1]) >= 0.1 * (hi_x - lo_x):
+                    labelled.append(x)
+            ax.xaxis.set_major_locator(FixedLocator(labelled))
+            ax.xaxis.set_minor_locator(FixedLocator([x for x in xs if x not in labelled]) if len(labelled) < len(xs)
+                                       else NullLocator())
         else:
             ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
@@ -78,15 +90,31 @@ def _seed_groups(rows: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]],
     return {k: mean_ci(list(v.values())) for k, v in groups.items()}
 
 
-def _curve(ax: Any, xs: Sequence[float], ests: Sequence[Estimate], label: str, **kw: Any) -> None:
-    """A line of means; with seeds (n >= 2 everywhere) its 95% t-intervals as error bars, named in the label."""
+def _yerr(ests: Sequence[Estimate], cap: float | None = 1.0) -> tuple[list[list[float]], bool]:
+    """The 95% t-intervals of accuracy estimates as matplotlib's [[below], [above]] in points, each upper end
+    clipped at `cap` (100%; None: differences, not clipped); and whether any was clipped."""
+    hi = [e.hi if cap is None else min(e.hi, cap) for e in ests]
+    return ([[100 * (e.mean - e.lo) for e in ests], [100 * (h - e.mean) for e, h in zip(ests, hi)]],
+            any(h < e.hi for e, h in zip(ests, hi)))
+
+
+def _clip_note(fig: Any, clipped: bool) -> None:
+    """Under a figure whose drawn intervals were clipped at 100%, the note that says so (`_save` leaves it room)."""
+    if clipped:
+        fig.text(0.5, 0.01, CLIP_NOTE, ha="center", va="bottom", fontsize=8, style="italic")
+
+
+def _curve(ax: Any, xs: Sequence[float], ests: Sequence[Estimate], label: str, **kw: Any) -> bool:
+    """A line of means; with seeds (n >= 2 everywhere) its 95% t-intervals as error bars (clipped at 100%), named in
+    the label. Returns whether an interval was clipped (`_clip_note`)."""
     y = [100 * e.mean for e in ests]
     if all(e.n >= 2 for e in ests):
-        err = [[100 * (e.mean - e.lo) for e in ests], [100 * (e.hi - e.mean) for e in ests]]
+        err, clipped = _yerr(ests)
         n = min(e.n for e in ests)
         ax.errorbar(xs, y, yerr=err, capsize=3, label=f"{label} (95% CI, {n}+ seeds)", **kw)
-    else:
-        ax.plot(xs, y, label=f"{label} (1 seed, no error bars)" if max(e.n for e in ests) == 1 else label, **kw)
+        return clipped
+    ax.plot(xs, y, label=f"{label} (1 seed, no error bars)" if max(e.n for e in ests) == 1 else label, **kw)
+    return False
 
 
 # -- experiments 1 and 2: data size and compute ------------------------------------------------------------
@@ -98,19 +126,21 @@ def data_size(res: dict[str, Any], path: Path) -> str:
     panels = [("finetune_top1", "fine-tuned digits accuracy (Fig. 3)"), ("digits_test_5shot", "5-shot linear, digits (Fig. 4)"),
               ("lfw_test_5shot", "5-shot linear, lfw faces"), ("glyph_test_top1", "pre-training task: glyph test accuracy")]
     fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
+    clipped = False
     for ax, (key, title) in zip(axes, panels):
         for fam in MARKERS:
             est = _seed_groups([r for r in rows if r["family"] == fam], lambda r: r["images"], key)
             if not est:
                 continue
             xs = sorted(est)
-            _curve(ax, xs, [est[x] for x in xs], fam, marker=MARKERS[fam], color=COLORS[fam])
+            clipped |= _curve(ax, xs, [est[x] for x in xs], fam, marker=MARKERS[fam], color=COLORS[fam])
             if key in untrained.get(fam, {}):
                 ax.axhline(100 * untrained[fam][key], color=COLORS[fam], linestyle=":", linewidth=1)
         _finish_axis(ax, "pre-training images", title)
     axes[0].legend(fontsize=7)
     if untrained:
         axes[1].text(0.02, 0.02, "dotted: untrained network", transform=axes[1].transAxes, fontsize=8)
+    _clip_note(fig, clipped)
     return _save(fig, path)
 
 
@@ -120,6 +150,7 @@ def compute(res: dict[str, Any], path: Path) -> str:
     rows = res["rows"]
     panels = [("finetune_top1", "fine-tuned digits accuracy"), ("avg_5shot", "5-shot linear, mean of digits and lfw")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    clipped = False
     for ax, (key, title) in zip(axes, panels):
         for fam in MARKERS:
             fam_rows = [r for r in rows if r["family"] == fam]
@@ -128,12 +159,13 @@ def compute(res: dict[str, Any], path: Path) -> str:
                 continue
             flops = {r["size"]: r["train_flops"] for r in fam_rows}
             sizes = sorted(est, key=lambda s: flops[s])
-            _curve(ax, [flops[s] for s in sizes], [est[s] for s in sizes], fam, marker=MARKERS[fam],
-                   color=COLORS[fam], markersize=8)
+            clipped |= _curve(ax, [flops[s] for s in sizes], [est[s] for s in sizes], fam, marker=MARKERS[fam],
+                              color=COLORS[fam], markersize=8)
             for s in sizes:
                 ax.annotate(s, (flops[s], 100 * est[s].mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
         _finish_axis(ax, "pre-training compute (FLOPs)", title)
     axes[0].legend(fontsize=7)
+    _clip_note(fig, clipped)
     return _save(fig, path)
 
 
@@ -141,17 +173,19 @@ def compute(res: dict[str, Any], path: Path) -> str:
 
 def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]], title: str, ylabel: str, path: Path,
          baselines: dict[str, Estimate] | None = None, differences: dict[str, Estimate] | None = None,
-         difference_title: str = "") -> str:
+         difference_title: str = "", bands: dict[str, float] | None = None) -> str:
     """Grouped bars from zero (accuracies in [0, 1], drawn in %): one group per category, one bar per series, the
-    95% t-interval as error bar and each seed as a dot where known; optional horizontal reference lines (with their
-    interval as a band) and a second panel of differences (points, 95% interval, a line at zero)."""
+    95% t-interval as error bar (clipped at 100%) and each seed as a dot where known, the mean written beyond the
+    interval's end in a white box; optional horizontal reference lines (with their interval as a band) and a second
+    panel of differences (points, 95% interval, a line at zero; `bands`: a difference's equivalence margin, in
+    accuracy units, drawn as a band behind it)."""
     ncols = 2 if differences else 1
     fig, axs = plt.subplots(1, ncols, figsize=(1.2 * len(categories) * len(series) + 3.5 + 3.5 * (ncols - 1), 4.4),
                             gridspec_kw={"width_ratios": [3, 1.3]} if differences else None)
     ax = axs[0] if differences else axs
     width = 0.8 / len(series)
     colors = ("tab:blue", "tab:purple", "tab:cyan", "tab:olive")
-    ns = set()
+    ns, clipped = set(), False
     for j, (name, ests) in enumerate(series.items()):
         for i, e in enumerate(ests):
             if e is None:
@@ -159,18 +193,28 @@ def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]]
             x = i + (j - (len(series) - 1) / 2) * width
             ax.bar(x, 100 * e.mean, width * 0.95, color=colors[j % len(colors)], alpha=0.8,
                    label=name if i == next(k for k, v in enumerate(ests) if v is not None) else None)
+            top, bottom = e.mean, e.mean
             if e.n >= 2:
                 ns.add(e.n)
-                ax.errorbar(x, 100 * e.mean, yerr=[[100 * (e.mean - e.lo)], [100 * (e.hi - e.mean)]], color="k",
-                            capsize=4)
+                err, cut = _yerr([e])
+                clipped |= cut
+                ax.errorbar(x, 100 * e.mean, yerr=err, color="k", capsize=4)
+                top, bottom = min(e.hi, 1.0), e.lo
             if e.values:
                 ax.scatter([x] * len(e.values), [100 * v for v in e.values], color="k", s=9, zorder=3)
-            ax.annotate(f"{100 * e.mean:.1f}", (x, 100 * e.mean), ha="center", va="bottom", textcoords="offset points",
-                        xytext=(8, 3), fontsize=8)
+                top, bottom = max(top, *e.values), min(bottom, *e.values)
+            # above the interval's (and the seeds') top; where that is near 100, below its bottom, inside the bar;
+            # where both ends are near the axis' ends, beside the error bar at the mean's height
+            lx, ly, va, dy = ((x, top, "bottom", 4) if top < 0.9 else (x, bottom, "top", -4) if bottom > 0.1 else
+                              (x + 0.3 * width, e.mean, "center", 0))
+            ax.annotate(f"{100 * e.mean:.1f}", (lx, 100 * ly), ha="center", va=va, textcoords="offset points",
+                        xytext=(0, dy), fontsize=8, zorder=4,
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"})
     for (label, e), color in zip((baselines or {}).items(), ("tab:red", "tab:green", "tab:gray")):
         ax.axhline(100 * e.mean, color=color, linestyle="--", label=f"{label}: {e.text()}")
         if e.n >= 2:
-            ax.axhspan(100 * e.lo, 100 * e.hi, color=color, alpha=0.12)
+            ax.axhspan(100 * e.lo, 100 * min(e.hi, 1.0), color=color, alpha=0.12)
+            clipped |= e.hi > 1.0
     ax.set_xticks(range(len(categories)), categories, fontsize=8)
     ax.set_ylim(0, 100)
     ax.set_ylabel(ylabel)
@@ -182,22 +226,41 @@ def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]]
     if differences:
         d = axs[1]
         names = list(differences)
+        banded = False
         for i, n in enumerate(names):
             e = differences[n]
+            if n in (bands or {}):
+                m = 100 * bands[n]
+                d.fill_between([i - 0.35, i + 0.35], -m, m, color="tab:green", alpha=0.18, linewidth=0,
+                               label=None if banded else f"±{m:g}-point equivalence band (the rule's)")
+                banded = True
             if e.n >= 2 and not np.isnan(e.lo):
-                d.errorbar(i, 100 * e.mean, yerr=[[100 * (e.mean - e.lo)], [100 * (e.hi - e.mean)]], fmt="o",
-                           color="k", capsize=4)
+                d.errorbar(i, 100 * e.mean, yerr=_yerr([e], cap=None)[0], fmt="o", color="k", capsize=4)
             else:
                 d.plot(i, 100 * e.mean, "o", color="k")
             if e.p is not None:
-                d.annotate(f"p={e.p:.2g}", (i, 100 * e.mean), textcoords="offset points", xytext=(6, 0), fontsize=8)
+                d.annotate(f"p={e.p:.2g}", (i, 100 * e.mean), textcoords="offset points", xytext=(6, 0), fontsize=8,
+                           bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"})
         d.axhline(0, color="gray", linewidth=1)
         d.set_xticks(range(len(names)), names, fontsize=8)
         d.set_xlim(-0.6, len(names) - 0.4)
         d.set_ylabel("difference (points)")
         d.set_title(difference_title or "difference, 95% interval", fontsize=9)
         d.grid(alpha=0.3, axis="y")
+        if banded:
+            d.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    _clip_note(fig, clipped)
     return _save(fig, path)
+
+
+def rule_differences(name: str, res: dict[str, Any], labels: dict[str, str] | None = None
+                     ) -> tuple[dict[str, Estimate], dict[str, float]]:
+    """The differences experiment `name`'s rule tests (rules.EVIDENCE, paired by seed where the JSON keeps seeds),
+    keyed by `labels[part]` (default: the part's own words), and the equivalence margin of each part that has one."""
+    rule, parts = RULES[name], EVIDENCE[name](res).parts
+    label = {p.key: (labels or {}).get(p.key, p.what) for p in rule.parts}
+    return ({label[p.key]: parts[p.key] for p in rule.parts},
+            {label[p.key]: p.margin for p in rule.parts if p.kind == "equivalent"})
 
 
 def hires(res: dict[str, Any], path: Path) -> str:
@@ -211,13 +274,17 @@ def hires(res: dict[str, Any], path: Path) -> str:
 
 
 def posemb(res: dict[str, Any], path: Path, seeds: int) -> str:
-    """Appendix D.4: the pre-training task and 5-shot digits for each position-embedding variant."""
+    """Appendix D.4: the pre-training task and 5-shot digits for each position-embedding variant; beside them the
+    differences against 1-D the rule tests (5-shot digits, 95% interval) with its ±2-point equivalence band."""
     names = {"none": "none", "learn1d": "1-D (default)", "learn2d": "2-D", "relative": "relative"}
     r = res["results"]
     series = {m: [stored(r[p][m], seeds) for p in names] for m in ("glyph_test_top1", "digits_test_5shot")}
+    diffs, bands = rule_differences("posemb", res, {"none_worse": "none − 1-D", "2d_same": "2-D − 1-D",
+                                                    "relative_same": "relative − 1-D"})
     return bars([names[p] for p in names], {"glyph test (upstream)": series["glyph_test_top1"],
                                             "5-shot digits": series["digits_test_5shot"]},
-                "position embeddings (appendix D.4)", "accuracy (%)", path)
+                "position embeddings (appendix D.4)", "accuracy (%)", path, differences=diffs, bands=bands,
+                difference_title="5-shot digits against 1-D\n(the rule's differences, 95% interval)")
 
 
 def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
@@ -229,38 +296,43 @@ def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
                  "from scratch, same total compute": [stored(res["equal_budget_scratch"][n]["top1"], seeds)
                                                       for n in lengths]},
                 "masked patch prediction (§4.6), then fine-tuning on digits", "digits test accuracy (%)", path,
-                baselines={"from scratch, usual steps": stored(res["scratch"], seeds),
+                baselines={f"from scratch, the usual {scratch_steps(res)} steps": stored(res["scratch"], seeds),
                            "supervised pre-training": stored(res["supervised"], seeds)})
 
 
-def variants(res: dict[str, Any], path: Path, a: str, b: str, title: str) -> str:
+def variants(res: dict[str, Any], path: Path, experiment: str, a: str, b: str, title: str) -> str:
     """Two variants, each at its own picked pre-training rate (`res["lr"]`): 5-shot digits and glyph test, and
-    a − b paired by pre-training seed (appendix D.3's pooling, appendix D.1's optimisers)."""
+    a − b paired by pre-training seed (appendix D.3's pooling, appendix D.1's optimisers); where `experiment`'s rule
+    tests an equivalence (on 5-shot digits), its band behind that difference."""
     r = res["results"]
     metrics = {"digits_test_5shot": "5-shot digits", "glyph_test_top1": "glyph test (upstream)"}
+    margins = [p.margin for p in RULES[experiment].parts if p.kind == "equivalent"]
     return bars([f"{p} (lr {res['lr'][p]:g})" for p in r], {name: [mean_ci(r[p][m]["values"]) for p in r]
                                                             for m, name in metrics.items()}, title, "accuracy (%)",
                 path, differences={f"{a} − {b},\n{name}": paired(r[a][m]["values"], r[b][m]["values"])
-                                   for m, name in metrics.items()}, difference_title="paired by pre-training seed")
+                                   for m, name in metrics.items()}, difference_title="paired by pre-training seed",
+                bands={f"{a} − {b},\n5-shot digits": margins[0]} if margins else None)
 
 
 def model_size(res: dict[str, Any], path: Path) -> str:
     """Fig. 3 (§4.2): 5-shot digits and glyph test against pre-training images, one line per family and size
-    (dashed: the smaller size)."""
+    (S: dashed, hollow markers; B: solid, filled)."""
     rows = res["rows"]
     panels = [("digits_test_5shot", "5-shot linear, digits"), ("glyph_test_top1", "pre-training task: glyph test")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    clipped = False
     for ax, (key, title) in zip(axes, panels):
         for fam in ("ViT", "ResNet"):
-            for size, style in (("S", "--"), ("B", "-")):
+            for size, style, face in (("S", "--", "white"), ("B", "-", COLORS[fam])):
                 est = _seed_groups([r for r in rows if (r["family"], r["size"]) == (fam, size)], lambda r: r["images"],
                                    key)
                 if est:
                     xs = sorted(est)
-                    _curve(ax, xs, [est[x] for x in xs], f"{fam}-{size}", marker=MARKERS[fam], color=COLORS[fam],
-                           linestyle=style)
+                    clipped |= _curve(ax, xs, [est[x] for x in xs], f"{fam}-{size}", marker=MARKERS[fam],
+                                      color=COLORS[fam], linestyle=style, markerfacecolor=face, markersize=7)
         _finish_axis(ax, "pre-training images", title)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, handlelength=4)
+    _clip_note(fig, clipped)
     return _save(fig, path)
 
 
@@ -295,6 +367,7 @@ def crossover_data(res: dict[str, Any], path: Path) -> str:
     schedules = sorted({r["steps"] for r in rows})
     fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 4.6))
     shades = np.linspace(0.35, 1.0, len(schedules))
+    clipped = False
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
         for t, a in zip(schedules, shades):
             for fam in ("ViT", "ResNet"):
@@ -303,34 +376,42 @@ def crossover_data(res: dict[str, Any], path: Path) -> str:
                 if not est:
                     continue
                 xs = sorted(est)
-                _curve(ax, xs, [est[x] for x in xs], f"{fam}, {t:,} steps", color=COLORS[fam], alpha=float(a),
-                       marker=MARKERS[fam])
+                clipped |= _curve(ax, xs, [est[x] for x in xs], f"{fam}, {t:,} steps", color=COLORS[fam],
+                                  alpha=float(a), marker=MARKERS[fam])
         _finish_axis(ax, "pre-training images", title)
     axes[0].legend(fontsize=6)
+    _clip_note(fig, clipped)
     return _save(fig, path)
 
 
 def crossover_compute(res: dict[str, Any], path: Path) -> str:
-    """Experiment 7: accuracy against pre-training FLOPs; faint dots: every run; lines: each family at the largest
-    data size over its schedule lengths (a fixed point named in advance, not a maximum over data sizes)."""
+    """Experiment 7: accuracy against pre-training FLOPs; faint dots: every run (each seed, every data size); lines:
+    each family at the largest data size over its schedule lengths (a fixed point named in advance, not a maximum
+    over data sizes); a dotted line at the matched-FLOPs point the rule reads (rules.matched_flops_point)."""
     rows = crossover_rows(res)
     big = max(r["images"] for r in rows)
+    sizes = sorted({r["images"] for r in rows})
+    t_match, x_match = matched_flops_point(rows)
     fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 4.6))
+    clipped = False
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
         for fam in ("ViT", "ResNet"):
             pts = [(r["train_flops"], r[m]) for r in rows if r["family"] == fam and m in r]
             if pts:
                 ax.scatter([p[0] for p in pts], [100 * p[1] for p in pts], color=COLORS[fam], marker=MARKERS[fam],
-                           alpha=0.25, s=14)
+                           alpha=0.25, s=14, label=f"{fam}, every run: each seed, {sizes[0]:,}–{sizes[-1]:,} images")
             est = _seed_groups([r for r in rows if r["family"] == fam and r["images"] == big],
                                lambda r: r["train_flops"], m)
             if est:
                 xs = sorted(est)
-                _curve(ax, xs, [est[x] for x in xs], f"{fam}, {big:,} images", color=COLORS[fam],
-                       marker=MARKERS[fam])
+                clipped |= _curve(ax, xs, [est[x] for x in xs], f"{fam}, {big:,} images, mean", color=COLORS[fam],
+                                  marker=MARKERS[fam])
+        ax.axvline(x_match, color="gray", linestyle=":", linewidth=1.2,
+                   label=f"matched FLOPs the rule reads ({_short(x_match)}: the ViT's {t_match:,}-step run)")
         _finish_axis(ax, "pre-training compute (FLOPs)", title)
-    axes[0].legend(fontsize=7)
-    axes[-1].text(0.02, 0.02, "faint dots: every run (all data sizes)", transform=axes[-1].transAxes, fontsize=7)
+        ax.tick_params(axis="x", labelrotation=30)
+    axes[0].legend(fontsize=6)
+    _clip_note(fig, clipped)
     return _save(fig, path)
 
 
@@ -351,10 +432,10 @@ def draw(name: str, res: dict[str, Any], folder: Path) -> list[str]:
     if name == "mpp":
         return [mpp(res, folder / "mpp.png", legacy_seeds(res, "finetune_seeds"))]
     if name == "pooling":
-        return [variants(res, folder / "pooling.png", "gap", "token",
+        return [variants(res, folder / "pooling.png", "pooling", "gap", "token",
                          "class token vs global average pooling (appendix D.3)")]
     if name == "optim":
-        return [variants(res, folder / "optim.png", "adamw", "sgd",
+        return [variants(res, folder / "optim.png", "optim", "adamw", "sgd",
                          "ResNet-B pre-trained with Adam vs SGD with momentum (appendix D.1)")]
     if name == "size":
         return [model_size(res, folder / "size.png")]

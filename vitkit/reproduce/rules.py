@@ -24,6 +24,7 @@ from typing import Any
 
 from vitkit.reproduce.plan import SCALES
 from vitkit.reproduce.stats import MIN_SEEDS, Estimate, best_rates, mean_ci, paired, stored, welch
+from vitkit.reproduce.tables import scratch_steps
 
 KINDS = ("greater", "less", "equivalent")
 
@@ -275,7 +276,8 @@ def _mpp(res: dict[str, Any]) -> Evidence:
              "behind_supervised": _diff(res["mpp"][longest], res["supervised"], n)}
     ctx = [f"MPP {longest} steps; from scratch with the same total compute: "
            f"{res['equal_budget_scratch'][longest]['steps']} fine-tuning steps",
-           "against the usual 300-step scratch run (a fraction of the compute; not part of the verdict): "
+           f"against the usual {scratch_steps(res)}-step scratch run (a fraction of the compute; not part of the "
+           "verdict): "
            f"{_diff(res['mpp'][longest], res['scratch'], n).text(signed=True)}"]
     if not isinstance(res["scratch"], dict):
         ctx.append(f"the result file kept mean and population std over {n} fine-tuning seeds: differences are "
@@ -294,6 +296,19 @@ def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     return list(res["rows"]) + list(res.get("check_rows", []))
 
 
+def matched_flops_point(rows: list[dict[str, Any]]) -> tuple[int, float]:
+    """The crossover's matched-FLOPs point (named in advance): the ViT's longest schedule at the largest data size
+    whose training FLOPs lie inside the ResNet's range there; (its steps, its FLOPs)."""
+    big = max(r["images"] for r in rows)
+    vit_flops = sorted({(r["steps"], r["train_flops"]) for r in rows if r["family"] == "ViT" and r["images"] == big})
+    res_span = [r["train_flops"] for r in rows if r["family"] == "ResNet" and r["images"] == big]
+    inside = [(t, x) for t, x in vit_flops if min(res_span) <= x <= max(res_span)]
+    if not inside:
+        raise ValueError(f"no ViT run at {big:,} images lies inside the ResNet's FLOPs range there "
+                         f"({min(res_span):.3g}-{max(res_span):.3g})")
+    return inside[-1]
+
+
 def _crossover(res: dict[str, Any]) -> Evidence:
     rows, m = crossover_rows(res), "digits_test_5shot"
     sizes = sorted({r["images"] for r in rows})
@@ -307,10 +322,7 @@ def _crossover(res: dict[str, Any]) -> Evidence:
         return paired_by_seed(a, b)
 
     longest_at = {n: max(r["steps"] for r in rows if r["images"] == n) for n in (small, big)}
-    vit_flops = sorted({(r["steps"], r["train_flops"]) for r in rows if r["family"] == "ViT" and r["images"] == big})
-    res_span = [r["train_flops"] for r in rows if r["family"] == "ResNet" and r["images"] == big]
-    inside = [(t, x) for t, x in vit_flops if min(res_span) <= x <= max(res_span)]
-    t_match, x_match = inside[-1]
+    t_match, x_match = matched_flops_point(rows)
     parts = {"small_data": gap_at(longest_at[small], small), "large_data_steps": gap_at(longest_at[big], big),
              "large_data_flops": matched_flops_gap(rows, "ViT", "ResNet", m, x_match, images=big)}
     checks = _lr_checks(res.get("lr_sweeps", {}), [f"{int(t):,} steps: not tuned (took the {u:,}-step picks)"

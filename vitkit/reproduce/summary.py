@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitkit.reproduce.crossover import markdown as crossover_markdown
 from vitkit.reproduce.plan import EXPERIMENT_NAMES
 from vitkit.reproduce.rules import RULES, judgement_markdown, rule_markdown, verdict
+from vitkit.reproduce.tables import fig7_markdown, mpp_markdown
 from vitkit.utils.atomic import atomic_write_text
 
 ORDER = EXPERIMENT_NAMES  # plan.py's order
@@ -39,6 +41,20 @@ def load_results(folder: str | Path) -> dict[str, dict[str, Any]]:
     return found
 
 
+# experiments whose tables are rebuilt from the JSON's numbers (a wording fixed in the code reaches every summary);
+# a builder's None, or an experiment not listed, keeps the `markdown` the run wrote
+TABLES: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    "fig7": fig7_markdown, "mpp": mpp_markdown,
+    "crossover": lambda res: crossover_markdown(res["crossover_scale"], res, res.get("lr_sweeps", {})),
+}
+
+
+def result_markdown(name: str, res: dict[str, Any]) -> str:
+    """Experiment `name`'s result tables: rebuilt from its numbers where summary.TABLES has a builder, else the run's."""
+    built = TABLES[name](res) if name in TABLES else None
+    return res["markdown"] if built is None else built
+
+
 def summary_markdown(results: dict[str, dict[str, Any]], figure: Callable[[str, str], str], title: str) -> str:
     """The whole SUMMARY.md: per experiment the paper's claim, the rule (fixed before results), the tables of the
     run, the evidence and verdict the rule gives, and the figures (`figure(name, file)`: the link to use)."""
@@ -59,7 +75,7 @@ def summary_markdown(results: dict[str, dict[str, Any]], figure: Callable[[str, 
         head.append(f"| {n} | {short} |")
         figs = " ".join(f"![{f}]({figure(n, f)})" for f in res.get("figures", []))
         body += [f"## {n}", "", f"Paper: {res['claim']}.", "", rule_markdown(RULES[n]) if n in RULES else "", "",
-                 f"Result ({res.get('scale', '?')} scale):", "", res["markdown"], "", judged, "", figs, ""]
+                 f"Result ({res.get('scale', '?')} scale):", "", result_markdown(n, res), "", judged, "", figs, ""]
     return "\n".join(head + [""] + body)
 
 
