@@ -165,8 +165,9 @@ def main() -> None:
                         r = finetune(root, method, lr, seed, a.steps, base, extra)
                         c = curves(root / f"{method}_lr{lr:g}_s{seed}", a.steps)
                         print(f"{method} lr {lr:g} seed {seed}: dev {100 * r['dev']['top1']:.2f}%, test "
-                              f"{100 * r['test']['top1']:.2f}%, train loss {c['train_loss_prev10pct']} -> "
-                              f"{c['train_loss_last10pct']:.3f} (last 20% of steps), {r['train_s']:.0f}s", flush=True)
+                              f"{100 * r['test']['top1']:.2f}%, train loss "
+                              f"{' -> '.join(f'{x:.3f}' for x in (c['train_loss_prev10pct'], c['train_loss_last10pct']) if x is not None)}"
+                              f" (last 20% of steps), {r['train_s']:.0f}s", flush=True)
         return
     elif a.stage == "collect":
         for method in a.methods:
