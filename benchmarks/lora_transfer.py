@@ -24,6 +24,15 @@ dev (seed 0) and reports the test figures of every seed run at that lr:
     nice -n 19 python benchmarks/lora_transfer.py run --base dinov2 --wheel $W --img-size 42 --steps 50 \\
         --methods full --lrs 0.01 --seed-list 0 &        # ... one per (method, lr, seed)
     python benchmarks/lora_transfer.py collect --base dinov2 --img-size 42 --steps 50 --methods full lora16
+
+The converged glyph -> digits comparison of BENCHMARKS.md (1000 steps; the lr grid of each method extended by
+half-decades until its best dev lr is interior; seeds 1, 2 at the picked lr; two 1-thread processes at a time):
+
+    R="--root /tmp/lora_acc/n1000 --pretrained /tmp/vitkit_lora_transfer/pretrain/model --steps 1000 --eval-every 100"
+    python benchmarks/lora_transfer.py run $R --threads 1 --methods full --lrs 0.01 0.03 0.1 0.3 1.0 --seed-list 0 &
+    python benchmarks/lora_transfer.py run $R --threads 1 --methods lora16 --lrs 0.03 0.1 0.3 1.0 --seed-list 0; wait
+    python benchmarks/lora_transfer.py run $R --threads 1 --methods full --lrs PICKED --seed-list 1 2   # and lora16
+    python benchmarks/lora_transfer.py collect $R --methods full lora16 --out benchmarks/results/lora_transfer_n1000.json
 """
 
 from __future__ import annotations
