@@ -118,9 +118,10 @@ SMOKE = Scale(
     optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)},
 )
 # `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores
-# (measured 2026-11-25: 23 min 36 s; REPRODUCTION.md). Smaller than FULL everywhere: 100 glyph classes (32,000
-# images seen left ViT-B near chance on 1,000), 20,000 images (nested subsets of 2,500 and 20,000), 500 steps of
-# batch 64, ViT-L narrower (LAPTOP_MODELS), Fig. 5 over the S and B sizes, shorter fine-tunes.
+# (measured 2026-11-25: 43 min 18 s in four invocations, two of them on a shared machine; REPRODUCTION.md).
+# Smaller than FULL everywhere: 100 glyph classes (32,000 images seen left ViT-B near chance on 1,000), 20,000
+# images (nested subsets of 2,500 and 20,000), 500 steps of batch 64, ViT-L narrower (LAPTOP_MODELS), Fig. 5 over
+# the S and B sizes, shorter fine-tunes.
 LAPTOP = Scale(
     name="laptop", glyph_images=20_000, sizes=(2_500, 20_000), steps=500, batch=64, eval_every=125,
     finetune_steps=150, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
