@@ -2,7 +2,9 @@
 without gradient checkpointing (BENCHMARKS.md "Fine-tuning on a laptop").
 
 Each configuration runs in its own process (so its peak resident memory, ru_maxrss, is its own), under
-`flock /tmp/vitkit_bench.lock` (one heavy job on the machine at a time): the model (random weights: memory and
+`flock /tmp/vitkit_bench.lock` (one heavy job on the machine at a time), which the script takes itself per
+configuration: do not wrap the script in `flock` too (the child then waits for its own parent's lock forever, which
+is what cut two earlier ViT-L attempts at their timeouts): the model (random weights: memory and
 speed do not depend on their values) with a new 10-way head at 224 px, AdamW on what trains, one batch of random
 images; `--warmup` untimed steps, then `--steps` timed ones (forward, backward, optimizer step). One line of JSON
 per configuration; the parent prints the table and the ratios to full fine-tuning.
