@@ -26,7 +26,7 @@ import numpy as np
 
 from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
 from vitkit.reproduce.runs import Workbench, unit_steps
-from vitkit.reproduce.stats import best_rates
+from vitkit.reproduce.stats import best_rates, pick_rate
 
 FAMILIES = ("ViT", "ResNet")  # the paper's pairing of matched compute (ViT-B/32 vs ResNet50), here the B models
 
@@ -109,7 +109,6 @@ def extension(sweep: list[dict[str, float]], grid: tuple[float, ...], extend: in
     return None
 
 
-
 def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple[float, list[dict[str, float]]]:
     """The family's rate at this schedule length: the best early-stopping 5-shot digits dev accuracy of the sweep
     (ties: the smaller rate), with the sweep -- extended past an edge that wins (`extension`, `cs.lr_extend`); a
@@ -127,8 +126,7 @@ def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple
         s = wb.pretrain(run)
         sweep.append({"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]})
     sweep.sort(key=lambda s: s["lr"])
-    best = max(sweep, key=lambda s: (s["dev"], -s["lr"]))
-    return best["lr"], sweep
+    return pick_rate(sweep), sweep
 
 
 def grid_runs(cs: CrossoverScale, lrs: dict[tuple[str, int], float]) -> list[Pretrain]:

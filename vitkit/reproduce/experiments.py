@@ -34,7 +34,7 @@ from vitkit.reproduce.plan import (
     pretrain_config,
 )
 from vitkit.reproduce.runs import Finetune, Unit, Workbench
-from vitkit.reproduce.stats import mean_ci, paired, seeded
+from vitkit.reproduce.stats import mean_ci, paired, pick_rate, seeded
 from vitkit.reproduce.summary import load_results, write_summary
 from vitkit.reproduce.tables import FIG7_IMAGES, ci_text, fig7_markdown, mpp_markdown
 from vitkit.train.config import config_from_dict
@@ -325,7 +325,7 @@ def _tuned_and_seeded(wb: Workbench, variants: dict[str, tuple[tuple[float, ...]
         for name, (grid, _) in variants.items():
             if (lr := extension(sweeps[name], grid, LR_EXTEND)) is not None:
                 todo[name] = [lr]
-    picks = {name: max(sw, key=lambda r: (r["dev"], -r["lr"]))["lr"] for name, sw in sweeps.items()}
+    picks = {name: pick_rate(sw) for name, sw in sweeps.items()}
     seeded_runs = {name: [at(picks[name], seed=s) for s in wb.scale.pretrain_seeds] for name, (_, at) in variants.items()}
     done = iter(wb.pretrain_all([r for rs in seeded_runs.values() for r in rs]))
     res = {}

@@ -286,7 +286,8 @@ def _mpp(res: dict[str, Any]) -> Evidence:
 
 
 def bracketed(sweep: list[dict[str, float]], key: str = "dev") -> bool:
-    """A learning-rate sweep whose best rate (by `key`) has a tried rate on each side of it."""
+    """A learning-rate sweep in which every rate reaching the best `key` has a tried rate on each side of it (an
+    edge tied with the best is not bracketed: stats.best_rates)."""
     lrs, wins = sorted(s["lr"] for s in sweep), best_rates(sweep, key)
     return len(lrs) >= 3 and lrs[0] not in wins and lrs[-1] not in wins
 

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from vitkit.formats import load_pretrained
 from vitkit.models.flops import model_flops
 from vitkit.reproduce.plan import Pretrain, Scale, finetune_config, model_section, pretrain_config
+from vitkit.reproduce.stats import pick_rate
 from vitkit.reproduce.transfer import FewShotEvaluator
 from vitkit.train.config import TrainConfig, config_from_dict
 from vitkit.train.engine import Trainer
@@ -201,7 +202,7 @@ class Workbench:
             result = json.loads((out / "result.json").read_text())
             sweep.append({"lr": lr, "dev_top1": result["dev"]["top1"], "test_top1": result["test"]["top1"],
                           "train_s": result["train_s"]})
-        best = max(sweep, key=lambda r: (r["dev_top1"], -r["lr"]))
+        best = next(r for r in sweep if r["lr"] == pick_rate(sweep, "dev_top1"))
         summary = {"name": ft.name(self.scale), "source": ft.source.name(self.scale) if ft.source else "scratch",
                    "img_size": ft.img_size, "seed": ft.seed, "lr": best["lr"], "dev_top1": best["dev_top1"],
                    "test_top1": best["test_top1"], "sweep": sweep}

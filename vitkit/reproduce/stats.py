@@ -133,3 +133,8 @@ def best_rates(sweep: list[dict[str, float]], key: str = "dev") -> set[float]:
     edge (the sweep is extended there, and is not bracketed until it is not among them)."""
     top = max(s[key] for s in sweep)
     return {s["lr"] for s in sweep if s[key] == top}
+
+
+def pick_rate(sweep: list[dict[str, float]], key: str = "dev") -> float:
+    """The sweep's pick: the rate with the best `key`, ties going to the smaller rate."""
+    return min(best_rates(sweep, key))
