@@ -369,17 +369,28 @@ class Attention(nn.Module):
 
 
 @contextlib.contextmanager
+def attention_overrides(model: nn.Module, **values: Any) -> Iterator[list[Attention]]:
+    """Within the block, every `Attention` of `model` has the attributes `values`; each gets its own earlier values
+    back after it (also on an error). Yields the layers."""
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
+    saved = [{k: getattr(m, k) for k in values} for m in layers]
+    for m in layers:
+        for k, v in values.items():
+            setattr(m, k, v)
+    try:
+        yield layers
+    finally:
+        for m, old in zip(layers, saved):
+            for k, v in old.items():
+                setattr(m, k, v)
+
+
+@contextlib.contextmanager
 def recording_attention(model: nn.Module) -> Iterator[list[torch.Tensor]]:
     """Within the block, every `Attention` of `model` appends its weights, in call order, to the list yielded."""
     record: list[torch.Tensor] = []
-    layers = [m for m in model.modules() if isinstance(m, Attention)]
-    for m in layers:
-        m.record = record
-    try:
+    with attention_overrides(model, record=record):
         yield record
-    finally:
-        for m in layers:
-            m.record = None
 
 
 class QuickGELU(nn.Module):
