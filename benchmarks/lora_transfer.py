@@ -40,15 +40,14 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import math
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from scipy import stats
 
+from vitkit.reproduce.stats import mean_ci
 from vitkit.train.config import load_config
 from vitkit.train.run import run_experiment
 
@@ -105,11 +104,9 @@ def curves(run: Path, steps: int) -> dict:
 
 
 def t_interval(xs: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t interval."""
-    m = statistics.mean(xs)
-    if len(xs) < 2:
-        return m, math.nan
-    return m, stats.t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    """Mean and the half-width of its 95% Student-t interval (vitkit.reproduce.stats.mean_ci; nan for one value)."""
+    e = mean_ci(xs)
+    return e.mean, e.hi - e.mean
 
 
 def main() -> None:

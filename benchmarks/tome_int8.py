@@ -246,8 +246,9 @@ def accuracy(rs: list[int], seeds: list[int], partial: Path | None = None, steps
 
 def _summarise(per_seed: list[dict[str, Any]], model: Any = None, test_images: int = 450) -> dict[str, Any]:
     """Per precision x r over the seeds: the mean change (points) with its t-interval (95%, n - 1 degrees of
-    freedom; none for one seed) and the seeds' range, mean / min agreement, mean cosines."""
-    from scipy.stats import t as student_t
+    freedom, vitkit.reproduce.stats.mean_ci; none for one seed) and the seeds' range, mean / min agreement, mean
+    cosines."""
+    from vitkit.reproduce.stats import mean_ci
 
     summary = []
     for key in dict.fromkeys((r["r"], r["precision"]) for r in per_seed[0]["rows"]):
@@ -255,12 +256,11 @@ def _summarise(per_seed: list[dict[str, Any]], model: Any = None, test_images: i
         d = np.array([x["delta_points"] for x in rows])
         agr = np.array([x["agreement"] for x in rows])
         cos = [x["feature_cosine"] for x in rows if x["feature_cosine"] is not None]
-        half = (float(student_t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
-                if len(d) > 1 else None)
+        e = mean_ci(d)
         summary.append({"r": key[0], "precision": key[1], "final_tokens": rows[0]["final_tokens"],
                         "top1_mean": float(np.mean([x["top1"] for x in rows])),
                         "delta_mean": float(d.mean()), "delta_min": float(d.min()), "delta_max": float(d.max()),
-                        "delta_t95": [float(d.mean()) - half, float(d.mean()) + half] if half is not None else None,
+                        "delta_t95": [e.lo, e.hi] if e.n > 1 else None,
                         "agreement_mean": float(agr.mean()), "agreement_min": float(agr.min()),
                         "feature_cosine_mean": float(np.mean(cos)) if cos else None,
                         "logit_cosine_mean": float(np.mean([x["logit_cosine"] for x in rows]))})
