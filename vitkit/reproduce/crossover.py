@@ -26,7 +26,7 @@ import numpy as np
 
 from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
 from vitkit.reproduce.runs import Workbench, unit_steps
-from vitkit.reproduce.stats import best_rates, pick_rate
+from vitkit.reproduce.stats import extension, pick_rate
 
 FAMILIES = ("ViT", "ResNet")  # the paper's pairing of matched compute (ViT-B/32 vs ResNet50), here the B models
 
@@ -93,20 +93,6 @@ CROSSOVER_SCALES = {s.name: s for s in (
 def tuning_runs(cs: CrossoverScale) -> list[Pretrain]:
     return [Pretrain(f, "B", images=cs.sizes_at(t)[-1], steps=t, seed=0, lr=lr) for f in FAMILIES for t in cs.schedules
             if t not in cs.lr_from for lr in cs.lr_grid]
-
-
-def extension(sweep: list[dict[str, float]], grid: tuple[float, ...], extend: int) -> float | None:
-    """The next rate to try when the sweep's best (by dev) lies at an edge of the rates tried: one step past that
-    edge, by the grid's own ratio there (2 for a one-rate grid); None when the best is bracketed or `extend` rates
-    were already added past that edge."""
-    lrs, wins = sorted(s["lr"] for s in sweep), best_rates(sweep)
-    ratio = grid[-1] / grid[-2] if len(grid) > 1 else 2.0
-    if lrs[-1] in wins and sum(lr > max(grid) for lr in lrs) < extend:
-        return lrs[-1] * ratio
-    ratio = grid[1] / grid[0] if len(grid) > 1 else 2.0
-    if lrs[0] in wins and sum(lr < min(grid) for lr in lrs) < extend:
-        return lrs[0] / ratio
-    return None
 
 
 def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple[float, list[dict[str, float]]]:

@@ -21,7 +21,8 @@ from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.formats import load_pretrained
 from vitkit.inspect.report import InspectImage, inspect_model
 from vitkit.reproduce import plots
-from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, extension, run_crossover
+from vitkit.reproduce import tuning
+from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, run_crossover
 from vitkit.reproduce.plan import (
     FAMILIES,
     IMG_SIZE,
@@ -34,7 +35,7 @@ from vitkit.reproduce.plan import (
     pretrain_config,
 )
 from vitkit.reproduce.runs import Finetune, Unit, Workbench
-from vitkit.reproduce.stats import mean_ci, paired, pick_rate, seeded
+from vitkit.reproduce.stats import bracketed, mean_ci, paired, pick_rate, seeded
 from vitkit.reproduce.summary import load_results, write_summary
 from vitkit.reproduce.tables import FIG7_IMAGES, ci_text, fig7_markdown, mpp_markdown
 from vitkit.train.config import config_from_dict
@@ -54,6 +55,27 @@ def _pct(m: float, s: float | None = None) -> str:
     return f"{100 * m:.1f}" + ("" if s is None else f" ± {100 * s:.1f}")
 
 
+def _pre(wb: Workbench, run: Pretrain) -> dict[str, Any]:
+    """A pre-training run's summary, at its model's tuned rate (tuning.py) where it has no rate of its own."""
+    return wb.pretrain(tuning.resolve(wb, run))
+
+
+def _ft(wb: Workbench, ft: Finetune) -> dict[str, Any]:
+    """A fine-tune's summary, its source at its model's tuned rate."""
+    return wb.finetune(tuning.resolve(wb, ft))
+
+
+def _tuned(wb: Workbench, runs: list[Pretrain]) -> dict[str, Any]:
+    """What a result records of the pre-training rates its runs rest on: `lr_sweeps` (each tuned model's sweep, seed
+    0, 5-shot digits dev) and `lr` (each model's pick); both empty at a scale that does not tune."""
+    sweeps = tuning.sweeps_of(wb, runs)
+    return {"lr": tuning.picks_of(sweeps), "lr_sweeps": sweeps}
+
+
+def _with_sweeps(markdown: str, tuned: dict[str, Any]) -> str:
+    return markdown + ("\n\n" + _sweeps_text(tuned["lr_sweeps"]) if tuned["lr_sweeps"] else "")
+
+
 # -- 1. data size (Fig. 3-4) ---------------------------------------------------------------------------
 
 def _fig4_units(scale: Scale) -> list[Unit]:
@@ -63,9 +85,9 @@ def _fig4_units(scale: Scale) -> list[Unit]:
 
 def _fewshot_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
     """A pre-training run's few-shot figures at the (dev-selected) early-stopping step, and its upstream accuracy."""
-    s = wb.pretrain(run)
-    row = {k: s[k] for k in ("family", "size", "images", "seed", "params", "forward_flops_per_image", "train_flops",
-                             "glyph_test_top1", "train_s")}
+    s = _pre(wb, run)
+    row = {k: s[k] for k in ("family", "size", "images", "seed", "lr", "params", "forward_flops_per_image",
+                             "train_flops", "glyph_test_top1", "train_s")}
     row.update({k: v for k, v in s["best"].items() if k != "step"})
     row["best_step"] = s["best"].get("step")
     row["final_digits_test_5shot"] = s["final"].get("digits_test_5shot")
@@ -76,7 +98,9 @@ def _fewshot_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
 
 def _transfer_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
     """A pre-training run's transfer figures: few-shot at the early-stopping step, fine-tuned accuracy."""
-    return {**_fewshot_row(wb, run), "finetune_top1": wb.finetune(Finetune(run))["test_top1"]}
+    ft = _ft(wb, Finetune(run))
+    return {**_fewshot_row(wb, run), "finetune_top1": ft["test_top1"], "finetune_lr": ft["lr"],
+            "finetune_bracketed": ft.get("bracketed")}
 
 
 def random_init_fewshot(wb: Workbench, family: str) -> dict[str, float]:
@@ -113,8 +137,9 @@ def _fig4_run(wb: Workbench, out: Path) -> dict[str, Any]:
     lines += ["", "ViT minus ResNet (points): " + "; ".join(
         f"{n:,} images: fine-tuned {100 * g['finetune_top1']:+.1f}, {k}-shot digits "
         f"{100 * g[f'digits_test_{k}shot']:+.1f}" for n, g in gaps.items())]
+    tuned = _tuned(wb, [Pretrain(f, "B") for f in FAMILIES])
     return {"rows": rows, "untrained": untrained, "vit_minus_resnet": {str(n): g for n, g in gaps.items()},
-            "markdown": "\n".join(lines)}
+            **tuned, "markdown": _with_sweeps("\n".join(lines), tuned)}
 
 
 def glyph_samples(scale: Scale, path: Path) -> str:
@@ -141,7 +166,8 @@ def _fig5_run(wb: Workbench, out: Path) -> dict[str, Any]:
         lines.append(f"| {r['family']} | {r['size']} | {r['seed']} | {r['params'] / 1e3:.0f}k | "
                      f"{r['forward_flops_per_image'] / 1e6:.2f}M | {r['train_flops']:.2e} | {_pct(r['finetune_top1'])} "
                      f"| {_pct(r[f'avg_{k}shot'])} | {r['train_s']:.0f} s |")
-    return {"rows": rows, "markdown": "\n".join(lines)}
+    tuned = _tuned(wb, [Pretrain(f, s) for f in FAMILIES for s in wb.scale.compute_sizes])
+    return {"rows": rows, **tuned, "markdown": _with_sweeps("\n".join(lines), tuned)}
 
 
 # -- 3. what the model learns (Fig. 7) ----------------------------------------------------------------
@@ -155,12 +181,11 @@ def _fig7_run(wb: Workbench, out: Path) -> dict[str, Any]:
     `per_seed` holds each seed's measures (rules.py reads them)."""
     per_seed = [_fig7_model(wb, seed, out) for seed in wb.scale.pretrain_seeds]
     return {**per_seed[0], "per_seed": [{k: v for k, v in r.items() if k not in ("figures", "markdown")}
-                                        for r in per_seed]}
+                                        for r in per_seed], **_tuned(wb, [Pretrain("ViT", "L")])}
 
 
 def _fig7_model(wb: Workbench, seed: int, out: Path) -> dict[str, Any]:
-    run = Pretrain("ViT", "L", seed=seed)
-    s = wb.pretrain(run)
+    s = _pre(wb, Pretrain("ViT", "L", seed=seed))
     model = load_pretrained(s["model_dir"])
     test = glyphs(FIG7_IMAGES, 1000, model.config.img_size[0], 0, "test")
     images = [InspectImage(f"glyph test #{i}", test.get(i)[0], test.classes[int(test.labels[i])]) for i in range(FIG7_IMAGES)]
@@ -214,8 +239,9 @@ def _hires_units(scale: Scale) -> list[Unit]:
 def _hires_run(wb: Workbench, out: Path) -> dict[str, Any]:
     res: dict[str, Any] = {}
     for px in (16, 32):
-        accs = [wb.finetune(ft)["test_top1"] for ft in _hires_finetunes(wb.scale, px)]
-        res[f"{px}px"] = {"accs": accs, **seeded(accs)}
+        fts = [_ft(wb, ft) for ft in _hires_finetunes(wb.scale, px)]
+        accs = [ft["test_top1"] for ft in fts]
+        res[f"{px}px"] = {"accs": accs, **seeded(accs), "finetune_sweeps": [ft["sweep"] for ft in fts]}
     lines = ["| fine-tuning resolution | patches | digits test accuracy (mean [95% CI] over seeds: pre-training seed i "
              "fine-tuned with seed i) |",
              "|---|---:|---:|"]
@@ -224,7 +250,8 @@ def _hires_run(wb: Workbench, out: Path) -> dict[str, Any]:
         lines.append(f"| {k} | {side}x{side} | {mean_ci(v['accs']).text()} |")
     gain = paired(res["32px"]["accs"], res["16px"]["accs"])
     lines.append(f"\n32 px − 16 px, paired by seed (points): {gain.text(signed=True)}")
-    return {"results": res, "markdown": "\n".join(lines)}
+    tuned = _tuned(wb, [Pretrain("ViT", "B")])
+    return {"results": res, **tuned, "markdown": _with_sweeps("\n".join(lines), tuned)}
 
 
 # -- 5. position-embedding variants (appendix D.4) -----------------------------------------------------
@@ -237,7 +264,7 @@ def _posemb_run(wb: Workbench, out: Path) -> dict[str, Any]:
     k = wb.scale.select_shots
     res: dict[str, Any] = {}
     for p in POSEMBS:
-        sums = [wb.pretrain(Pretrain("ViT", "B", posemb=p, seed=s)) for s in wb.scale.posemb_seeds]
+        sums = [_pre(wb, Pretrain("ViT", "B", posemb=p, seed=s)) for s in wb.scale.posemb_seeds]
         entry: dict[str, Any] = {}
         for key in (f"digits_test_{k}shot", f"lfw_test_{k}shot"):
             entry[key] = seeded([x["final"][key] for x in sums])
@@ -249,7 +276,8 @@ def _posemb_run(wb: Workbench, out: Path) -> dict[str, Any]:
         cells = [mean_ci(v[m]["values"]).text() for m in ("glyph_test_top1", f"digits_test_{k}shot", f"lfw_test_{k}shot")]
         lines.append(f"| {names[p]} | " + " | ".join(cells) + " |")
     lines.append(f"\nmean [95% CI] over pre-training seeds {list(wb.scale.posemb_seeds)}; few-shot at the last step.")
-    return {"results": res, "markdown": "\n".join(lines)}
+    tuned = _tuned(wb, [Pretrain("ViT", "B", posemb=p) for p in POSEMBS])
+    return {"results": res, **tuned, "markdown": _with_sweeps("\n".join(lines), tuned)}
 
 
 # -- 6. masked patch prediction (§4.6) -----------------------------------------------------------------
@@ -278,7 +306,7 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
     sup = Pretrain("ViT", "B")
 
     def finetuned(src: Pretrain | None, steps: int = 0) -> dict[str, Any]:
-        return seeded([wb.finetune(Finetune(src, 16, s, steps=steps))["test_top1"] for s in seeds])
+        return seeded([_ft(wb, Finetune(src, 16, s, steps=steps))["test_top1"] for s in seeds])
 
     scratch, supervised = finetuned(None), finetuned(sup)
     mpp = {n: finetuned(Pretrain("ViT", "B", steps=n, objective="mpp")) for n in wb.scale.mpp_steps}
@@ -290,73 +318,55 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
     k = wb.scale.select_shots
     fewshot = {n: wb.pretrain(Pretrain("ViT", "B", steps=n, objective="mpp"))["final"][f"digits_test_{k}shot"]
                for n in wb.scale.mpp_steps}
-    fewshot_sup = wb.pretrain(sup)["final"][f"digits_test_{k}shot"]
+    fewshot_sup = _pre(wb, sup)["final"][f"digits_test_{k}shot"]
     first_gain = next((n for n, v in mpp.items() if paired(v["values"], scratch["values"]).lo > 0), None)
     res = {"scratch": scratch, "scratch_steps": wb.scale.finetune_steps, "supervised": supervised,
            "mpp": {str(n): v for n, v in mpp.items()},
            "equal_budget_scratch": {str(n): {"steps": budget[n], "top1": equal[n]} for n in budget},
            "masked_colour_test": {str(n): v for n, v in colour.items()}, "majority_colour": floor,
            "fewshot": {"supervised": fewshot_sup, **{f"mpp_{n}": v for n, v in fewshot.items()}},
-           "mpp_pays_from_steps": first_gain}
+           "mpp_pays_from_steps": first_gain, **_tuned(wb, [sup]), "finetune_sweeps": _mpp_sweeps(wb)}
     return {**res, "markdown": mpp_markdown({**res, "scale": wb.scale.name})}
+
+
+def _mpp_sweeps(wb: Workbench) -> dict[str, list[list[dict[str, float]]]]:
+    """Every fine-tune of experiment 6 by arm: its learning-rate sweeps (read back; rules.py checks each is
+    bracketed)."""
+    seeds, sup = wb.scale.finetune_seeds, Pretrain("ViT", "B")
+    arms: dict[str, tuple[Pretrain | None, int]] = {"scratch": (None, 0), "supervised": (sup, 0)}
+    arms.update({f"mpp {n}": (Pretrain("ViT", "B", steps=n, objective="mpp"), 0) for n in wb.scale.mpp_steps})
+    arms.update({f"scratch {equal_budget_steps(wb.scale, n)} steps": (None, equal_budget_steps(wb.scale, n))
+                 for n in wb.scale.mpp_steps})
+    return {arm: [_ft(wb, Finetune(src, 16, s, steps=steps))["sweep"] for s in seeds] for arm, (src, steps) in arms.items()}
 
 
 # -- 8. class token vs global average pooling (appendix D.3) ------------------------------------------
 
 POOLINGS = ("token", "gap")
-LR_EXTEND = 2  # rates added past an edge of a sweep that wins there, per side (crossover.extension)
-
-
-def _tuned_and_seeded(wb: Workbench, variants: dict[str, tuple[tuple[float, ...], Callable[..., Pretrain]]]
-                      ) -> tuple[dict[str, float], dict[str, list[dict[str, float]]], dict[str, Any]]:
-    """Each variant's pre-training rate picked on its grid by the early-stopping 5-shot digits dev accuracy (seed 0),
-    the grid extended past an edge that wins; then every pre-training seed at the pick. `variants`: name -> (grid,
-    `at(lr, seed=0)`: the run). Runs of one round (every variant's grid, its next extension, the seeds) train
-    `wb.jobs` at a time. Returns the picks, the sweeps, and per variant the seeded 5-shot digits test (at the
-    early-stopping step) and glyph test accuracies."""
-    key, m = f"digits_dev_{wb.scale.select_shots}shot", f"digits_test_{wb.scale.select_shots}shot"
-    sweeps: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
-    todo = {name: list(grid) for name, (grid, _) in variants.items()}
-    while todo:
-        runs = {(name, lr): variants[name][1](lr) for name, lrs in todo.items() for lr in lrs}
-        for (name, lr), s in zip(runs, wb.pretrain_all(list(runs.values()))):
-            sweeps[name].append({"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]})
-        todo = {}
-        for name, (grid, _) in variants.items():
-            if (lr := extension(sweeps[name], grid, LR_EXTEND)) is not None:
-                todo[name] = [lr]
-    picks = {name: pick_rate(sw) for name, sw in sweeps.items()}
-    seeded_runs = {name: [at(picks[name], seed=s) for s in wb.scale.pretrain_seeds] for name, (_, at) in variants.items()}
-    done = iter(wb.pretrain_all([r for rs in seeded_runs.values() for r in rs]))
-    res = {}
-    for name, rs in seeded_runs.items():
-        got = [next(done) for _ in rs]
-        res[name] = {m: seeded([r["best"][m] for r in got]), "glyph_test_top1": seeded([r["glyph_test_top1"] for r in got])}
-    return picks, {n: sorted(sw, key=lambda r: r["lr"]) for n, sw in sweeps.items()}, res
 
 
 def _sweeps_text(sweeps: dict[str, list[dict[str, float]]]) -> str:
-    return "Learning-rate sweeps (5-shot digits dev, seed 0): " + "; ".join(
-        f"{p}: " + ", ".join(f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in sw) for p, sw in sweeps.items())
+    """Each model's sweep (5-shot digits dev, seed 0), its pick in bold, and whether the pick is bracketed."""
+    def one(sw: list[dict[str, float]]) -> str:
+        pick = pick_rate(sw)
+        cells = [(f"**{r['lr']:g} → {100 * r['dev']:.1f}**" if r["lr"] == pick else f"{r['lr']:g} → {100 * r['dev']:.1f}")
+                 for r in sw]
+        return ", ".join(cells) + ("" if bracketed(sw) else " (not bracketed)")
 
-
-def _pooling_run_lr(scale: Scale, lr: float) -> float:
-    return 0.0 if lr == scale.lrs["ViT"] else lr  # the scale's own rate: the same unit as experiments 1-5's ViT-B
+    return "Learning-rate sweeps (5-shot digits dev, seed 0; the pick in bold): " + "; ".join(
+        f"{p}: {one(sw)}" for p, sw in sweeps.items())
 
 
 def _pooling_units(scale: Scale) -> list[Unit]:
-    return [Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(scale, lr)) for p in POOLINGS for lr in scale.pooling_lrs]
+    return tuning.grid_runs(scale, [Pretrain("ViT", "B", pooling=p) for p in POOLINGS], scale.pooling_lrs)
 
 
 def _pooling_run(wb: Workbench, out: Path) -> dict[str, Any]:
     """Each pooling's rate picked on the bracketed grid by 5-shot digits dev (seed 0), then every pre-training seed
     at that rate; the 5-shot digits test accuracy at the dev-selected early-stopping step, and upstream accuracy."""
     sc = wb.scale
-
-    def at(p: str) -> Callable[..., Pretrain]:
-        return lambda lr, seed=0: Pretrain("ViT", "B", pooling=p, lr=_pooling_run_lr(sc, lr), seed=seed)
-
-    picks, sweeps, res = _tuned_and_seeded(wb, {p: (sc.pooling_lrs, at(p)) for p in POOLINGS})
+    picks, sweeps, res = tuning.seeded_at_picks(
+        wb, {p: lambda seed=0, p=p: Pretrain("ViT", "B", pooling=p, seed=seed) for p in POOLINGS}, sc.pooling_lrs)
     k = sc.select_shots
     lines = [f"| pooling | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
              "|---|---:|---:|---:|"]
@@ -407,21 +417,18 @@ def _size_run(wb: Workbench, out: Path) -> dict[str, Any]:
 
 # -- 10. Adam vs SGD for the ResNet (appendix D.1, Table 7) ---------------------------------------------
 
-def _optim_at(scale: Scale, optimizer: str, lr: float, seed: int = 0) -> Pretrain:
-    own = optimizer == "adamw" and lr == scale.lrs["ResNet"]  # the scale's rate: experiment 1's ResNet-B runs
-    return Pretrain("ResNet", "B", lr=0.0 if own else lr, seed=seed, optimizer=optimizer)
-
-
 def _optim_units(scale: Scale) -> list[Unit]:
-    return [_optim_at(scale, o, lr) for o, grid in scale.optimizer_lrs.items() for lr in grid]
+    return tuning.grid_runs(scale, [Pretrain("ResNet", "B", optimizer=o) for o in scale.optimizer_lrs],
+                            scale.optimizer_lrs["adamw"])
 
 
 def _optim_run(wb: Workbench, out: Path) -> dict[str, Any]:
     """ResNet-B pre-trained on the whole set with AdamW or SGD with momentum, each at its own rate picked on a
     bracketed grid (dev), then every pre-training seed at that rate."""
     sc, k = wb.scale, wb.scale.select_shots
-    picks, sweeps, res = _tuned_and_seeded(wb, {o: (grid, lambda lr, seed=0, o=o: _optim_at(sc, o, lr, seed))
-                                                for o, grid in sc.optimizer_lrs.items()})
+    picks, sweeps, res = tuning.seeded_at_picks(
+        wb, {o: lambda seed=0, o=o: Pretrain("ResNet", "B", optimizer=o, seed=seed) for o in sc.optimizer_lrs},
+        sc.optimizer_lrs["adamw"])
     m = f"digits_test_{k}shot"
     names = {"adamw": "Adam (AdamW, weight decay 0.05)", "sgd": "SGD, momentum 0.9 (weight decay 1e-4)"}
     lines = [f"| optimiser | pre-training lr (picked on dev) | {k}-shot digits | glyph test (upstream) |",
@@ -474,9 +481,18 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
         crossover = CROSSOVER_SCALES["smoke" if scale.name == "smoke" else "laptop"]
     wb = Workbench(out, scale, progress, device, jobs)
     units = [u for n in names for u in EXPERIMENTS[n].units(scale)]
-    wb.start(units, f"reproduce ({scale.name})")
+    sources = [u for u in units if isinstance(u, Pretrain)] + [u.source for u in units
+                                                              if isinstance(u, Finetune) and u.source is not None]
+    # the bar counts the rate sweeps' grids and the units whose rate is known; a unit that takes its model's pick is
+    # counted once the picks are (an extension of a sweep when it is added)
+    fixed = [u for u in units if (src := u.source if isinstance(u, Finetune) else u) is None
+             or not tuning.is_tuned(scale, src)]
+    wb.start(tuning.grid_runs(scale, sources) + fixed, f"reproduce ({scale.name})")
     results: dict[str, Any] = {}
     try:
+        tuning.tune(wb, sources)  # every model's rate first: all grids in one round, then their extensions
+        units = [tuning.resolve(wb, u) for u in units]
+        wb.count(units)
         if jobs > 1:  # the planned pre-training runs first, `jobs` at a time; the experiments then read them back
             wb.pretrain_all([u for u in units if isinstance(u, Pretrain)])
         for n in names:

@@ -98,6 +98,15 @@ class Scale:
     # digits dev), extended past an edge that wins
     optimizer_lrs: dict[str, tuple[float, ...]] = field(
         default_factory=lambda: {"adamw": (3e-3, 6e-3, 1.2e-2), "sgd": (0.03, 0.1, 0.3)})
+    # every supervised model's own pre-training rate (a family at a size with its position embedding and pooling;
+    # vitkit/reproduce/tuning.py): picked on this grid on the whole set (seed 0, 5-shot digits dev, the scale's
+    # schedule), extended past an edge that wins, then used for every seed and subset of that model; it replaces
+    # pooling_lrs and optimizer_lrs["adamw"] (one sweep per model). Empty: off -- every run takes `lrs`, and only
+    # experiments 8 and 10 sweep, on their own grids
+    tune_lrs: tuple[float, ...] = ()
+    # fine-tuning: a sweep of finetune_lrs whose best lies at an edge is extended past it by the grid's ratio, up to
+    # this many rates per side, so that the pick is bracketed (0: the grid as it is)
+    finetune_extend: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,7 +115,7 @@ class Scale:
 FULL = Scale(
     name="full", glyph_images=100_000, sizes=(1_563, 6_250, 25_000, 100_000), steps=1000, batch=128, eval_every=250,
     finetune_steps=300, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
-    posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2),
+    posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2), finetune_extend=2,
 )
 # The smoke scale: tiny models (TINY_MODELS), 4 pre-training steps, 120 transfer images per split; its fine-tunes
 # still learn the digits (40 SGD steps at 0.05; tests/reproduce/test_reproduce.py asserts at least twice chance), so
@@ -126,7 +135,7 @@ LAPTOP = Scale(
     name="laptop", glyph_images=20_000, sizes=(2_500, 20_000), steps=500, batch=64, eval_every=125,
     finetune_steps=150, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
     posemb_seeds=(0, 1, 2), mpp_steps=(100, 500), pretrain_seeds=(0, 1, 2), models="laptop", compute_sizes=("S", "B"),
-    glyph_classes=100,
+    glyph_classes=100, tune_lrs=(3e-3, 6e-3, 1.2e-2), finetune_extend=2,
 )
 SCALES = {s.name: s for s in (LAPTOP, FULL, SMOKE)}
 

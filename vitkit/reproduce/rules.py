@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitkit.reproduce.plan import SCALES
-from vitkit.reproduce.stats import MIN_SEEDS, Estimate, best_rates, mean_ci, paired, stored, welch
+from vitkit.reproduce.stats import MIN_SEEDS, Estimate, bracketed, mean_ci, paired, stored, welch
 from vitkit.reproduce.tables import scratch_steps
 
 KINDS = ("greater", "less", "equivalent")
@@ -70,7 +70,9 @@ class Rule:
 @dataclass
 class Evidence:
     parts: dict[str, Estimate]
-    checks: dict[str, tuple[bool, str]] = field(default_factory=dict)  # precondition -> (met, why)
+    # precondition -> (met, why); met None: not checkable from a result file written before the check existed
+    # (its verdict stays what it was, and the summary says "not checked")
+    checks: dict[str, tuple[bool | None, str]] = field(default_factory=dict)
     context: list[str] = field(default_factory=list)  # numbers reported beside the verdict, not part of it
 
 
@@ -102,7 +104,7 @@ def judge(rule: Rule, ev: Evidence) -> Judgement:
     if missing:
         raise ValueError(f"{rule.experiment}: no evidence for rule part(s) {missing}")
     outs = {p.key: outcome(p, ev.parts[p.key]) for p in rule.parts}
-    failed = [c for c in rule.preconditions if not ev.checks.get(c, (False, "not checked"))[0]]
+    failed = [c for c in rule.preconditions if ev.checks.get(c, (False, "not checked"))[0] is False]
     held = sum(o == "holds" for o in outs.values())
     if failed:
         verdict = "not established (precondition not met: " + ", ".join(failed) + ")"
@@ -168,7 +170,7 @@ def _fig4(res: dict[str, Any]) -> Evidence:
     gap = {n: paired_by_seed(_by_seed(rows, m, family="ViT", images=n), _by_seed(rows, m, family="ResNet", images=n))
            for n in sizes}
     ctx = ["ViT − ResNet, 5-shot digits: " + "; ".join(f"{n:,} images {g.text(signed=True)}" for n, g in gap.items())]
-    return Evidence({"small": gap[sizes[0]], "large": gap[sizes[-1]]}, context=ctx)
+    return Evidence({"small": gap[sizes[0]], "large": gap[sizes[-1]]}, _lr_checks(res.get("lr_sweeps")), ctx)
 
 
 def _fig5(res: dict[str, Any]) -> Evidence:
@@ -186,7 +188,7 @@ def _fig5(res: dict[str, Any]) -> Evidence:
            f"hybrid vs ViT at {lo_h:.3g} FLOPs and {hi_h:.3g} FLOPs (the smallest and largest both cover)"]
     if large_h is not None:
         ctx.append(f"hybrid − ViT at {hi_h:.3g} FLOPs: {large_h.text(signed=True)}")
-    return Evidence({k: v for k, v in parts.items() if v is not None}, context=ctx)
+    return Evidence({k: v for k, v in parts.items() if v is not None}, _lr_checks(res.get("lr_sweeps")), ctx)
 
 
 def _size(res: dict[str, Any]) -> Evidence:
@@ -208,7 +210,7 @@ def _size(res: dict[str, Any]) -> Evidence:
            f"ResNet-B − ResNet-S at {small:,} / {big:,} images: "
            f"{paired_by_seed(at('ResNet', 'B', small), at('ResNet', 'S', small)).text(signed=True)} / "
            f"{paired_by_seed(at('ResNet', 'B', big), at('ResNet', 'S', big)).text(signed=True)}"]
-    return Evidence(parts, context=ctx)
+    return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx)
 
 
 def _optim(res: dict[str, Any]) -> Evidence:
@@ -226,12 +228,14 @@ def _fig7(res: dict[str, Any]) -> Evidence:
     slope = mean_ci([r["attention_distance_slope_per_layer"] for r in models])
     wide = mean_ci([(r["first_layer_head_range"][1] - r["uniform_attention_distance"]) / r["max_distance"]
                     for r in models])  # farthest first-layer head beyond uniform attention, as a share of the image
-    return Evidence({"grid": rowcol, "depth": slope, "global_heads": wide})
+    return Evidence({"grid": rowcol, "depth": slope, "global_heads": wide}, _lr_checks(res.get("lr_sweeps")))
 
 
 def _hires(res: dict[str, Any]) -> Evidence:
     r = res["results"]
+    ft = None if "finetune_sweeps" not in r["16px"] else [sw for px in ("16px", "32px") for sw in r[px]["finetune_sweeps"]]
     return Evidence({"gain": paired(r["32px"]["accs"], r["16px"]["accs"])},
+                    {**_lr_checks(res.get("lr_sweeps")), **_finetune_checks(ft)},
                     context=["per-seed accuracies (16 px, 32 px): " + str(r["16px"]["accs"]) + ", " +
                              str(r["32px"]["accs"])])
 
@@ -266,7 +270,7 @@ def _posemb(res: dict[str, Any]) -> Evidence:
              "relative_same": _diff(r["relative"][m], r["learn1d"][m], n)}
     ctx = [] if isinstance(r["none"][m], dict) else [
         f"the result file kept mean and population std over {n} seeds, not the seeds: differences are unpaired (Welch)"]
-    return Evidence(parts, context=ctx)
+    return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx)
 
 
 def _mpp(res: dict[str, Any]) -> Evidence:
@@ -282,14 +286,8 @@ def _mpp(res: dict[str, Any]) -> Evidence:
     if not isinstance(res["scratch"], dict):
         ctx.append(f"the result file kept mean and population std over {n} fine-tuning seeds: differences are "
                    "unpaired (Welch)")
-    return Evidence(parts, context=ctx)
-
-
-def bracketed(sweep: list[dict[str, float]], key: str = "dev") -> bool:
-    """A learning-rate sweep in which every rate reaching the best `key` has a tried rate on each side of it (an
-    edge tied with the best is not bracketed: stats.best_rates)."""
-    lrs, wins = sorted(s["lr"] for s in sweep), best_rates(sweep, key)
-    return len(lrs) >= 3 and lrs[0] not in wins and lrs[-1] not in wins
+    ft = res.get("finetune_sweeps")
+    return Evidence(parts, _finetune_checks(None if ft is None else [sw for arm in ft.values() for sw in arm]), ctx)
 
 
 def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -345,13 +343,17 @@ def _crossover(res: dict[str, Any]) -> Evidence:
 _SEEDS = (f"at least {MIN_SEEDS} pre-training seeds per number; mean with the 95% t-interval from the sample std; "
           "differences paired by seed, with the two-sided paired t-test p-value")
 _DEV = "the early-stopping step and every learning rate picked on the digits dev split; test reported, never selected on"
+# the pre-training rate of every model a verdict compares (tuning.py), and the precondition that checks it
+_TUNED = ("each model's pre-training rate picked on a grid bracketed on both sides (the whole set, seed 0, 5-shot "
+          "digits dev), then used for all its seeds and data sizes; ")
+_LR = ("lr grids bracketed",)
 
 RULES: dict[str, Rule] = {r.experiment: r for r in (
     Rule("fig4", "ResNet better with little pre-training data, ViT better with a lot (Fig. 3–4)",
          (Part("small", "ViT − ResNet at the smallest data size", "less"),
           Part("large", "ViT − ResNet at the largest data size", "greater")),
          "5-shot linear digits test accuracy (Fig. 4's metric) at the early-stopping step",
-         "the B models, the same schedule for both families; " + _DEV, _SEEDS),
+         "the B models, the same schedule for both families; " + _TUNED + _DEV, _SEEDS, preconditions=_LR),
     Rule("fig5", "at matched pre-training compute ViTs transfer better than ResNets; hybrids beat ViTs at small "
          "compute (Fig. 5)",
          (Part("vit_vs_resnet", "ViT − ResNet at matched FLOPs (middle of the range both cover)", "greater"),
@@ -359,35 +361,39 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
           Part("hybrid_gap_closes", "(Hybrid − ViT) at the smallest FLOPs both cover minus at the largest",
                "greater")),
          "5-shot linear accuracy, mean of digits and lfw",
-         "each family's curve over its sizes read at the matched FLOPs, interpolated in log FLOPs, never extrapolated; " + _DEV,
-         _SEEDS),
+         "each family's curve over its sizes read at the matched FLOPs, interpolated in log FLOPs, never extrapolated; "
+         + _TUNED + _DEV, _SEEDS, preconditions=_LR),
     Rule("fig7", "position embeddings learn the 2-D grid; attention distance grows with depth; some first-layer "
          "heads attend globally (Fig. 7)",
          (Part("grid", "E_pos cosine similarity, same row/column minus other patches", "greater", unit=""),
           Part("depth", "slope of the mean attention distance per layer", "greater", unit="px"),
           Part("global_heads", "farthest first-layer head minus uniform attention, as a share of the largest "
                "distance", "greater", unit="")),
-         "the inspection measures of ViT-L on 64 glyph test images", "the last checkpoint; no selection",
-         f"at least {MIN_SEEDS} pre-training seeds; mean with the 95% t-interval"),
+         "the inspection measures of ViT-L on 64 glyph test images",
+         "the last checkpoint; " + _TUNED.rstrip("; ") + " (what a model learns is read off a trained one)",
+         f"at least {MIN_SEEDS} pre-training seeds; mean with the 95% t-interval", preconditions=_LR),
     Rule("hires", "fine-tuning at a higher resolution than pre-training is beneficial (§3.2)",
          (Part("gain", "32 px − 16 px", "greater"),),
-         "digits test accuracy after fine-tuning", "fine-tuning learning rate picked on the digits dev split",
+         "digits test accuracy after fine-tuning",
+         _TUNED + "the fine-tuning rate picked on the digits dev split from a sweep bracketed on both sides",
          f"at least {MIN_SEEDS} seeds, paired by seed (pre-training seed i fine-tuned with seed i at both "
          "resolutions; result files before 2026-11-25: one pre-trained model, fine-tuning seeds only); 95% "
-         "t-interval and paired t-test"),
+         "t-interval and paired t-test", preconditions=("lr grids bracketed", "fine-tuning lr grids bracketed")),
     Rule("posemb", "no position embedding is worse; 1-D, 2-D and relative perform about the same (D.4, Table 8)",
          (Part("none_worse", "none − learned 1-D", "less"),
           Part("2d_same", "learned 2-D − learned 1-D", "equivalent", 0.02),
           Part("relative_same", "relative − learned 1-D", "equivalent", 0.02)),
          "5-shot linear digits test accuracy at the last step",
-         "the last step (no selection); equivalence margin ±2 points fixed in advance", _SEEDS),
+         _TUNED + "the last step (no selection); equivalence margin ±2 points fixed in advance", _SEEDS,
+         preconditions=_LR),
     Rule("mpp", "masked patch prediction beats training from scratch and stays behind supervised pre-training (§4.6)",
          (Part("beats_scratch", "MPP (longest) − from scratch with the same total compute", "greater"),
           Part("behind_supervised", "MPP (longest) − supervised pre-training", "less")),
          "digits test accuracy after fine-tuning",
-         "the longest MPP run (named in advance); fine-tuning learning rate picked on the digits dev split",
+         "the longest MPP run (named in advance); fine-tuning learning rate picked on the digits dev split from a "
+         "sweep bracketed on both sides",
          f"at least {MIN_SEEDS} fine-tuning seeds; 95% t-interval of the difference (paired by seed where kept, "
-         "else Welch)"),
+         "else Welch)", preconditions=("fine-tuning lr grids bracketed",)),
     Rule("pooling", "a class token and global average pooling work equally well, each with its own learning rate "
          "(appendix D.3, Fig. 9)",
          (Part("same", "global average pooling − class token", "equivalent", 0.02),),
@@ -399,7 +405,8 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          (Part("vit_gain", "ViT-B's gain from the smallest to the whole set minus ViT-S's", "greater"),
           Part("vit_large", "ViT-B − ViT-S on the whole set", "greater")),
          "5-shot linear digits test accuracy at the early-stopping step",
-         "two sizes per family, the smallest and the whole set, the same schedule; " + _DEV, _SEEDS),
+         "two sizes per family, the smallest and the whole set, the same schedule; " + _TUNED + _DEV, _SEEDS,
+         preconditions=_LR),
     Rule("optim", "pre-training the ResNet with Adam transfers better than with SGD with momentum (appendix D.1, "
          "Table 7)",
          (Part("adam_better", "Adam − SGD (ResNet-B, the whole set)", "greater"),),
@@ -419,12 +426,32 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
 )}
 
 
-def _lr_checks(sweeps: dict[str, list[dict[str, float]]], untuned: list[str] = ()) -> dict[str, tuple[bool, str]]:
-    """The precondition "lr grids bracketed": every sweep has a tried rate on each side of its best."""
+def _lr_checks(sweeps: dict[str, list[dict[str, float]]] | None, untuned: list[str] = ()
+               ) -> dict[str, tuple[bool | None, str]]:
+    """The precondition "lr grids bracketed": every pre-training sweep the result rests on has a tried rate on each
+    side of its best. A result without sweeps failed it (its rates were not tuned); one written before results
+    recorded them (`sweeps` None: no `lr_sweeps` key) is not checked, its verdict what it was."""
+    if sweeps is None:
+        return {"lr grids bracketed": (None, "a result written before each model's rate sweep was recorded")}
     bad = [f"{key}: " + ", ".join(f"{s['lr']:g} → {100 * s['dev']:.1f}" for s in sweep)
            for key, sweep in sweeps.items() if not bracketed(sweep)] + list(untuned)
     ok = bool(sweeps) and not bad
-    return {"lr grids bracketed": (ok, "; ".join(bad) if bad else "every sweep has a rate on each side of its best")}
+    why = "; ".join(bad) if bad else ("every sweep has a rate on each side of its best" if sweeps else
+                                      "no learning-rate sweep: the pre-training rate was not tuned at this scale")
+    return {"lr grids bracketed": (ok, why)}
+
+
+def _finetune_checks(sweeps: list[list[dict[str, float]]] | None) -> dict[str, tuple[bool | None, str]]:
+    """The precondition "fine-tuning lr grids bracketed": every fine-tune's sweep (by digits dev accuracy) has a tried
+    rate on each side of its pick; None (a result written before fine-tunes recorded their sweeps): not checked."""
+    name = "fine-tuning lr grids bracketed"
+    if sweeps is None:
+        return {name: (None, "a result written before the fine-tuning sweeps were recorded")}
+    bad = [", ".join(f"{s['lr']:g} → {100 * s['dev_top1']:.1f}" for s in sw) for sw in sweeps
+           if not bracketed(sw, "dev_top1")]
+    why = (f"{len(bad)} of {len(sweeps)} sweeps not bracketed: " + "; ".join(bad[:3]) + ("; …" if len(bad) > 3 else "")
+           if bad else f"all {len(sweeps)} sweeps have a rate on each side of their pick")
+    return {name: (bool(sweeps) and not bad, why)}
 
 
 def _pooling(res: dict[str, Any]) -> Evidence:
@@ -474,7 +501,7 @@ def judgement_markdown(rule: Rule, ev: Evidence, j: Judgement) -> str:
         lines.append(f"| {p.key} | {e} {p.unit if p.unit != 'points' else ''} | {p.inequality()} | "
                      f"{j.outcomes[p.key]} |")
     for name, (ok, why) in ev.checks.items():
-        lines.append(f"\nPrecondition {name}: {'met' if ok else 'NOT met'} ({why}).")
+        lines.append(f"\nPrecondition {name}: {'not checked' if ok is None else 'met' if ok else 'NOT met'} ({why}).")
     lines += [f"\n{c}." for c in ev.context]
     lines.append(f"\n**Verdict by the rule: {j.verdict}.**")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from vitkit.formats import load_pretrained
 from vitkit.models.flops import model_flops
 from vitkit.reproduce.plan import Pretrain, Scale, finetune_config, model_section, pretrain_config
-from vitkit.reproduce.stats import pick_rate
+from vitkit.reproduce.stats import bracketed, extension, pick_rate
 from vitkit.reproduce.transfer import FewShotEvaluator
 from vitkit.train.config import TrainConfig, config_from_dict
 from vitkit.train.engine import Trainer
@@ -37,6 +37,10 @@ from vitkit.utils.atomic import atomic_write_text
 UNIT_FILE = "unit.json"
 STATE_FILE = "reproduce.json"
 SEED_KEYS = ("pretrain_seeds", "posemb_seeds")  # Scale fields a folder may grow along
+# Scale fields that choose rates, never a unit's meaning: every pre-training unit off the scale's own rate is named by
+# its rate, and a fine-tuning unit's sweep is checked (and extended) each time it is read, so a folder written
+# before tuning keeps every unit it holds
+TUNING_KEYS = ("tune_lrs", "finetune_extend")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Workbench:
         self.jobs = check_int("jobs", jobs)
         self._check_folder()
         self._evaluator: FewShotEvaluator | None = None
+        self.sweeps: dict[Pretrain, list[dict[str, float]]] = {}  # each model's rate sweep (tuning.py), once
         self.bar: tqdm | None = None
 
     def _check_folder(self) -> None:
@@ -88,7 +93,7 @@ class Workbench:
             # a key a later vitkit added to Scale reads as its default in a folder written before it
             scale = {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}
             want = json.loads(json.dumps(doc["scale"]))
-            for k in SEED_KEYS:  # more seeds only add units (each named by its seed): the folder's units still hold
+            for k in SEED_KEYS + TUNING_KEYS:  # more seeds or rates only add units: the folder's units still hold
                 scale.pop(k, None)
                 want.pop(k, None)
             if scale != want:
@@ -125,11 +130,22 @@ class Workbench:
 
     def start(self, units: list[Unit], desc: str) -> None:
         """Open the progress bar over the training steps of `units` (complete ones counted as done)."""
-        unique = self.unique(units)
-        total = sum(unit_steps(u, self.scale) for u in unique)
-        done = sum(unit_steps(u, self.scale) for u in unique if self.done(u))
-        self.bar = tqdm(total=total, initial=done, desc=desc, unit="step", disable=not self.progress,
-                        dynamic_ncols=True)
+        self._counted: set[Path] = set()
+        self.bar = tqdm(total=0, desc=desc, unit="step", disable=not self.progress, dynamic_ncols=True)
+        self.count(units)
+
+    def count(self, units: list[Unit]) -> None:
+        """Add the steps of `units` the bar does not count yet (complete ones as done): units planned once their
+        learning rate is known (tuning.py)."""
+        if self.bar is None:
+            return
+        new = [u for u in self.unique(units) if self.folder(u) not in self._counted]
+        self._counted.update(self.folder(u) for u in new)
+        self.bar.total += sum(unit_steps(u, self.scale) for u in new)
+        done = sum(unit_steps(u, self.scale) for u in new if self.done(u))
+        if done:
+            self.bar.update(done)
+        self.bar.refresh()
 
     def close(self) -> None:
         if self.bar is not None:
@@ -149,10 +165,11 @@ class Workbench:
                        curves=False)
         return out, True
 
-    def _finish(self, unit: Unit, summary: dict[str, Any], trained: bool) -> dict[str, Any]:
+    def _finish(self, unit: Unit, summary: dict[str, Any], steps: int) -> dict[str, Any]:
+        """Write the unit's summary; `steps`: training steps it ran now (the progress bar moves by them)."""
         atomic_write_text(self.folder(unit) / UNIT_FILE, json.dumps(summary, indent=2) + "\n")
-        if self.bar is not None and trained:
-            self.bar.update(unit_steps(unit, self.scale))
+        if self.bar is not None and steps:
+            self.bar.update(steps)
         return summary
 
     def pretrain(self, run: Pretrain) -> dict[str, Any]:
@@ -183,30 +200,44 @@ class Workbench:
             "optimizer": run.optimizer,
             "config": {"model": model_section(run.family, run.size, run.posemb, run.pooling, self.scale.models)},
         }
-        return self._finish(run, summary, trained)
+        return self._finish(run, summary, unit_steps(run, self.scale) if trained else 0)
 
     def finetune(self, ft: Finetune) -> dict[str, Any]:
         """Fine-tune on the digits at each learning rate of the sweep (pre-training the source first if
-        needed); the pick is the best dev accuracy, and its test accuracy is the result."""
+        needed); the pick is the best dev accuracy, and its test accuracy is the result. A sweep whose best lies at
+        an edge is extended past it by the grid's ratio, up to `scale.finetune_extend` rates per side
+        (stats.extension), so the pick is interior; a finished unit whose sweep is not yet bracketed is extended
+        when read again (its rates' folders are read back: only the new rates train)."""
+        sc = self.scale
         path = self.folder(ft) / UNIT_FILE
         if path.is_file():
-            return json.loads(path.read_text())
+            done = json.loads(path.read_text())
+            if extension(done["sweep"], sc.finetune_lrs, sc.finetune_extend, "dev_top1") is None:
+                return done
         src = self.pretrain(ft.source)["model_dir"] if ft.source is not None else ""
-        scratch = None if ft.source is not None else model_section(*ft.scratch, models=self.scale.models)
-        sweep, trained = [], False
-        for lr in self.scale.finetune_lrs:
-            cfg = finetune_config(self.scale, src, lr, ft.img_size, ft.seed, scratch_model=scratch,
-                                  steps=ft.steps or None, device=self.device)
+        scratch = None if ft.source is not None else model_section(*ft.scratch, models=sc.models)
+        steps = ft.steps or sc.finetune_steps
+        sweep: list[dict[str, float]] = []
+        todo, ran_steps = list(sc.finetune_lrs), 0
+        while todo:
+            lr = todo.pop(0)
+            cfg = finetune_config(sc, src, lr, ft.img_size, ft.seed, scratch_model=scratch, steps=ft.steps or None,
+                                  device=self.device)
             out, ran = self._train(ft, cfg, None, self.folder(ft) / f"lr_{lr:g}")
-            trained |= ran
+            if ran and lr not in sc.finetune_lrs and self.bar is not None:
+                self.bar.total += steps  # an extension: steps the plan did not count
+            ran_steps += steps if ran else 0
             result = json.loads((out / "result.json").read_text())
             sweep.append({"lr": lr, "dev_top1": result["dev"]["top1"], "test_top1": result["test"]["top1"],
                           "train_s": result["train_s"]})
+            if not todo and (nxt := extension(sweep, sc.finetune_lrs, sc.finetune_extend, "dev_top1")) is not None:
+                todo.append(nxt)
+        sweep.sort(key=lambda r: r["lr"])
         best = next(r for r in sweep if r["lr"] == pick_rate(sweep, "dev_top1"))
-        summary = {"name": ft.name(self.scale), "source": ft.source.name(self.scale) if ft.source else "scratch",
+        summary = {"name": ft.name(sc), "source": ft.source.name(sc) if ft.source else "scratch",
                    "img_size": ft.img_size, "seed": ft.seed, "lr": best["lr"], "dev_top1": best["dev_top1"],
-                   "test_top1": best["test_top1"], "sweep": sweep}
-        return self._finish(ft, summary, trained)
+                   "test_top1": best["test_top1"], "sweep": sweep, "bracketed": bracketed(sweep, "dev_top1")}
+        return self._finish(ft, summary, ran_steps)
 
     def pretrain_all(self, runs: list[Pretrain]) -> list[dict[str, Any]]:
         """The summaries of `runs`, training those not done: one after another, or `jobs` at a time in worker

@@ -138,3 +138,24 @@ def best_rates(sweep: list[dict[str, float]], key: str = "dev") -> set[float]:
 def pick_rate(sweep: list[dict[str, float]], key: str = "dev") -> float:
     """The sweep's pick: the rate with the best `key`, ties going to the smaller rate."""
     return min(best_rates(sweep, key))
+
+
+def bracketed(sweep: list[dict[str, float]], key: str = "dev") -> bool:
+    """A learning-rate sweep in which every rate reaching the best `key` has a tried rate on each side of it (an
+    edge tied with the best is not bracketed: `best_rates`)."""
+    lrs, wins = sorted(s["lr"] for s in sweep), best_rates(sweep, key)
+    return len(lrs) >= 3 and lrs[0] not in wins and lrs[-1] not in wins
+
+
+def extension(sweep: list[dict[str, float]], grid: tuple[float, ...], extend: int, key: str = "dev") -> float | None:
+    """The next rate to try when the sweep's best (by `key`) lies at an edge of the rates tried: one step past that
+    edge, by the grid's own ratio there (2 for a one-rate grid); None when the best is bracketed or `extend` rates
+    were already added past that edge (the pick then stands unbracketed, and rules.py says so)."""
+    lrs, wins = sorted(s["lr"] for s in sweep), best_rates(sweep, key)
+    ratio = grid[-1] / grid[-2] if len(grid) > 1 else 2.0
+    if lrs[-1] in wins and sum(lr > max(grid) for lr in lrs) < extend:
+        return lrs[-1] * ratio
+    ratio = grid[1] / grid[0] if len(grid) > 1 else 2.0
+    if lrs[0] in wins and sum(lr < min(grid) for lr in lrs) < extend:
+        return lrs[0] / ratio
+    return None
