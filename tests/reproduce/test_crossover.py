@@ -14,7 +14,6 @@ from vitkit.reproduce.crossover import (
     CROSSOVER_SCALES,
     FAMILIES,
     crossing,
-    extension,
     gap_analysis,
     grid_runs,
     matched_flops,
@@ -22,8 +21,8 @@ from vitkit.reproduce.crossover import (
     tuning_runs,
 )
 from vitkit.reproduce.plan import SMOKE, Pretrain
-from vitkit.reproduce.rules import bracketed
 from vitkit.reproduce.runs import STATE_FILE, Workbench
+from vitkit.reproduce.stats import bracketed, extension
 
 
 def test_crossing_is_interpolated_in_log_x_and_needs_the_gap_to_stay_positive() -> None:

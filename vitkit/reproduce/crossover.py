@@ -26,7 +26,8 @@ import numpy as np
 
 from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
 from vitkit.reproduce.runs import Workbench, unit_steps
-from vitkit.reproduce.stats import extension, pick_rate
+from vitkit.reproduce.stats import pick_rate
+from vitkit.reproduce.tuning import sweep_rates
 
 FAMILIES = ("ViT", "ResNet")  # the paper's pairing of matched compute (ViT-B/32 vs ResNet50), here the B models
 
@@ -95,24 +96,19 @@ def tuning_runs(cs: CrossoverScale) -> list[Pretrain]:
             if t not in cs.lr_from for lr in cs.lr_grid]
 
 
-def pick_lr(wb: Workbench, cs: CrossoverScale, family: str, steps: int) -> tuple[float, list[dict[str, float]]]:
-    """The family's rate at this schedule length: the best early-stopping 5-shot digits dev accuracy of the sweep
-    (ties: the smaller rate), with the sweep -- extended past an edge that wins (`extension`, `cs.lr_extend`); a
-    schedule of `lr_from` takes another schedule's pick."""
-    if steps in cs.lr_from:
-        return pick_lr(wb, cs, family, cs.lr_from[steps])[0], []
+def pick_lrs(wb: Workbench, cs: CrossoverScale) -> tuple[dict[tuple[str, int], float], dict[str, list[dict[str, float]]]]:
+    """Each family's rate at each schedule length: the best early-stopping 5-shot digits dev accuracy of its sweep
+    on the largest set, seed 0 (ties: the smaller rate), every sweep extended past an edge that wins
+    (tuning.sweep_rates, `cs.lr_extend`; all sweeps in the same rounds); a schedule of `lr_from` takes another
+    schedule's pick. Returns the picks by (family, steps) and the sweeps by "<family> <steps> steps"."""
     if not cs.lr_grid:
-        raise ValueError(f"crossover scale {cs.name!r}: no learning-rate grid for {steps} steps")
-    key = f"digits_dev_{cs.scale.select_shots}shot"
-    runs = [r for r in tuning_runs(cs) if r.family == family and r.steps == steps]
-    sweep = [{"lr": r.lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]}
-             for r, s in zip(runs, map(wb.pretrain, runs))]
-    while (lr := extension(sweep, cs.lr_grid, cs.lr_extend)) is not None:
-        run = replace(runs[0], lr=lr)
-        s = wb.pretrain(run)
-        sweep.append({"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]})
-    sweep.sort(key=lambda s: s["lr"])
-    return pick_rate(sweep), sweep
+        raise ValueError(f"crossover scale {cs.name!r}: no learning-rate grid")
+    tuned = [t for t in cs.schedules if t not in cs.lr_from]
+    got = sweep_rates(wb, {(f, t): (cs.lr_grid, lambda lr, f=f, t=t: Pretrain(f, "B", images=cs.sizes_at(t)[-1],
+                                                                              steps=t, seed=0, lr=lr))
+                           for f in FAMILIES for t in tuned}, cs.lr_extend)
+    lrs = {(f, t): pick_rate(got[f, cs.lr_from.get(t, t)]) for f in FAMILIES for t in cs.schedules}
+    return lrs, {f"{f} {t:,} steps": got[f, t] for f in FAMILIES for t in tuned}
 
 
 def grid_runs(cs: CrossoverScale, lrs: dict[tuple[str, int], float]) -> list[Pretrain]:
@@ -331,13 +327,7 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
         wb.start(tuning, f"crossover ({cs.name})")
         if wb.bar is not None:
             wb.bar.total += grid_steps
-        wb.pretrain_all(tuning)  # the learning rates first: the grid uses the picks
-        lrs, sweeps = {}, {}
-        for fam in FAMILIES:
-            for t in cs.schedules:
-                lrs[fam, t], sweep = pick_lr(wb, cs, fam, t)
-                if sweep:
-                    sweeps[f"{fam} {t:,} steps"] = sweep
+        lrs, sweeps = pick_lrs(wb, cs)  # the learning rates first: the grid uses the picks
         runs, checks = grid_runs(cs, lrs), seed_check_runs(cs, lrs)
         if wb.bar is not None:
             wb.bar.update(sum(unit_steps(r, cs.scale) for r in runs + checks if r not in tuning and wb.done(r)))

@@ -20,8 +20,7 @@ import torch
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.formats import load_pretrained
 from vitkit.inspect.report import InspectImage, inspect_model
-from vitkit.reproduce import plots
-from vitkit.reproduce import tuning
+from vitkit.reproduce import plots, tuning
 from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, run_crossover
 from vitkit.reproduce.plan import (
     FAMILIES,
@@ -412,7 +411,8 @@ def _size_run(wb: Workbench, out: Path) -> dict[str, Any]:
                          f" | {mean_ci(vals(f, s, big, 'glyph_test_top1')).text()} |")
     lines.append("\nmean [95% CI] over pre-training seeds " + str(list(sc.pretrain_seeds)) + f"; {k}-shot at the "
                  "early-stopping step (digits dev)")
-    return {"rows": rows, "markdown": "\n".join(lines)}
+    tuned = _tuned(wb, [Pretrain(f, s) for f in SIZE_FAMILIES for s in SIZE_SIZES])
+    return {"rows": rows, **tuned, "markdown": _with_sweeps("\n".join(lines), tuned)}
 
 
 # -- 10. Adam vs SGD for the ResNet (appendix D.1, Table 7) ---------------------------------------------
