@@ -130,7 +130,8 @@ SMOKE = Scale(
 # (measured 2026-11-25: 43 min 18 s in four invocations, two of them on a shared machine; REPRODUCTION.md).
 # Smaller than FULL everywhere: 100 glyph classes (32,000 images seen left ViT-B near chance on 1,000), 20,000
 # images (nested subsets of 2,500 and 20,000), 500 steps of batch 64, ViT-L narrower (LAPTOP_MODELS), Fig. 5 over
-# the S and B sizes, shorter fine-tunes.
+# the S and B sizes, shorter fine-tunes. Every supervised model's pre-training rate tuned on {3e-3, 6e-3, 1.2e-2}
+# (tune_lrs; a pick of 6e-3 is the unit the 2026-11-25 run trained at `lrs`), every fine-tuning sweep bracketed.
 LAPTOP = Scale(
     name="laptop", glyph_images=20_000, sizes=(2_500, 20_000), steps=500, batch=64, eval_every=125,
     finetune_steps=150, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),

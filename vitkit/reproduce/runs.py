@@ -62,6 +62,8 @@ Unit = Pretrain | Finetune
 
 
 def unit_steps(unit: Unit, scale: Scale) -> int:
+    """A unit's training steps as the progress bar plans them: a fine-tune's grid rates (an extension past a winning
+    edge adds its steps to the bar when it runs)."""
     if isinstance(unit, Pretrain):
         return unit.steps or scale.steps
     return (unit.steps or scale.finetune_steps) * len(scale.finetune_lrs)
@@ -78,6 +80,7 @@ class Workbench:
         self._check_folder()
         self._evaluator: FewShotEvaluator | None = None
         self.sweeps: dict[Pretrain, list[dict[str, float]]] = {}  # each model's rate sweep (tuning.py), once
+        self._counted: set[Path] = set()  # run folders the progress bar counts
         self.bar: tqdm | None = None
 
     def _check_folder(self) -> None:
@@ -130,7 +133,7 @@ class Workbench:
 
     def start(self, units: list[Unit], desc: str) -> None:
         """Open the progress bar over the training steps of `units` (complete ones counted as done)."""
-        self._counted: set[Path] = set()
+        self._counted = set()
         self.bar = tqdm(total=0, desc=desc, unit="step", disable=not self.progress, dynamic_ncols=True)
         self.count(units)
 
