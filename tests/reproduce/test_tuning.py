@@ -166,5 +166,6 @@ def test_an_unbracketed_sweep_caps_the_verdict_and_legacy_files_keep_theirs() ->
     res["results"]["32px"]["finetune_sweeps"][1] = ft_edge
     assert verdict("hires", res)[2].failed_checks == ["fine-tuning lr grids bracketed"]
     mpp = _laptop("mpp")
-    assert verdict("mpp", {**mpp, "finetune_sweeps": {"scratch": [ft_edge]}})[2].failed_checks == [
+    assert verdict("mpp", {**mpp, "finetune_sweeps": [ft_good] * 2})[2].verdict == verdict("mpp", mpp)[2].verdict
+    assert verdict("mpp", {**mpp, "finetune_sweeps": [ft_good, ft_edge]})[2].failed_checks == [
         "fine-tuning lr grids bracketed"]

@@ -304,8 +304,12 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
     seeds = wb.scale.finetune_seeds
     sup = Pretrain("ViT", "B")
 
+    sweeps: list[list[dict[str, float]]] = []  # every fine-tune's learning-rate sweep (rules.py checks the brackets)
+
     def finetuned(src: Pretrain | None, steps: int = 0) -> dict[str, Any]:
-        return seeded([_ft(wb, Finetune(src, 16, s, steps=steps))["test_top1"] for s in seeds])
+        fts = [_ft(wb, Finetune(src, 16, s, steps=steps)) for s in seeds]
+        sweeps.extend(ft["sweep"] for ft in fts)
+        return seeded([ft["test_top1"] for ft in fts])
 
     scratch, supervised = finetuned(None), finetuned(sup)
     mpp = {n: finetuned(Pretrain("ViT", "B", steps=n, objective="mpp")) for n in wb.scale.mpp_steps}
@@ -324,19 +328,8 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
            "equal_budget_scratch": {str(n): {"steps": budget[n], "top1": equal[n]} for n in budget},
            "masked_colour_test": {str(n): v for n, v in colour.items()}, "majority_colour": floor,
            "fewshot": {"supervised": fewshot_sup, **{f"mpp_{n}": v for n, v in fewshot.items()}},
-           "mpp_pays_from_steps": first_gain, **_tuned(wb, [sup]), "finetune_sweeps": _mpp_sweeps(wb)}
+           "mpp_pays_from_steps": first_gain, **_tuned(wb, [sup]), "finetune_sweeps": sweeps}
     return {**res, "markdown": mpp_markdown({**res, "scale": wb.scale.name})}
-
-
-def _mpp_sweeps(wb: Workbench) -> dict[str, list[list[dict[str, float]]]]:
-    """Every fine-tune of experiment 6 by arm: its learning-rate sweeps (read back; rules.py checks each is
-    bracketed)."""
-    seeds, sup = wb.scale.finetune_seeds, Pretrain("ViT", "B")
-    arms: dict[str, tuple[Pretrain | None, int]] = {"scratch": (None, 0), "supervised": (sup, 0)}
-    arms.update({f"mpp {n}": (Pretrain("ViT", "B", steps=n, objective="mpp"), 0) for n in wb.scale.mpp_steps})
-    arms.update({f"scratch {equal_budget_steps(wb.scale, n)} steps": (None, equal_budget_steps(wb.scale, n))
-                 for n in wb.scale.mpp_steps})
-    return {arm: [_ft(wb, Finetune(src, 16, s, steps=steps))["sweep"] for s in seeds] for arm, (src, steps) in arms.items()}
 
 
 # -- 8. class token vs global average pooling (appendix D.3) ------------------------------------------

@@ -286,8 +286,7 @@ def _mpp(res: dict[str, Any]) -> Evidence:
     if not isinstance(res["scratch"], dict):
         ctx.append(f"the result file kept mean and population std over {n} fine-tuning seeds: differences are "
                    "unpaired (Welch)")
-    ft = res.get("finetune_sweeps")
-    return Evidence(parts, _finetune_checks(None if ft is None else [sw for arm in ft.values() for sw in arm]), ctx)
+    return Evidence(parts, _finetune_checks(res.get("finetune_sweeps")), ctx)
 
 
 def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
