@@ -169,3 +169,23 @@ def test_an_unbracketed_sweep_caps_the_verdict_and_legacy_files_keep_theirs() ->
     assert verdict("mpp", {**mpp, "finetune_sweeps": [ft_good] * 2})[2].verdict == verdict("mpp", mpp)[2].verdict
     assert verdict("mpp", {**mpp, "finetune_sweeps": [ft_good, ft_edge]})[2].failed_checks == [
         "fine-tuning lr grids bracketed"]
+
+
+@pytest.mark.slow
+def test_fine_tunes_run_in_workers_with_their_extensions(tmp_path: Path) -> None:
+    """`--jobs 2` fine-tunes in worker processes too: the same sweeps (extension included) as one after another."""
+    scale = replace(SMOKE, finetune_lrs=(0.02, 0.05), finetune_extend=1, finetune_steps=20)
+    fts = [Finetune(None, 16, seed) for seed in (0, 1)]
+    par = Workbench(tmp_path / "par", scale, progress=False, jobs=2).finetune_all(fts)
+    threads = torch.get_num_threads()
+    try:  # one thread, as the workers: a busy 2-core machine thrashes two spinning threads
+        torch.set_num_threads(1)
+        seq = Workbench(tmp_path / "seq", scale, progress=False).finetune_all(fts)
+    finally:
+        torch.set_num_threads(threads)
+    for p, s in zip(par, seq):
+        assert [r["lr"] for r in p["sweep"]] == [r["lr"] for r in s["sweep"]] and len(p["sweep"]) > 2
+        # the workers train with one thread, this process with its own: equal within float reordering
+        assert [r["dev_top1"] for r in p["sweep"]] == pytest.approx([r["dev_top1"] for r in s["sweep"]], abs=0.05)
+    wb = Workbench(tmp_path / "par", scale, progress=False, jobs=2)
+    assert not any(wb._extends(f) for f in fts)  # bracketed or spent: nothing left to train

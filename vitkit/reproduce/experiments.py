@@ -486,8 +486,9 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
         tuning.tune(wb, sources)  # every model's rate first: all grids in one round, then their extensions
         units = [tuning.resolve(wb, u) for u in units]
         wb.count(units)
-        if jobs > 1:  # the planned pre-training runs first, `jobs` at a time; the experiments then read them back
-            wb.pretrain_all([u for u in units if isinstance(u, Pretrain)])
+        if jobs > 1:  # the planned runs first, `jobs` at a time (pre-training, then fine-tuning); the experiments
+            wb.pretrain_all([u for u in units if isinstance(u, Pretrain)])  # then read them back
+            wb.finetune_all([u for u in units if isinstance(u, Finetune)])
         for n in names:
             exp = EXPERIMENTS[n]
             folder = Path(out) / n

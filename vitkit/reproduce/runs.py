@@ -245,19 +245,53 @@ class Workbench:
     def pretrain_all(self, runs: list[Pretrain]) -> list[dict[str, Any]]:
         """The summaries of `runs`, training those not done: one after another, or `jobs` at a time in worker
         processes (small models leave a GPU or several cores idle; each worker takes cores // jobs threads)."""
-        todo = [r for r in self.unique(runs) if not self.done(r)]  # one worker per run folder, never two
-        if self.jobs > 1 and len(todo) > 1:
-            threads = max(1, torch.get_num_threads() // self.jobs)
-            ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
-            with _thread_env(threads), ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
-                futures = {pool.submit(_pretrain_in_worker, str(self.out), self.scale, r, self.device, threads): r
-                           for r in todo}
-                for f in as_completed(futures):
-                    f.result()  # a failed run fails the reproduction, naming its error
-                    if self.bar is not None:
-                        self.bar.update(unit_steps(futures[f], self.scale))
-                        self.bar.set_postfix_str(futures[f].name(self.scale)[:60])
+        self._in_workers([r for r in self.unique(runs) if not self.done(r)])
         return [self.pretrain(r) for r in runs]
+
+    def finetune_all(self, fts: list[Finetune]) -> list[dict[str, Any]]:
+        """The summaries of `fts`, as `pretrain_all` (their sources pre-trained first): fine-tunes not done, or whose
+        sweep still extends past a winning edge, run `jobs` at a time."""
+        todo = [f for f in self.unique(fts) if self._extends(f)]
+        self.pretrain_all([f.source for f in todo if f.source is not None])
+        self._in_workers(todo)
+        return [self.finetune(f) for f in fts]
+
+    def _extends(self, ft: Finetune) -> bool:
+        """Whether a fine-tune has rates left to train: not done, or its sweep not yet bracketed and extensible."""
+        return self._rates(ft) is None or extension(self._read(ft)["sweep"], self.scale.finetune_lrs,
+                                                    self.scale.finetune_extend, "dev_top1") is not None
+
+    def _read(self, unit: Unit) -> dict[str, Any]:
+        return json.loads((self.folder(unit) / UNIT_FILE).read_text())
+
+    def _rates(self, ft: Finetune) -> int | None:
+        """How many rates a finished fine-tune's sweep holds (None: not finished)."""
+        return len(self._read(ft)["sweep"]) if self.done(ft) else None
+
+    def _in_workers(self, todo: list[Unit]) -> None:
+        """Train `todo` (distinct run folders) `jobs` at a time in worker processes; with one job, or one unit, the
+        callers train them in this process instead."""
+        if self.jobs < 2 or len(todo) < 2:
+            return
+        before = {self.folder(u): self._rates(u) for u in todo if isinstance(u, Finetune)}
+        threads = max(1, torch.get_num_threads() // self.jobs)
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
+        with _thread_env(threads), ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(_unit_in_worker, str(self.out), self.scale, u, self.device, threads): u
+                       for u in todo}
+            for f in as_completed(futures):
+                f.result()  # a failed run fails the reproduction, naming its error
+                u = futures[f]
+                if self.bar is None:
+                    continue
+                if isinstance(u, Finetune):  # the rates it trained; those past the grid were not planned
+                    was, each = before[self.folder(u)], u.steps or self.scale.finetune_steps
+                    new = (self._rates(u) or 0) - (was or 0)
+                    self.bar.total += each * (new - (len(self.scale.finetune_lrs) if was is None else 0))
+                    self.bar.update(each * new)
+                else:
+                    self.bar.update(unit_steps(u, self.scale))
+                self.bar.set_postfix_str(u.name(self.scale)[:60])
 
 
 @contextmanager
@@ -277,9 +311,13 @@ def _thread_env(threads: int) -> Iterator[None]:
                 os.environ[n] = v
 
 
-def _pretrain_in_worker(out: str, scale: Scale, run: Pretrain, device: str, threads: int) -> None:
+def _unit_in_worker(out: str, scale: Scale, unit: Unit, device: str, threads: int) -> None:
     torch.set_num_threads(threads)
-    Workbench(out, scale, progress=False, device=device).pretrain(run)
+    wb = Workbench(out, scale, progress=False, device=device)
+    if isinstance(unit, Pretrain):
+        wb.pretrain(unit)
+    else:
+        wb.finetune(unit)
 
 
 def _device_kind(device: str) -> str:
