@@ -212,11 +212,8 @@ class Workbench:
         (stats.extension), so the pick is interior; a finished unit whose sweep is not yet bracketed is extended
         when read again (its rates' folders are read back: only the new rates train)."""
         sc = self.scale
-        path = self.folder(ft) / UNIT_FILE
-        if path.is_file():
-            done = json.loads(path.read_text())
-            if extension(done["sweep"], sc.finetune_lrs, sc.finetune_extend, "dev_top1") is None:
-                return done
+        if not self._extends(ft):
+            return self._read(ft)
         src = self.pretrain(ft.source)["model_dir"] if ft.source is not None else ""
         scratch = None if ft.source is not None else model_section(*ft.scratch, models=sc.models)
         steps = ft.steps or sc.finetune_steps
