@@ -12,9 +12,9 @@ import torch
 
 from vitkit.formats import load_pretrained
 from vitkit.reproduce.experiments import _mpp_pretrain, run_experiments
-from vitkit.reproduce.plan import SMOKE, Pretrain
+from vitkit.reproduce.plan import LAPTOP, SMOKE, Pretrain
 from vitkit.reproduce.rules import MPP_RATE, verdict
-from vitkit.reproduce.runs import Finetune, Workbench
+from vitkit.reproduce.runs import STATE_FILE, Finetune, Workbench
 from vitkit.reproduce.stats import pick_rate, seeded
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reproduce"
@@ -75,3 +75,15 @@ def test_files_from_before_the_seeds_keep_their_verdicts(path: str, beats: tuple
     assert j.verdict == "partly reproduces" and ev.checks[MPP_RATE][0]
     e = ev.parts["beats_scratch"]
     assert [round(100 * v, 1) for v in (e.mean, e.lo, e.hi)] == list(beats)
+
+
+def test_a_folder_written_before_the_mpp_rate_grid_existed_is_still_the_laptop_scale(tmp_path: Path) -> None:
+    """/work/runs/laptop100-style folders keep the scale of their day; a key added later (mpp_lrs, a tuple) reads as
+    its default, and must compare equal to the run's own (a list once written as JSON)."""
+    old = json.loads(json.dumps(LAPTOP.to_dict()))
+    del old["mpp_lrs"]
+    (tmp_path / STATE_FILE).write_text(json.dumps({"scale": old, "device": "cpu"}))
+    Workbench(tmp_path, LAPTOP, progress=False)  # accepted: its units still hold
+    other = dataclasses.replace(LAPTOP, mpp_lrs=(1e-3,))
+    with pytest.raises(ValueError, match="with other settings"):
+        Workbench(tmp_path, other, progress=False)
