@@ -15,9 +15,17 @@ of its own (a `Workbench` at LAPTOP with a widened fine-tuning grid), and writes
 4. MPP's pre-training rate on a bracketed grid (the paper: Adam at 2e-4 with batch 4096, appendix B.1.2; the
    reproduction used the supervised 6e-3), each fine-tuned on a widened grid (0.003..0.1).
 
-    nice -n 19 python benchmarks/mpp_diagnose.py --work /tmp/mpp_diag --out benchmarks/results/mpp_diagnose.json
+The committed results (REPRODUCTION.md, section 6, "Diagnosis") came from two invocations; the second reuses the
+first's pre-training runs (a `pretrain` symlink into its work folder) and widens the fine-tuning grid to bracket it:
 
-About 10 CPU-minutes on one core (the untimed kind of run: no lock needed, run it at nice 19).
+    nice -n 19 python benchmarks/mpp_diagnose.py --work /tmp/mpp_diag --seeds 0 1 2 \
+        --out benchmarks/results/mpp_diagnose.json
+    mkdir /tmp/mpp_diag3 && ln -s /tmp/mpp_diag/pretrain /tmp/mpp_diag3/pretrain
+    nice -n 19 python benchmarks/mpp_diagnose.py --work /tmp/mpp_diag3 --seeds 0 1 2 --mpp-lrs 6e-4 6e-3 \
+        --finetune-lrs 0.03 0.1 0.3 1.0 --out benchmarks/results/mpp_diagnose_ft_to_1.json
+
+The first takes about 15 CPU-minutes (13 pre-training runs, 16 five-rate fine-tuning sweeps), the second about 5.
+They measure accuracy, not time: run them at nice 19 without the benchmark lock.
 """
 
 from __future__ import annotations
