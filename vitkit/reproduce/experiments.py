@@ -301,7 +301,8 @@ def colour_distribution(scale: Scale) -> np.ndarray:
 
     test = glyphs(glyph_test_size(scale.glyph_images), scale.glyph_classes, IMG_SIZE, 0, "test")
     targets = mean_colour_targets(test.images.float() / 255, MODEL_SETS[scale.models]["ViT"]["B"]["patch_size"])
-    return (torch.bincount(targets.flatten(), minlength=8).double() / targets.numel()).numpy()
+    return (torch.bincount(targets.flatten(), minlength=2**3).double()  # one grey channel, 3 bits
+             / targets.numel()).numpy()
 
 
 def majority_colour(scale: Scale) -> float:
