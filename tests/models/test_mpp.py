@@ -145,6 +145,16 @@ def test_engine_pretrains_with_mpp_then_finetunes(tmp_path) -> None:
             assert torch.equal(v, state[f"vit.{k}"]), k
         ft = load_config("digits_finetune", SMALL + ["schedule.steps=10", "schedule.warmup_steps=2", "train.eval_every=0",
                                                      f"model.pretrained='{tmp_path / 'mpp' / 'model'}'"])
+        from vitkit.train.run import build_model
+
+        start = build_model(ft.model, [str(i) for i in range(10)], 1, ft.data)  # what the fine-tune starts from
+        saved = vit.state_dict()
+        for k, v in start.state_dict().items():  # the encoder MPP trained: class token, blocks, final LN
+            assert k.startswith("head.") or k == "pos_embed" or torch.equal(v, saved[k]), k
+        # at 16 px the 2x2 E_pos grid is resampled to 4x4 (§3.2); the class token's embedding is MPP's own
+        assert torch.equal(start.pos_embed[:, 0], saved["pos_embed"][:, 0])
+        assert start.head.out_features == 10 and not start.head.weight.any()  # a new zero head, nothing of MPP's
+        assert start.preprocess.mean == vit.preprocess.mean and start.preprocess.std == vit.preprocess.std
         out = run_experiment(ft, tmp_path / "ft", progress=False)
         assert out["steps"] == 10 and "test" in out  # the usual fine-tuning path takes the MPP encoder
     finally:

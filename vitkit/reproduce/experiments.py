@@ -281,55 +281,96 @@ def _posemb_run(wb: Workbench, out: Path) -> dict[str, Any]:
 
 # -- 6. masked patch prediction (§4.6) -----------------------------------------------------------------
 
+def _mpp_pretrain(scale: Scale, steps: int, lr: float, seed: int = 0) -> Pretrain:
+    """An MPP pre-training run; at the supervised ViT-B's rate it is the run named without a rate (the only rate
+    before MPP's was tuned, so those runs are reused)."""
+    return Pretrain("ViT", "B", steps=steps, objective="mpp", lr=0.0 if lr == scale.lrs["ViT"] else lr, seed=seed)
+
+
+def _mpp_supervised(scale: Scale, seed: int) -> Pretrain:
+    """The supervised arm: ViT-B pre-trained on the labelled glyphs with pre-training seed `seed`."""
+    return Pretrain("ViT", "B", seed=seed)
+
+
 def _mpp_units(scale: Scale) -> list[Unit]:
-    sup = Pretrain("ViT", "B")
-    mpps = [Pretrain("ViT", "B", steps=n, objective="mpp") for n in scale.mpp_steps]
-    fts = [Finetune(src, 16, seed) for src in [None, sup, *mpps] for seed in scale.finetune_seeds]
+    """The MPP rate grid at the longest length (seed 0, each fine-tuned with seed 0), the supervised arm's and the
+    scratch runs' seeds; the seeds of MPP at the picked rate are known only after the sweep (`_mpp_run`)."""
+    seeds = scale.finetune_seeds
+    grid = [_mpp_pretrain(scale, max(scale.mpp_steps), lr) for lr in scale.mpp_lrs]
+    sups = [_mpp_supervised(scale, s) for s in seeds]
+    fts = [Finetune(r, 16, 0) for r in grid] + [Finetune(None, 16, s) for s in seeds]
+    fts += [Finetune(sup, 16, s) for s, sup in zip(seeds, sups)]
     equal = [Finetune(None, 16, seed, steps=equal_budget_steps(scale, n)) for n in scale.mpp_steps
-             for seed in scale.finetune_seeds]  # from scratch with each MPP run's whole budget
-    return [sup, *mpps, *fts, *equal]
+             for seed in seeds]  # from scratch with each MPP run's whole budget
+    return [*grid, *sups, *fts, *equal]
+
+
+def _mpp_tune(wb: Workbench, steps: int) -> tuple[float, list[dict[str, float]]]:
+    """MPP's pre-training rate at `steps`: the rule's metric on dev (digits dev accuracy after fine-tuning, MPP seed 0
+    fine-tuned with seed 0) over the scale's grid, extended past an edge that wins; the pick and the sweep."""
+    def finetuned_dev(wb: Workbench, runs: list[Pretrain]) -> list[dict[str, float]]:
+        fts = wb.finetune_all([Finetune(r, 16, 0) for r in runs])  # their pre-training first, `jobs` at a time
+        return [{"dev": ft["dev_top1"], "test": ft["test_top1"]} for ft in fts]
+
+    sweep = tuning.sweep_rates(wb, {"mpp": (wb.scale.mpp_lrs, lambda lr: _mpp_pretrain(wb.scale, steps, lr))},
+                               score=finetuned_dev)["mpp"]
+    return pick_rate(sweep), sweep
+
+
+def colour_distribution(scale: Scale) -> np.ndarray:
+    """The frequency of each 3-bit mean colour (§4.6's targets) over the glyph test patches: MPP's floors are its
+    maximum (the majority colour's accuracy) and its entropy (the loss of the best constant prediction)."""
+    from vitkit.models.mpp import mean_colour_targets
+
+    test = glyphs(glyph_test_size(scale.glyph_images), scale.glyph_classes, IMG_SIZE, 0, "test")
+    targets = mean_colour_targets(test.images.float() / 255, MODEL_SETS[scale.models]["ViT"]["B"]["patch_size"])
+    return (torch.bincount(targets.flatten(), minlength=2**3).double()  # one grey channel, 3 bits
+             / targets.numel()).numpy()
 
 
 def majority_colour(scale: Scale) -> float:
     """The masked-colour accuracy of always predicting the most frequent 3-bit colour of the glyph test patches:
     the floor an MPP model's colour accuracy must clear to show it learned something (§4.6's targets)."""
-    from vitkit.models.mpp import mean_colour_targets
-
-    test = glyphs(glyph_test_size(scale.glyph_images), scale.glyph_classes, IMG_SIZE, 0, "test")
-    targets = mean_colour_targets(test.images.float() / 255, MODEL_SETS[scale.models]["ViT"]["B"]["patch_size"])
-    return float(torch.bincount(targets.flatten()).max() / targets.numel())
+    return float(colour_distribution(scale).max())
 
 
 def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
-    seeds = wb.scale.finetune_seeds
-    sup = Pretrain("ViT", "B")
+    """§4.6 with seeds: MPP's rate picked on dev at the longest length (`_mpp_tune`), then seed i of every arm --
+    MPP and supervised pre-training seed i fine-tuned with fine-tuning seed i, from scratch fine-tuning seed i."""
+    sc = wb.scale
+    seeds, k = sc.finetune_seeds, sc.select_shots
+    lr, sweep = _mpp_tune(wb, max(sc.mpp_steps))
+    runs = {n: [_mpp_pretrain(sc, n, lr, s) for s in seeds] for n in sc.mpp_steps}
+    sups = [tuning.resolve(wb, _mpp_supervised(sc, s)) for s in seeds]  # ViT-B at its tuned rate
+    got = iter(wb.pretrain_all([r for rs in runs.values() for r in rs] + sups))  # `jobs` at a time
+    pre = {n: [next(got) for _ in rs] for n, rs in runs.items()}
+    sup_sums = [next(got) for _ in sups]
 
     sweeps: list[list[dict[str, float]]] = []  # every fine-tune's learning-rate sweep (rules.py checks the brackets)
 
-    def finetuned(src: Pretrain | None, steps: int = 0) -> dict[str, Any]:
-        fts = [_ft(wb, Finetune(src, 16, s, steps=steps)) for s in seeds]
+    def finetuned(srcs: list[Pretrain | None], steps: int = 0) -> dict[str, Any]:
+        fts = [_ft(wb, Finetune(src, 16, s, steps=steps)) for src, s in zip(srcs, seeds)]
         sweeps.extend(ft["sweep"] for ft in fts)
         return seeded([ft["test_top1"] for ft in fts])
 
-    scratch, supervised = finetuned(None), finetuned(sup)
-    mpp = {n: finetuned(Pretrain("ViT", "B", steps=n, objective="mpp")) for n in wb.scale.mpp_steps}
-    budget = {n: equal_budget_steps(wb.scale, n) for n in wb.scale.mpp_steps}
-    equal = {n: finetuned(None, budget[n]) for n in wb.scale.mpp_steps}
-    colour = {n: wb.pretrain(Pretrain("ViT", "B", steps=n, objective="mpp"))["glyph_test_top1"]
-              for n in wb.scale.mpp_steps}
-    floor = majority_colour(wb.scale)
-    k = wb.scale.select_shots
-    fewshot = {n: wb.pretrain(Pretrain("ViT", "B", steps=n, objective="mpp"))["final"][f"digits_test_{k}shot"]
-               for n in wb.scale.mpp_steps}
-    fewshot_sup = _pre(wb, sup)["final"][f"digits_test_{k}shot"]
+    scratch, supervised = finetuned([None] * len(seeds)), finetuned(sups)
+    mpp = {n: finetuned(rs) for n, rs in runs.items()}
+    budget = {n: equal_budget_steps(sc, n) for n in sc.mpp_steps}
+    equal = {n: finetuned([None] * len(seeds), budget[n]) for n in sc.mpp_steps}
+    colour = {n: seeded([s["glyph_test_top1"] for s in pre[n]]) for n in sc.mpp_steps}
+    fewshot = {n: seeded([s["final"][f"digits_test_{k}shot"] for s in pre[n]]) for n in sc.mpp_steps}
+    fewshot_sup = seeded([s["final"][f"digits_test_{k}shot"] for s in sup_sums])
     first_gain = next((n for n, v in mpp.items() if paired(v["values"], scratch["values"]).lo > 0), None)
-    res = {"scratch": scratch, "scratch_steps": wb.scale.finetune_steps, "supervised": supervised,
+    res = {"seeds": list(seeds), "pairing": "seed i: MPP and supervised pre-training seed i fine-tuned with "
+           "fine-tuning seed i; from scratch: fine-tuning seed i",
+           "mpp_lr": lr, "mpp_lr_sweep": sweep, "mpp_lr_grid": list(sc.mpp_lrs),
+           "scratch": scratch, "scratch_steps": sc.finetune_steps, "supervised": supervised,
            "mpp": {str(n): v for n, v in mpp.items()},
            "equal_budget_scratch": {str(n): {"steps": budget[n], "top1": equal[n]} for n in budget},
-           "masked_colour_test": {str(n): v for n, v in colour.items()}, "majority_colour": floor,
+           "masked_colour_test": {str(n): v for n, v in colour.items()}, "majority_colour": majority_colour(sc),
            "fewshot": {"supervised": fewshot_sup, **{f"mpp_{n}": v for n, v in fewshot.items()}},
-           "mpp_pays_from_steps": first_gain, **_tuned(wb, [sup]), "finetune_sweeps": sweeps}
-    return {**res, "markdown": mpp_markdown({**res, "scale": wb.scale.name})}
+           "mpp_pays_from_steps": first_gain, **_tuned(wb, sups), "finetune_sweeps": sweeps}
+    return {**res, "markdown": mpp_markdown({**res, "scale": sc.name})}
 
 
 # -- 8. class token vs global average pooling (appendix D.3) ------------------------------------------

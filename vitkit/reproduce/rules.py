@@ -273,20 +273,44 @@ def _posemb(res: dict[str, Any]) -> Evidence:
     return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx)
 
 
+MPP_RATE = "MPP's rate bracketed where swept"
+
+
 def _mpp(res: dict[str, Any]) -> Evidence:
+    """MPP (longest) against scratch given the same compute and against supervised pre-training, paired by seed: by
+    the seeds the file names (seed i of every arm: pre-training seed i fine-tuned with seed i), else by fine-tuning
+    seed (files before 2026-11-26: one pre-training run per arm), else Welch on [mean, std] pairs."""
     n = legacy_seeds(res, "finetune_seeds")
+    seeds = res.get("seeds")
+
+    def diff(a: Any, b: Any) -> Estimate:
+        if seeds is not None:
+            return paired_by_seed(dict(zip(seeds, a["values"])), dict(zip(seeds, b["values"])))
+        return _diff(a, b, n)
+
     longest = max(res["mpp"], key=int)
-    parts = {"beats_scratch": _diff(res["mpp"][longest], res["equal_budget_scratch"][longest]["top1"], n),
-             "behind_supervised": _diff(res["mpp"][longest], res["supervised"], n)}
+    parts = {"beats_scratch": diff(res["mpp"][longest], res["equal_budget_scratch"][longest]["top1"]),
+             "behind_supervised": diff(res["mpp"][longest], res["supervised"])}
     ctx = [f"MPP {longest} steps; from scratch with the same total compute: "
            f"{res['equal_budget_scratch'][longest]['steps']} fine-tuning steps",
            f"against the usual {scratch_steps(res)}-step scratch run (a fraction of the compute; not part of the "
            "verdict): "
-           f"{_diff(res['mpp'][longest], res['scratch'], n).text(signed=True)}"]
+           f"{diff(res['mpp'][longest], res['scratch']).text(signed=True)}"]
+    if seeds is not None:
+        ctx.append(f"paired by seed {seeds}: {res.get('pairing', 'seed i of every arm')}")
+    else:
+        ctx.append("one MPP and one supervised pre-training run (seed 0); seeds at fine-tuning only")
     if not isinstance(res["scratch"], dict):
         ctx.append(f"the result file kept mean and population std over {n} fine-tuning seeds: differences are "
                    "unpaired (Welch)")
-    return Evidence(parts, _finetune_checks(res.get("finetune_sweeps")), ctx)
+    if "mpp_lr_sweep" in res:
+        sweep = res["mpp_lr_sweep"]
+        ok: bool | None = bracketed(sweep)
+        why = ("MPP pre-training rate (digits dev after fine-tuning, seed 0): "
+               + ", ".join(f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in sweep) + f"; picked {res['mpp_lr']:g}")
+    else:  # the file's runs used the supervised ViT-B's rate for MPP: nothing was swept, so nothing to check
+        ok, why = None, "not checked: no sweep in this file (files before 2026-11-26 ran MPP at the supervised rate)"
+    return Evidence(parts, {**_finetune_checks(res.get("finetune_sweeps")), MPP_RATE: (ok, why)}, ctx)
 
 
 def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -389,10 +413,13 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          (Part("beats_scratch", "MPP (longest) − from scratch with the same total compute", "greater"),
           Part("behind_supervised", "MPP (longest) − supervised pre-training", "less")),
          "digits test accuracy after fine-tuning",
-         "the longest MPP run (named in advance); fine-tuning learning rate picked on the digits dev split from a "
-         "sweep bracketed on both sides",
-         f"at least {MIN_SEEDS} fine-tuning seeds; 95% t-interval of the difference (paired by seed where kept, "
-         "else Welch)", preconditions=("fine-tuning lr grids bracketed",)),
+         "the longest MPP run (named in advance); MPP's pre-training rate picked at that length on a grid extended "
+         "past an edge that wins, by the digits dev accuracy after fine-tuning (seed 0); fine-tuning learning rate "
+         "picked on the digits dev split from a sweep bracketed on both sides",
+         f"at least {MIN_SEEDS} seeds (from 2026-11-26: MPP and supervised pre-training seed i fine-tuned with "
+         "seed i; earlier files: one pre-training run per arm, fine-tuning seeds only); 95% t-interval of the "
+         "difference (paired by seed where kept, else Welch)",
+         preconditions=("fine-tuning lr grids bracketed", MPP_RATE)),
     Rule("pooling", "a class token and global average pooling work equally well, each with its own learning rate "
          "(appendix D.3, Fig. 9)",
          (Part("same", "global average pooling − class token", "equivalent", 0.02),),

@@ -94,7 +94,8 @@ class Workbench:
             except ValueError as e:
                 raise ValueError(f"{path}: not readable JSON ({e}); choose another --out") from e
             # a key a later vitkit added to Scale reads as its default in a folder written before it
-            scale = {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}
+            scale = json.loads(json.dumps(  # as JSON writes it: a default tuple reads as the list a folder keeps
+                {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}))
             want = json.loads(json.dumps(doc["scale"]))
             for k in SEED_KEYS + TUNING_KEYS:  # more seeds or rates only add units: the folder's units still hold
                 scale.pop(k, None)

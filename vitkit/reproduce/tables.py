@@ -35,9 +35,16 @@ def ci_text(a: dict[str, Any], b: dict[str, Any] | None = None) -> str:
     return mean_ci(a["values"]).text() if b is None else paired(a["values"], b["values"]).text(signed=True)
 
 
+def _value(v: Any) -> str:
+    """A figure kept as one number (files before 2026-11-26) or per seed (its mean [95% CI])."""
+    return ci_text(v) if isinstance(v, dict) else _pct(v)
+
+
 def mpp_markdown(res: dict[str, Any]) -> str | None:
-    """§4.6's table: fine-tuned accuracy per initialisation, mean [95% CI] over fine-tuning seeds, differences paired
-    by seed. None for a result file that kept [mean, std] pairs, not the seeds (its own table says so)."""
+    """§4.6's table: fine-tuned accuracy per initialisation, mean [95% CI] over seeds, differences paired by seed
+    (files from 2026-11-26 on: MPP and supervised pre-training seed i fine-tuned with seed i, MPP at the rate picked
+    on dev; earlier files: one pre-training run per arm, fine-tuning seeds only). None for a result file that kept
+    [mean, std] pairs, not the seeds (its own table says so)."""
     scratch, supervised = res["scratch"], res["supervised"]
     if not isinstance(scratch, dict):
         return None
@@ -45,19 +52,25 @@ def mpp_markdown(res: dict[str, Any]) -> str | None:
         raise ValueError(f"an MPP result of scale {res.get('scale')!r}: its shots and schedule are unknown")
     scale = SCALES[res["scale"]]
     k, sup_steps = scale.select_shots, scale.steps  # the supervised model: experiment 6's Pretrain("ViT", "B")
-    lines = ["| initialisation | digits test accuracy after fine-tuning (mean [95% CI] over fine-tuning seeds) | "
+    seeds = "seeds (pre-training seed i fine-tuned with seed i)" if "seeds" in res else "fine-tuning seeds"
+    lines = [f"| initialisation | digits test accuracy after fine-tuning (mean [95% CI] over {seeds}) | "
              "vs scratch (points) | from scratch with the same total compute | vs that (points) | masked-colour "
              f"test accuracy (majority colour: {_pct(res['majority_colour'])}) | {k}-shot digits of the frozen "
              "features |", "|---|---:|---:|---:|---:|---:|---:|",
              f"| from scratch ({scratch_steps(res)} steps) | {ci_text(scratch)} | | | | | |"]
+    rate = f" (lr {res['mpp_lr']:g})" if "mpp_lr" in res else ""
     for n in sorted(res["mpp"], key=int):
         v, eq = res["mpp"][n], res["equal_budget_scratch"][n]
-        lines.append(f"| MPP, {n} steps on glyphs | {ci_text(v)} | {ci_text(v, scratch)} | {ci_text(eq['top1'])} ({eq['steps']} "
-                     f"steps) | {ci_text(v, eq['top1'])} | {_pct(res['masked_colour_test'][n])} | "
-                     f"{_pct(res['fewshot'][f'mpp_{n}'])} |")
+        lines.append(f"| MPP, {n} steps on glyphs{rate} | {ci_text(v)} | {ci_text(v, scratch)} | {ci_text(eq['top1'])} "
+                     f"({eq['steps']} steps) | {ci_text(v, eq['top1'])} | {_value(res['masked_colour_test'][n])} | "
+                     f"{_value(res['fewshot'][f'mpp_{n}'])} |")
     lines.append(f"| supervised on glyphs, {sup_steps} steps | {ci_text(supervised)} | {ci_text(supervised, scratch)} | | | | "
-                 f"{_pct(res['fewshot']['supervised'])} |")
-    lines.append("\nmean [95% CI] over fine-tuning seeds; differences paired by fine-tuning seed (points)")
+                 f"{_value(res['fewshot']['supervised'])} |")
+    lines.append(f"\nmean [95% CI] over {seeds}; differences paired by seed (points)")
+    if "mpp_lr_sweep" in res:
+        lines.append(f"\nMPP's pre-training rate, picked at {max(map(int, res['mpp']))} steps by the digits dev "
+                     "accuracy after fine-tuning (MPP seed 0, fine-tuning seed 0): " + ", ".join(
+                         f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in res["mpp_lr_sweep"]) + f"; picked {res['mpp_lr']:g}")
     return "\n".join(lines)
 
 

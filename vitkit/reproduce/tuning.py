@@ -53,13 +53,21 @@ def is_tuned(scale: Scale, run: Pretrain, own: tuple[float, ...] = ()) -> bool:
     return run.objective == "classify" and not run.lr and bool(rate_grid(scale, run, own))
 
 
+def fewshot_dev(wb: Workbench, runs: list[Pretrain]) -> list[dict[str, float]]:
+    """The default score of a sweep's runs: each run's early-stopping 5-shot digits dev accuracy (`dev`) and its glyph
+    test accuracy, the runs trained `wb.jobs` at a time."""
+    key = f"digits_dev_{wb.scale.select_shots}shot"
+    return [{"dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]} for s in wb.pretrain_all(runs)]
+
+
 def sweep_rates(wb: Workbench, variants: dict[Hashable, tuple[tuple[float, ...], Callable[[float], Pretrain]]],
-                extend: int = LR_EXTEND) -> dict[Hashable, Sweep]:
+                extend: int = LR_EXTEND,
+                score: Callable[[Workbench, list[Pretrain]], list[dict[str, float]]] = fewshot_dev,
+                ) -> dict[Hashable, Sweep]:
     """Each variant's sweep: `variants` maps a name to (grid, `at(lr)`: its run at a rate). Every variant's grid
     trains in one round (`wb.pretrain_all`: `wb.jobs` at a time), then every variant's next extension in the next
     round, until each best is bracketed or its extension spent. A sweep row: the rate, its early-stopping 5-shot
     digits dev accuracy and its glyph test accuracy; sorted by rate."""
-    key = f"digits_dev_{wb.scale.select_shots}shot"
     sweeps: dict[Hashable, Sweep] = {name: [] for name in variants}
     todo = {name: list(grid) for name, (grid, _) in variants.items()}
     while todo:
@@ -67,8 +75,8 @@ def sweep_rates(wb: Workbench, variants: dict[Hashable, tuple[tuple[float, ...],
         if wb.bar is not None:  # the plan counted the grids; an extension adds its run
             wb.bar.total += sum(r.steps or wb.scale.steps for (name, lr), r in runs.items()
                                 if lr not in variants[name][0])
-        for (name, lr), s in zip(runs, wb.pretrain_all(list(runs.values()))):
-            sweeps[name].append({"lr": lr, "dev": s["best"][key], "glyph_test_top1": s["glyph_test_top1"]})
+        for (name, lr), row in zip(runs, score(wb, list(runs.values()))):
+            sweeps[name].append({"lr": lr, **row})
         todo = {}
         for name, (grid, _) in variants.items():
             if (lr := extension(sweeps[name], grid, extend)) is not None:
