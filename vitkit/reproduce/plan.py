@@ -120,6 +120,7 @@ FULL = Scale(
     name="full", glyph_images=100_000, sizes=(1_563, 6_250, 25_000, 100_000), steps=1000, batch=128, eval_every=250,
     finetune_steps=300, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
     posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2), finetune_extend=2,
+    tune_lrs=(3e-3, 6e-3, 1.2e-2),  # every model's own rate, as the laptop's (its B models' sweep: 6e-3 interior)
 )
 # The smoke scale: tiny models (TINY_MODELS), 4 pre-training steps, 120 transfer images per split; its fine-tunes
 # still learn the digits (40 SGD steps at 0.05; tests/reproduce/test_reproduce.py asserts at least twice chance), so
