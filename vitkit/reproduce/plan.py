@@ -119,7 +119,7 @@ class Scale:
 FULL = Scale(
     name="full", glyph_images=100_000, sizes=(1_563, 6_250, 25_000, 100_000), steps=1000, batch=128, eval_every=250,
     finetune_steps=300, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
-    posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2), finetune_extend=2,
+    posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2), finetune_extend=4,
     tune_lrs=(3e-3, 6e-3, 1.2e-2),  # every model's own rate, as the laptop's (its B models' sweep: 6e-3 interior)
 )
 # The smoke scale: tiny models (TINY_MODELS), 4 pre-training steps, 120 transfer images per split; its fine-tunes
@@ -141,7 +141,7 @@ LAPTOP = Scale(
     name="laptop", glyph_images=20_000, sizes=(2_500, 20_000), steps=500, batch=64, eval_every=125,
     finetune_steps=150, finetune_batch=64, finetune_lrs=(0.01, 0.03), finetune_seeds=(0, 1, 2),
     posemb_seeds=(0, 1, 2), mpp_steps=(100, 500), pretrain_seeds=(0, 1, 2), models="laptop", compute_sizes=("S", "B"),
-    glyph_classes=100, tune_lrs=(3e-3, 6e-3, 1.2e-2), finetune_extend=2,
+    glyph_classes=100, tune_lrs=(3e-3, 6e-3, 1.2e-2), finetune_extend=4,
 )
 SCALES = {s.name: s for s in (LAPTOP, FULL, SMOKE)}
 
