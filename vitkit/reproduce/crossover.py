@@ -26,7 +26,7 @@ import numpy as np
 
 from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
 from vitkit.reproduce.runs import Workbench, unit_steps
-from vitkit.reproduce.stats import pick_rate
+from vitkit.reproduce.stats import pick_rate, sweep_text
 from vitkit.reproduce.tuning import sweep_rates
 
 FAMILIES = ("ViT", "ResNet")  # the paper's pairing of matched compute (ViT-B/32 vs ResNet50), here the B models
@@ -309,7 +309,7 @@ def markdown(grid: dict[str, Any], res: dict[str, Any], lr_sweeps: dict[str, Any
     if lr_sweeps:
         lines += ["", "Learning-rate sweep (largest set, seed 0; picked by the early-stopping 5-shot digits dev "
                   "accuracy): " + "; ".join(
-                      f"{key}: " + ", ".join(f"{s['lr']:g} → {100 * s['dev']:.1f}" for s in sweep)
+                      f"{key}: " + sweep_text(sweep)
                       for key, sweep in lr_sweeps.items())]
     return "\n".join(lines)
 

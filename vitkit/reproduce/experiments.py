@@ -34,7 +34,7 @@ from vitkit.reproduce.plan import (
     pretrain_config,
 )
 from vitkit.reproduce.runs import Finetune, Unit, Workbench
-from vitkit.reproduce.stats import bracketed, mean_ci, paired, pick_rate, seeded
+from vitkit.reproduce.stats import mean_ci, paired, pick_rate, seeded, sweep_text
 from vitkit.reproduce.summary import load_results, write_summary
 from vitkit.reproduce.tables import FIG7_IMAGES, ci_text, fig7_markdown, mpp_markdown
 from vitkit.train.config import config_from_dict
@@ -380,14 +380,8 @@ POOLINGS = ("token", "gap")
 
 def _sweeps_text(sweeps: dict[str, list[dict[str, float]]]) -> str:
     """Each model's sweep (5-shot digits dev, seed 0), its pick in bold, and whether the pick is bracketed."""
-    def one(sw: list[dict[str, float]]) -> str:
-        pick = pick_rate(sw)
-        cells = [(f"**{r['lr']:g} → {100 * r['dev']:.1f}**" if r["lr"] == pick else f"{r['lr']:g} → {100 * r['dev']:.1f}")
-                 for r in sw]
-        return ", ".join(cells) + ("" if bracketed(sw) else " (not bracketed)")
-
     return "Learning-rate sweeps (5-shot digits dev, seed 0; the pick in bold): " + "; ".join(
-        f"{p}: {one(sw)}" for p, sw in sweeps.items())
+        f"{p}: {sweep_text(sw, bold=True)}" for p, sw in sweeps.items())
 
 
 def _pooling_units(scale: Scale) -> list[Unit]:

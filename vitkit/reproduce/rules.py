@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitkit.reproduce.plan import SCALES
-from vitkit.reproduce.stats import MIN_SEEDS, Estimate, bracketed, mean_ci, paired, stored, welch
+from vitkit.reproduce.stats import MIN_SEEDS, Estimate, bracketed, mean_ci, paired, stored, sweep_text, welch
 from vitkit.reproduce.tables import scratch_steps
 
 KINDS = ("greater", "less", "equivalent")
@@ -236,8 +236,8 @@ def _hires(res: dict[str, Any]) -> Evidence:
     ft = None if "finetune_sweeps" not in r["16px"] else [sw for px in ("16px", "32px") for sw in r[px]["finetune_sweeps"]]
     return Evidence({"gain": paired(r["32px"]["accs"], r["16px"]["accs"])},
                     {**_lr_checks(res.get("lr_sweeps")), **_finetune_checks(ft)},
-                    context=["per-seed accuracies (16 px, 32 px): " + str(r["16px"]["accs"]) + ", " +
-                             str(r["32px"]["accs"])])
+                    context=["per-seed accuracies (16 px; 32 px): " + "; ".join(
+                        ", ".join(f"{100 * a:.1f}" for a in r[px]["accs"]) for px in ("16px", "32px"))])
 
 
 # Result files written before per-seed values were kept (the full-scale runs of 2026-11-23/24) hold [mean,
@@ -307,7 +307,7 @@ def _mpp(res: dict[str, Any]) -> Evidence:
         sweep = res["mpp_lr_sweep"]
         ok: bool | None = bracketed(sweep)
         why = ("MPP pre-training rate (digits dev after fine-tuning, seed 0): "
-               + ", ".join(f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in sweep) + f"; picked {res['mpp_lr']:g}")
+               + sweep_text(sweep) + f"; picked {res['mpp_lr']:.3g}")
     else:  # the file's runs used the supervised ViT-B's rate for MPP: nothing was swept, so nothing to check
         ok, why = None, "not checked: no sweep in this file (files before 2026-11-26 ran MPP at the supervised rate)"
     return Evidence(parts, {**_finetune_checks(res.get("finetune_sweeps")), MPP_RATE: (ok, why)}, ctx)
@@ -459,8 +459,7 @@ def _lr_checks(sweeps: dict[str, list[dict[str, float]]] | None, untuned: list[s
     recorded them (`sweeps` None: no `lr_sweeps` key) is not checked, its verdict what it was."""
     if sweeps is None:
         return {"lr grids bracketed": (None, "a result written before each model's rate sweep was recorded")}
-    bad = [f"{key}: " + ", ".join(f"{s['lr']:g} → {100 * s['dev']:.1f}" for s in sweep)
-           for key, sweep in sweeps.items() if not bracketed(sweep)] + list(untuned)
+    bad = [f"{key}: " + sweep_text(sweep) for key, sweep in sweeps.items() if not bracketed(sweep)] + list(untuned)
     ok = bool(sweeps) and not bad
     why = "; ".join(bad) if bad else ("every sweep has a rate on each side of its best" if sweeps else
                                       "no learning-rate sweep: the pre-training rate was not tuned at this scale")
@@ -473,8 +472,7 @@ def _finetune_checks(sweeps: list[list[dict[str, float]]] | None) -> dict[str, t
     name = "fine-tuning lr grids bracketed"
     if sweeps is None:
         return {name: (None, "a result written before the fine-tuning sweeps were recorded")}
-    bad = [", ".join(f"{s['lr']:g} → {100 * s['dev_top1']:.1f}" for s in sw) for sw in sweeps
-           if not bracketed(sw, "dev_top1")]
+    bad = [sweep_text(sw, "dev_top1") for sw in sweeps if not bracketed(sw, "dev_top1")]
     why = (f"{len(bad)} of {len(sweeps)} sweeps not bracketed: " + "; ".join(bad[:3]) + ("; …" if len(bad) > 3 else "")
            if bad else f"all {len(sweeps)} sweeps have a rate on each side of their pick")
     return {name: (bool(sweeps) and not bad, why)}

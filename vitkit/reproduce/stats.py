@@ -159,3 +159,12 @@ def extension(sweep: list[dict[str, float]], grid: tuple[float, ...], extend: in
     if lrs[0] in wins and sum(lr < min(grid) for lr in lrs) < extend:
         return lrs[0] / ratio
     return None
+
+
+def sweep_text(sweep: list[dict[str, float]], key: str = "dev", bold: bool = False) -> str:
+    """A learning-rate sweep as "rate → accuracy" pairs (`key`, in points; rates to 3 significant digits), the pick
+    in bold where asked, and "(not bracketed)" where its best lies at an edge: the one way every table writes one."""
+    pick = pick_rate(sweep, key)
+    cells = [f"{r['lr']:.3g} → {100 * r[key]:.1f}" for r in sweep]
+    cells = [f"**{c}**" if bold and r["lr"] == pick else c for c, r in zip(cells, sweep)]
+    return ", ".join(cells) + ("" if bracketed(sweep, key) else " (not bracketed)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vitkit.reproduce.plan import IMG_SIZE, SCALES
-from vitkit.reproduce.stats import mean_ci, paired
+from vitkit.reproduce.stats import mean_ci, paired, sweep_text
 
 FIG7_IMAGES = 64  # glyph test images the inspection measures are taken on (experiments._fig7_model)
 
@@ -69,8 +69,8 @@ def mpp_markdown(res: dict[str, Any]) -> str | None:
     lines.append(f"\nmean [95% CI] over {seeds}; differences paired by seed (points)")
     if "mpp_lr_sweep" in res:
         lines.append(f"\nMPP's pre-training rate, picked at {max(map(int, res['mpp']))} steps by the digits dev "
-                     "accuracy after fine-tuning (MPP seed 0, fine-tuning seed 0): " + ", ".join(
-                         f"{r['lr']:g} → {100 * r['dev']:.1f}" for r in res["mpp_lr_sweep"]) + f"; picked {res['mpp_lr']:g}")
+                     "accuracy after fine-tuning (MPP seed 0, fine-tuning seed 0): " + sweep_text(
+                         res["mpp_lr_sweep"], bold=True) + f"; picked {res['mpp_lr']:.3g}")
     return "\n".join(lines)
 
 
