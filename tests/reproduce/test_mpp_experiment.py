@@ -68,9 +68,13 @@ def test_the_rule_pairs_mpp_by_seed_and_needs_its_rate_bracketed() -> None:
     assert not ev.checks[MPP_RATE][0] and j.verdict.startswith("not established (precondition not met")
 
 
-@pytest.mark.parametrize("path, beats", [("mpp.json", (-11.3, -13.2, -9.5)), ("laptop/mpp.json", (-65.1, -83.8, -46.5))])
-def test_files_from_before_the_seeds_keep_their_verdicts(path: str, beats: tuple[float, float, float]) -> None:
-    res = json.loads((RESULTS / path).read_text())  # one pre-training run per arm, no MPP rate sweep
+# the seeded laptop run of 2026-11-25 (one pre-training run per arm, MPP at 6e-3), as committed before 2026-11-26's
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reproduce" / "laptop_mpp_2026-11-25.json"
+
+
+@pytest.mark.parametrize("path, beats", [(RESULTS / "mpp.json", (-11.3, -13.2, -9.5)), (FIXTURE, (-65.1, -83.8, -46.5))])
+def test_files_from_before_the_seeds_keep_their_verdicts(path: Path, beats: tuple[float, float, float]) -> None:
+    res = json.loads(path.read_text())  # one pre-training run per arm, no MPP rate sweep
     _, ev, j = verdict("mpp", res)
     assert j.verdict == "partly reproduces" and ev.checks[MPP_RATE][0] is None  # nothing swept: not checked
     e = ev.parts["beats_scratch"]
