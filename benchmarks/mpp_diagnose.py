@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from vitkit.formats import load_pretrained
+from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.reproduce.experiments import colour_distribution
 from vitkit.reproduce.plan import LAPTOP, Pretrain, finetune_config, pretrain_config
 from vitkit.reproduce.runs import Finetune, Workbench
@@ -103,8 +104,6 @@ def round_trip(run_dir: Path, scale: Any) -> dict[str, Any]:
     x = torch.randn(8, 1, 16, 16)
     with torch.no_grad():
         a, b = ft.intermediates(x, blocks=False)["pre_logits"], ft.intermediates(x, blocks=False)["pre_logits"]
-        from vitkit.models.mpp import MaskedPatchPrediction
-
         mpp = MaskedPatchPrediction(ft, ft.preprocess.mean, ft.preprocess.std).eval()
         corrupted = ft.intermediates(x, patch_fn=lambda e: mpp.mask_token.expand_as(e), blocks=False)["pre_logits"]
     return {"wrapper_only_keys": wrapper_only, "saved_keys_missing": sorted(set(sd) - set(trained_vit)),

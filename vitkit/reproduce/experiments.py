@@ -20,6 +20,7 @@ import torch
 from vitkit.data.glyphs import glyph_test_size, glyphs
 from vitkit.formats import load_pretrained
 from vitkit.inspect.report import InspectImage, inspect_model
+from vitkit.models.mpp import mean_colour_targets
 from vitkit.reproduce import plots, tuning
 from vitkit.reproduce.crossover import CROSSOVER_SCALES, CrossoverScale, run_crossover
 from vitkit.reproduce.plan import (
@@ -320,8 +321,6 @@ def _mpp_tune(wb: Workbench, steps: int) -> tuple[float, list[dict[str, float]]]
 def colour_distribution(scale: Scale) -> np.ndarray:
     """The frequency of each 3-bit mean colour (§4.6's targets) over the glyph test patches: MPP's floors are its
     maximum (the majority colour's accuracy) and its entropy (the loss of the best constant prediction)."""
-    from vitkit.models.mpp import mean_colour_targets
-
     test = glyphs(glyph_test_size(scale.glyph_images), scale.glyph_classes, IMG_SIZE, 0, "test")
     targets = mean_colour_targets(test.images.float() / 255, MODEL_SETS[scale.models]["ViT"]["B"]["patch_size"])
     return (torch.bincount(targets.flatten(), minlength=2**3).double()  # one grey channel, 3 bits
