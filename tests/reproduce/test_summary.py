@@ -203,3 +203,47 @@ def test_posemb_draws_the_rules_differences_with_its_equivalence_band() -> None:
     diffs, bands = plots.rule_differences("posemb", res, {"2d_same": "2-D − 1-D"})
     assert bands == {"2-D − 1-D": 0.02, "relative − learned 1-D": 0.02}  # the rule's ±2 points, equivalence parts only
     assert diffs["2-D − 1-D"].n == 3 and diffs["none − learned 1-D"].mean < 0
+
+
+def _drawn(monkeypatch, draw) -> dict:  # noqa: ANN001
+    """Run `draw` with plots._save wrapped and figures left open: each figure as laid out and written, by file name."""
+    seen = {}
+    real = plots._save
+
+    def keep(fig, path):  # noqa: ANN001, ANN202
+        name = real(fig, path)
+        seen[name] = fig
+        return name
+
+    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots.plt, "close", lambda fig=None: None)
+    draw()
+    monkeypatch.undo()
+    return seen
+
+
+def test_legends_cover_no_data_and_no_labels_and_shared_sizes_are_dodged(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    results = load_results(LAPTOP_RESULTS)
+    figs = _drawn(monkeypatch, lambda: [plots.draw(n, results[n], tmp_path) for n in ("fig4", "pooling", "crossover")])
+    assert {"fig4_data_size.png", "pooling.png", "crossover_data.png", "crossover_compute.png"} <= set(figs)
+    for name, fig in figs.items():
+        r = fig.canvas.get_renderer()
+        legends = [*fig.legends, *(a.get_legend() for a in fig.axes if a.get_legend())]
+        assert legends, name
+        obstacles = [a.bbox for a in fig.axes] + [
+            t.get_window_extent(r) for a in fig.axes for t in [*a.get_xticklabels(), a.xaxis.label] if t.get_text()]
+        for leg in legends:  # 2 px apart at least: a legend neither covers data nor touches a label
+            box = leg.get_window_extent(r).padded(2)
+            assert not any(box.overlaps(o) for o in obstacles), (name, [t.get_text() for t in leg.get_texts()])
+    assert "untrained network" in " ".join(t.get_text() for t in figs["fig4_data_size.png"].legends[0].get_texts())
+    # crossover_data: the six series share their data sizes; each is drawn at its own x, the ticks at the true sizes
+    ax = figs["crossover_data.png"].axes[0]
+    sizes = {float(r["images"]) for r in plots.crossover_rows(results["crossover"])}
+    drawn = [tuple(c.lines[0].get_xdata()) for c in ax.containers]  # each series' line of means (error bars: seeds)
+    assert len(drawn) == 6 and len({xs[-1] for xs in drawn}) == 6  # six at the largest size, each at its own x
+    ticks = {float(t) for t in ax.xaxis.get_majorticklocs()} | {float(t) for t in ax.xaxis.get_minorticklocs()}
+    assert ticks == sizes
+    assert all(min(abs(np.log10(x / t)) for t in sizes) < 0.1 for xs in drawn for x in xs)  # beside its true size
+    assert "dodged" in ax.get_xlabel()
+    for fig in figs.values():
+        plt.close(fig)

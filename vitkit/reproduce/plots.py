@@ -6,7 +6,8 @@ figure: bar charts start at zero; a line plot whose accuracy axis does not start
 label; error bars are drawn only where there are seeds (95% t-interval over pre-training or fine-tuning seeds,
 stats.py), and the legend or title says what they are; a curve of one seed has no error bars and says so; an
 accuracy interval that passes 100% is drawn clipped at 100 and the figure says so (the JSON keeps the raw interval);
-value labels sit beyond the error bar's end, never on it.
+value labels sit beyond the error bar's end, never on it; a legend covers no data (below the axes, outside them);
+points that share an x are dodged sideways, and the axis label says by how much.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
+from matplotlib.transforms import ScaledTranslation  # noqa: E402
 
 from vitkit.reproduce.rules import EVIDENCE, RULES, crossover_rows, legacy_seeds, matched_flops_point  # noqa: E402
 from vitkit.reproduce.stats import Estimate, mean_ci, paired, stored  # noqa: E402
@@ -33,7 +36,13 @@ COLORS = {"ViT": "tab:blue", "ResNet": "tab:orange", "Hybrid": "tab:green"}
 
 
 def _save(fig: Any, path: Path) -> str:
-    fig.tight_layout(rect=(0, 0.05, 1, 1) if any(t.get_text() == CLIP_NOTE for t in fig.texts) else None)
+    """Lay out and write the figure: room at the bottom for the clip note (`_clip_note`) and, above it, for a
+    figure legend (`_legend_below`)."""
+    bottom = 0.05 if any(t.get_text() == CLIP_NOTE for t in fig.texts) else 0.0
+    for leg in fig.legends:
+        leg.set_bbox_to_anchor((0.5, bottom), transform=fig.transFigure)
+        bottom += leg.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height + 0.01
+    fig.tight_layout(rect=(0, bottom, 1, 1) if bottom else None)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
@@ -50,16 +59,19 @@ def _short(x: float) -> str:
     return f"{x:g}"
 
 
-def _finish_axis(ax: Any, xlabel: str, title: str, log_x: bool = True, ylabel: str = "accuracy (%)") -> None:
+def _finish_axis(ax: Any, xlabel: str, title: str, log_x: bool = True, ylabel: str = "accuracy (%)",
+                 data_x: Sequence[float] | None = None) -> None:
     """Labels, readable log ticks (at the data points where there are few, else decades and their 2s and 5s; no two
     labels overprint) and, where the y axis
-    does not start at zero, a label that says where it starts."""
+    does not start at zero, a label that says where it starts. `data_x`: the true x of the points where they are
+    drawn dodged (default: the x of the drawn lines)."""
     if log_x:
         ax.set_xscale("log")
         # a few data points (the data sizes of a grid): a tick at each, so every point's x can be read off; else
         # (or where two would print alike) the 1-2-5 ticks of each decade
         # (a point closer than a tenth of the axis to the last labelled one gets an unlabelled minor tick instead)
-        xs = sorted({float(x) for line in ax.get_lines() for x in line.get_xdata() if float(x) > 0})
+        xs = sorted({float(x) for x in (data_x if data_x is not None else
+                                        [x for line in ax.get_lines() for x in line.get_xdata()]) if float(x) > 0})
         if 2 <= len(xs) <= 8 and len({_short(x) for x in xs}) == len(xs):
             lo_x, hi_x = (np.log10(v) for v in ax.get_xlim())
             labelled = [xs[0]]
@@ -98,6 +110,25 @@ def _yerr(ests: Sequence[Estimate], cap: float | None = 1.0) -> tuple[list[list[
             any(h < e.hi for e, h in zip(ests, hi)))
 
 
+def _legend_below(fig: Any, axes: Sequence[Any], extra: Sequence[Any] = (), ncol: int = 3) -> None:
+    """One legend for the whole figure, under its panels (`_save` makes room), so it covers no data: every labelled
+    artist of `axes` (each label once) and `extra` proxy handles (for what is drawn unlabelled)."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    for h in extra:
+        handles.setdefault(h.get_label(), h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=7)
+
+
+def _legend_under(ax: Any, tick_lines: int, **kw: Any) -> None:
+    """An axes' legend just under its x tick labels (`tick_lines` text lines of 8 pt), whatever the axes' height."""
+    drop = (7 + 9.6 * tick_lines + 4) / 72  # tick length and pad, the label lines, a gap: inches
+    anchor = ax.transAxes + ScaledTranslation(0, -drop, ax.figure.dpi_scale_trans)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=anchor, **kw)
+
+
 def _clip_note(fig: Any, clipped: bool) -> None:
     """Under a figure whose drawn intervals were clipped at 100%, the note that says so (`_save` leaves it room)."""
     if clipped:
@@ -125,8 +156,8 @@ def data_size(res: dict[str, Any], path: Path) -> str:
     rows, untrained = res["rows"], res.get("untrained") or {}
     panels = [("finetune_top1", "fine-tuned digits accuracy (Fig. 3)"), ("digits_test_5shot", "5-shot linear, digits (Fig. 4)"),
               ("lfw_test_5shot", "5-shot linear, lfw faces"), ("glyph_test_top1", "pre-training task: glyph test accuracy")]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
-    clipped = False
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.6))
+    clipped, dotted = False, False
     for ax, (key, title) in zip(axes, panels):
         for fam in MARKERS:
             est = _seed_groups([r for r in rows if r["family"] == fam], lambda r: r["images"], key)
@@ -136,10 +167,11 @@ def data_size(res: dict[str, Any], path: Path) -> str:
             clipped |= _curve(ax, xs, [est[x] for x in xs], fam, marker=MARKERS[fam], color=COLORS[fam])
             if key in untrained.get(fam, {}):
                 ax.axhline(100 * untrained[fam][key], color=COLORS[fam], linestyle=":", linewidth=1)
+                dotted = True
         _finish_axis(ax, "pre-training images", title)
-    axes[0].legend(fontsize=7)
-    if untrained:
-        axes[1].text(0.02, 0.02, "dotted: untrained network", transform=axes[1].transAxes, fontsize=8)
+    _legend_below(fig, axes, [Line2D([], [], color="gray", linestyle=":", linewidth=1,
+                                     label="dotted, in the family's colour: its untrained network (where measured)")]
+                  if dotted else (), ncol=4)
     _clip_note(fig, clipped)
     return _save(fig, path)
 
@@ -222,7 +254,9 @@ def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]]
         "one seed: no error bars"
     ax.set_title(f"{title}\n({what})", fontsize=9)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    # both panels' legends at one height, under the taller tick labels
+    lines = max(label.count("\n") + 1 for label in [*categories, *(differences or {})])
+    _legend_under(ax, lines, ncol=2)
     if differences:
         d = axs[1]
         names = list(differences)
@@ -248,7 +282,7 @@ def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]]
         d.set_title(difference_title or "difference, 95% interval", fontsize=9)
         d.grid(alpha=0.3, axis="y")
         if banded:
-            d.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+            _legend_under(d, lines)
     _clip_note(fig, clipped)
     return _save(fig, path)
 
@@ -360,26 +394,36 @@ CROSSOVER_METRICS = {"glyph_test_top1": "pre-training task: glyph test", "digits
                      "avg_5shot": "5-shot linear, mean of digits and lfw"}
 
 
+DODGE = 0.035  # decades between neighbouring series of crossover_data at one data size
+
+
 def crossover_data(res: dict[str, Any], path: Path) -> str:
     """Experiment 7: accuracy against pre-training images, one line per family and schedule length (darker:
-    longer); error bars (95% t-interval) only where a point has seeds."""
+    longer); error bars (95% t-interval) only where a point has seeds. The series share their data sizes, so each is
+    dodged sideways by its own factor (`DODGE` decades apart, said in the axis label; the ticks stay at the true
+    sizes) and no point or bar hides another."""
     rows = crossover_rows(res)
     schedules = sorted({r["steps"] for r in rows})
-    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 4.6))
-    shades = np.linspace(0.35, 1.0, len(schedules))
+    series = [(t, a, fam) for t, a in zip(schedules, np.linspace(0.35, 1.0, len(schedules)))
+              for fam in ("ViT", "ResNet")]
+    shift = {s[::2]: 10 ** (DODGE * (k - (len(series) - 1) / 2)) for k, s in enumerate(series)}
+    widest = max(abs(v - 1) for v in shift.values()) if len(series) > 1 else 0.0
+    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 5.2))
     clipped = False
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
-        for t, a in zip(schedules, shades):
-            for fam in ("ViT", "ResNet"):
-                sub = [r for r in rows if r["family"] == fam and r["steps"] == t]
-                est = _seed_groups(sub, lambda r: r["images"], m)
-                if not est:
-                    continue
-                xs = sorted(est)
-                clipped |= _curve(ax, xs, [est[x] for x in xs], f"{fam}, {t:,} steps", color=COLORS[fam],
-                                  alpha=float(a), marker=MARKERS[fam])
-        _finish_axis(ax, "pre-training images", title)
-    axes[0].legend(fontsize=6)
+        true_x: set[float] = set()
+        for t, a, fam in series:
+            est = _seed_groups([r for r in rows if r["family"] == fam and r["steps"] == t], lambda r: r["images"], m)
+            if not est:
+                continue
+            xs = sorted(est)
+            true_x.update(xs)
+            clipped |= _curve(ax, [x * shift[t, fam] for x in xs], [est[x] for x in xs], f"{fam}, {t:,} steps",
+                              color=COLORS[fam], alpha=float(a), marker=MARKERS[fam])
+        _finish_axis(ax, "pre-training images" + (f"\n(series dodged up to ±{100 * widest:.0f}% in x; ticks: true sizes)"
+                                                  if widest else ""),
+                     title, data_x=sorted(true_x))
+    _legend_below(fig, axes)
     _clip_note(fig, clipped)
     return _save(fig, path)
 
@@ -392,7 +436,7 @@ def crossover_compute(res: dict[str, Any], path: Path) -> str:
     big = max(r["images"] for r in rows)
     sizes = sorted({r["images"] for r in rows})
     t_match, x_match = matched_flops_point(rows)
-    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 4.6))
+    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 5.2))
     clipped = False
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
         for fam in ("ViT", "ResNet"):
@@ -410,7 +454,7 @@ def crossover_compute(res: dict[str, Any], path: Path) -> str:
                    label=f"matched FLOPs the rule reads ({_short(x_match)}: the ViT's {t_match:,}-step run)")
         _finish_axis(ax, "pre-training compute (FLOPs)", title)
         ax.tick_params(axis="x", labelrotation=30)
-    axes[0].legend(fontsize=6)
+    _legend_below(fig, axes)
     _clip_note(fig, clipped)
     return _save(fig, path)
 
