@@ -77,6 +77,9 @@ class Workbench:
                  jobs: int = 1) -> None:
         self.out, self.scale, self.progress, self.device = Path(out), scale, progress, device
         self.jobs = check_int("jobs", jobs)
+        # every run of this workbench trains with the same thread count, in a worker or in this process: a run's
+        # floating-point sums (and so its numbers) depend on it, and a sweep's lone extension run trains here
+        self.threads = max(1, torch.get_num_threads() // self.jobs)
         self._check_folder()
         self._evaluator: FewShotEvaluator | None = None
         self.sweeps: dict[Pretrain, list[dict[str, float]]] = {}  # each model's rate sweep (tuning.py), once
@@ -165,8 +168,9 @@ class Workbench:
         resume = (out / Trainer.STATE_NAME).is_file()
         if self.bar is not None:
             self.bar.set_postfix_str(unit.name(self.scale)[:60])
-        run_experiment(config_from_dict(cfg, unit.name(self.scale)), out, resume=resume, overwrite=not resume, progress=False, evaluators=evaluators,
-                       curves=False)
+        with _torch_threads(self.threads):
+            run_experiment(config_from_dict(cfg, unit.name(self.scale)), out, resume=resume, overwrite=not resume,
+                           progress=False, evaluators=evaluators, curves=False)
         return out, True
 
     def _finish(self, unit: Unit, summary: dict[str, Any], steps: int) -> dict[str, Any]:
@@ -201,7 +205,7 @@ class Workbench:
             "train_flops": 3 * flops * tcfg.batch_size * tcfg.steps,  # forward + backward, every image of every step
             "train_s": result["train_s"], "glyph_test_top1": (result.get("test") or {}).get("top1"),
             "curve": curve, "best": best, "final": curve[-1] if curve else {}, "model_dir": str(out / "model"),
-            "optimizer": run.optimizer,
+            "optimizer": run.optimizer, "threads": self.threads if trained else None,  # None: trained before
             "config": {"model": model_section(run.family, run.size, run.posemb, run.pooling, self.scale.models)},
         }
         return self._finish(run, summary, unit_steps(run, self.scale) if trained else 0)
@@ -272,7 +276,7 @@ class Workbench:
         if self.jobs < 2 or len(todo) < 2:
             return
         before = {self.folder(u): self._rates(u) for u in todo if isinstance(u, Finetune)}
-        threads = max(1, torch.get_num_threads() // self.jobs)
+        threads = self.threads
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
         with _thread_env(threads), ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
             futures = {pool.submit(_unit_in_worker, str(self.out), self.scale, u, self.device, threads): u
@@ -290,6 +294,17 @@ class Workbench:
                 else:
                     self.bar.update(unit_steps(u, self.scale))
                 self.bar.set_postfix_str(u.name(self.scale)[:60])
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `threads` for one training run, restored after."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 @contextmanager
