@@ -132,7 +132,7 @@ SMOKE = Scale(
     optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)},
 )
 # `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores
-# (measured 2026-11-25: 43 min 18 s in four invocations, two of them on a shared machine; REPRODUCTION.md).
+# (measured 2026-11-26: 39 min 48 s in one invocation from an empty folder, the test suite beside it; REPRODUCTION.md).
 # Smaller than FULL everywhere: 100 glyph classes (32,000 images seen left ViT-B near chance on 1,000), 20,000
 # images (nested subsets of 2,500 and 20,000), 500 steps of batch 64, ViT-L narrower (LAPTOP_MODELS), Fig. 5 over
 # the S and B sizes, shorter fine-tunes. Every supervised model's pre-training rate tuned on {3e-3, 6e-3, 1.2e-2}
