@@ -36,9 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "long (100,000 images, 1,000 steps, ViT-L at full width; the crossover on a 10^6-image stream at "
                    "1,000 to 12,000 steps; several hours on 2 cores)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (every run; a folder holds runs of one kind)")
-    p.add_argument("--jobs", type=int, default=1, help="pre-training runs at once, in worker processes: the rate "
-                   "sweeps' rounds, the planned runs and the crossover's (small models leave a GPU or several cores "
-                   "idle); fine-tunes run one after another")
+    p.add_argument("--jobs", type=int, default=1, help="training runs at once, in worker processes: the rate "
+                   "sweeps' rounds, the planned pre-training runs and fine-tunes, and the crossover's (small models "
+                   "leave a GPU or several cores idle); every run trains with cores // jobs threads")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--redraw", metavar="JSON_DIR", default=None, help="train nothing: redraw the figures and "

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -284,11 +284,12 @@ def _posemb_run(wb: Workbench, out: Path) -> dict[str, Any]:
 
 def _mpp_pretrain(scale: Scale, steps: int, lr: float, seed: int = 0) -> Pretrain:
     """An MPP pre-training run; at the supervised ViT-B's rate it is the run named without a rate (the only rate
-    before MPP's was tuned, so those runs are reused)."""
-    return Pretrain("ViT", "B", steps=steps, objective="mpp", lr=0.0 if lr == scale.lrs["ViT"] else lr, seed=seed)
+    before MPP's was tuned, so those runs are reused: tuning.unit_lr)."""
+    run = Pretrain("ViT", "B", steps=steps, objective="mpp", seed=seed)
+    return replace(run, lr=tuning.unit_lr(scale, run, lr))
 
 
-def _mpp_supervised(scale: Scale, seed: int) -> Pretrain:
+def _mpp_supervised(seed: int) -> Pretrain:
     """The supervised arm: ViT-B pre-trained on the labelled glyphs with pre-training seed `seed`."""
     return Pretrain("ViT", "B", seed=seed)
 
@@ -298,7 +299,7 @@ def _mpp_units(scale: Scale) -> list[Unit]:
     scratch runs' seeds; the seeds of MPP at the picked rate are known only after the sweep (`_mpp_run`)."""
     seeds = scale.finetune_seeds
     grid = [_mpp_pretrain(scale, max(scale.mpp_steps), lr) for lr in scale.mpp_lrs]
-    sups = [_mpp_supervised(scale, s) for s in seeds]
+    sups = [_mpp_supervised(s) for s in seeds]
     fts = [Finetune(r, 16, 0) for r in grid] + [Finetune(None, 16, s) for s in seeds]
     fts += [Finetune(sup, 16, s) for s, sup in zip(seeds, sups)]
     equal = [Finetune(None, 16, seed, steps=equal_budget_steps(scale, n)) for n in scale.mpp_steps
@@ -340,15 +341,15 @@ def _mpp_run(wb: Workbench, out: Path) -> dict[str, Any]:
     seeds, k = sc.finetune_seeds, sc.select_shots
     lr, sweep = _mpp_tune(wb, max(sc.mpp_steps))
     runs = {n: [_mpp_pretrain(sc, n, lr, s) for s in seeds] for n in sc.mpp_steps}
-    sups = [tuning.resolve(wb, _mpp_supervised(sc, s)) for s in seeds]  # ViT-B at its tuned rate
+    sups = [tuning.resolve(wb, _mpp_supervised(s)) for s in seeds]  # ViT-B at its tuned rate
     got = iter(wb.pretrain_all([r for rs in runs.values() for r in rs] + sups))  # `jobs` at a time
     pre = {n: [next(got) for _ in rs] for n, rs in runs.items()}
     sup_sums = [next(got) for _ in sups]
 
     sweeps: list[list[dict[str, float]]] = []  # every fine-tune's learning-rate sweep (rules.py checks the brackets)
 
-    def finetuned(srcs: list[Pretrain | None], steps: int = 0) -> dict[str, Any]:
-        fts = [_ft(wb, Finetune(src, 16, s, steps=steps)) for src, s in zip(srcs, seeds)]
+    def finetuned(srcs: list[Pretrain | None], steps: int = 0) -> dict[str, Any]:  # `jobs` at a time
+        fts = wb.finetune_all([tuning.resolve(wb, Finetune(src, 16, s, steps=steps)) for src, s in zip(srcs, seeds)])
         sweeps.extend(ft["sweep"] for ft in fts)
         return seeded([ft["test_top1"] for ft in fts])
 

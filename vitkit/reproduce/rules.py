@@ -27,6 +27,10 @@ from vitkit.reproduce.stats import MIN_SEEDS, Estimate, bracketed, mean_ci, pair
 from vitkit.reproduce.tables import scratch_steps
 
 KINDS = ("greater", "less", "equivalent")
+# the preconditions' names (rules list them; the evidence functions check them)
+LR_BRACKETED = "lr grids bracketed"  # every pre-training rate sweep a verdict rests on
+FT_BRACKETED = "fine-tuning lr grids bracketed"  # every fine-tune's rate sweep
+MPP_RATE = "MPP's rate bracketed where swept"
 
 
 @dataclass(frozen=True)
@@ -273,7 +277,6 @@ def _posemb(res: dict[str, Any]) -> Evidence:
     return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx)
 
 
-MPP_RATE = "MPP's rate bracketed where swept"
 
 
 def _mpp(res: dict[str, Any]) -> Evidence:
@@ -369,7 +372,7 @@ _DEV = "the early-stopping step and every learning rate picked on the digits dev
 # the pre-training rate of every model a verdict compares (tuning.py), and the precondition that checks it
 _TUNED = ("each model's pre-training rate picked on a grid bracketed on both sides (the whole set, seed 0, 5-shot "
           "digits dev), then used for all its seeds and data sizes; ")
-_LR = ("lr grids bracketed",)
+_LR = (LR_BRACKETED,)
 
 RULES: dict[str, Rule] = {r.experiment: r for r in (
     Rule("fig4", "ResNet better with little pre-training data, ViT better with a lot (Fig. 3–4)",
@@ -401,7 +404,7 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          _TUNED + "the fine-tuning rate picked on the digits dev split from a sweep bracketed on both sides",
          f"at least {MIN_SEEDS} seeds, paired by seed (pre-training seed i fine-tuned with seed i at both "
          "resolutions; result files before 2026-11-25: one pre-trained model, fine-tuning seeds only); 95% "
-         "t-interval and paired t-test", preconditions=("lr grids bracketed", "fine-tuning lr grids bracketed")),
+         "t-interval and paired t-test", preconditions=(LR_BRACKETED, FT_BRACKETED)),
     Rule("posemb", "no position embedding is worse; 1-D, 2-D and relative perform about the same (D.4, Table 8)",
          (Part("none_worse", "none − learned 1-D", "less"),
           Part("2d_same", "learned 2-D − learned 1-D", "equivalent", 0.02),
@@ -419,13 +422,13 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          f"at least {MIN_SEEDS} seeds (from 2026-11-26: MPP and supervised pre-training seed i fine-tuned with "
          "seed i; earlier files: one pre-training run per arm, fine-tuning seeds only); 95% t-interval of the "
          "difference (paired by seed where kept, else Welch)",
-         preconditions=("fine-tuning lr grids bracketed", MPP_RATE)),
+         preconditions=(FT_BRACKETED, MPP_RATE)),
     Rule("pooling", "a class token and global average pooling work equally well, each with its own learning rate "
          "(appendix D.3, Fig. 9)",
          (Part("same", "global average pooling − class token", "equivalent", 0.02),),
          "5-shot linear digits test accuracy at the early-stopping step",
          "each variant's pre-training rate picked on a grid bracketed on both sides (seed 0, 5-shot digits dev), "
-         "then every seed at that rate; " + _DEV, _SEEDS, preconditions=("lr grids bracketed",)),
+         "then every seed at that rate; " + _DEV, _SEEDS, preconditions=_LR),
     Rule("size", "larger ViTs gain more from more pre-training data than smaller ones, and with enough data the "
          "larger ViT is the better one (§4.2, Fig. 3)",
          (Part("vit_gain", "ViT-B's gain from the smallest to the whole set minus ViT-S's", "greater"),
@@ -438,7 +441,7 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          (Part("adam_better", "Adam − SGD (ResNet-B, the whole set)", "greater"),),
          "5-shot linear digits test accuracy at the early-stopping step",
          "each optimiser's pre-training rate picked on a grid bracketed on both sides (seed 0, 5-shot digits dev), "
-         "then every seed at that rate; " + _DEV, _SEEDS, preconditions=("lr grids bracketed",)),
+         "then every seed at that rate; " + _DEV, _SEEDS, preconditions=_LR),
     Rule("crossover", "with little data the ResNet wins; with enough data and compute the ViT overtakes it, also "
          "per unit of compute (§4.2, Fig. 3–5)",
          (Part("small_data", "ViT − ResNet at the smallest data size, its longest schedule", "less"),
@@ -448,7 +451,7 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
                "longest run inside the ResNet's FLOPs range; the ResNet interpolated in log FLOPs)", "greater")),
          "5-shot linear digits test accuracy at the early-stopping step (upstream glyph accuracy reported beside it)",
          "fixed grid points named in advance (no maximum over data sizes); " + _DEV, _SEEDS,
-         preconditions=("lr grids bracketed",)),
+         preconditions=_LR),
 )}
 
 
@@ -458,24 +461,23 @@ def _lr_checks(sweeps: dict[str, list[dict[str, float]]] | None, untuned: list[s
     side of its best. A result without sweeps failed it (its rates were not tuned); one written before results
     recorded them (`sweeps` None: no `lr_sweeps` key) is not checked, its verdict what it was."""
     if sweeps is None:
-        return {"lr grids bracketed": (None, "a result written before each model's rate sweep was recorded")}
+        return {LR_BRACKETED: (None, "a result written before each model's rate sweep was recorded")}
     bad = [f"{key}: " + sweep_text(sweep) for key, sweep in sweeps.items() if not bracketed(sweep)] + list(untuned)
     ok = bool(sweeps) and not bad
     why = "; ".join(bad) if bad else ("every sweep has a rate on each side of its best" if sweeps else
                                       "no learning-rate sweep: the pre-training rate was not tuned at this scale")
-    return {"lr grids bracketed": (ok, why)}
+    return {LR_BRACKETED: (ok, why)}
 
 
 def _finetune_checks(sweeps: list[list[dict[str, float]]] | None) -> dict[str, tuple[bool | None, str]]:
     """The precondition "fine-tuning lr grids bracketed": every fine-tune's sweep (by digits dev accuracy) has a tried
     rate on each side of its pick; None (a result written before fine-tunes recorded their sweeps): not checked."""
-    name = "fine-tuning lr grids bracketed"
     if sweeps is None:
-        return {name: (None, "a result written before the fine-tuning sweeps were recorded")}
+        return {FT_BRACKETED: (None, "a result written before the fine-tuning sweeps were recorded")}
     bad = [sweep_text(sw, "dev_top1") for sw in sweeps if not bracketed(sw, "dev_top1")]
     why = (f"{len(bad)} of {len(sweeps)} sweeps not bracketed: " + "; ".join(bad[:3]) + ("; …" if len(bad) > 3 else "")
            if bad else f"all {len(sweeps)} sweeps have a rate on each side of their pick")
-    return {name: (bool(sweeps) and not bad, why)}
+    return {FT_BRACKETED: (bool(sweeps) and not bad, why)}
 
 
 def _pooling(res: dict[str, Any]) -> Evidence:

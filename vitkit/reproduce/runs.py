@@ -260,8 +260,8 @@ class Workbench:
 
     def _extends(self, ft: Finetune) -> bool:
         """Whether a fine-tune has rates left to train: not done, or its sweep not yet bracketed and extensible."""
-        return self._rates(ft) is None or extension(self._read(ft)["sweep"], self.scale.finetune_lrs,
-                                                    self.scale.finetune_extend, "dev_top1") is not None
+        return not self.done(ft) or extension(self._read(ft)["sweep"], self.scale.finetune_lrs,
+                                              self.scale.finetune_extend, "dev_top1") is not None
 
     def _read(self, unit: Unit) -> dict[str, Any]:
         return json.loads((self.folder(unit) / UNIT_FILE).read_text())
@@ -276,10 +276,9 @@ class Workbench:
         if self.jobs < 2 or len(todo) < 2:
             return
         before = {self.folder(u): self._rates(u) for u in todo if isinstance(u, Finetune)}
-        threads = self.threads
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
-        with _thread_env(threads), ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(_unit_in_worker, str(self.out), self.scale, u, self.device, threads): u
+        with _thread_env(self.threads), ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(_unit_in_worker, str(self.out), self.scale, u, self.device, self.threads): u
                        for u in todo}
             for f in as_completed(futures):
                 f.result()  # a failed run fails the reproduction, naming its error
