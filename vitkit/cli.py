@@ -8,7 +8,9 @@ import errno
 import importlib
 import os
 import pkgutil
+import signal
 import sys
+import threading
 import warnings
 from typing import NoReturn
 
@@ -74,6 +76,23 @@ def _user_message(e: BaseException) -> tuple[str, int]:
     return f"{type(e).__name__}: {msg}", 1
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is running so that it unwinds as Ctrl-C does: files written atomically,
+    worker processes stopped (`vitkit reproduce --jobs`), exit code 143."""
+
+
+def _raise_terminated(signum: int, frame: object) -> NoReturn:
+    raise Terminated()
+
+
+def _sigterm(handler: object) -> object:
+    """Install `handler` for SIGTERM and return the one it replaces (nothing where signals can't be set: outside
+    the main thread)."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake never shows a traceback: one line on stderr names what is
     wrong and the exit code is non-zero; `--debug` (or VITKIT_DEBUG=1) re-raises with the traceback."""
@@ -88,11 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     shown = warnings.formatwarning
     if not debug:  # a warning is one line in vitkit's words, not Python's file:line: UserWarning: block
         warnings.formatwarning = lambda message, *_a, **_k: f"vitkit {args.command}: warning: {message}\n"
+    on_term = _sigterm(_raise_terminated)
     try:
         return int(args._run(args) or 0)
-    except KeyboardInterrupt:
-        print(f"vitkit {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        term = isinstance(e, Terminated)
+        print(f"vitkit {args.command}: {'terminated' if term else 'interrupted'}", file=sys.stderr)
+        return 143 if term else 130
     except Exception as e:  # noqa: BLE001 - the one error boundary of the command line
         if debug:
             raise
@@ -102,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     finally:
         warnings.formatwarning = shown
+        _sigterm(on_term)
 
 
 if __name__ == "__main__":

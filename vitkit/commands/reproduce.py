@@ -8,7 +8,8 @@ compute, hybrids included, Fig. 5), fig7 (what the ViT learns, Fig. 7), hires (f
 token vs global average pooling, appendix D.3), optim (Adam vs SGD for the ResNet, appendix D.1), crossover (where
 the ViT overtakes the ResNet as data and compute grow, at matched steps and matched FLOPs). Each writes
 <out>/<name>/result.json and PNG plots drawn from it; <out>/SUMMARY.md (rules, tables, verdicts) is rewritten by
-every run. A killed run continues where it stopped when started again with the same --out. REPRODUCTION.md
+every run. A killed run continues where it stopped when started again with the same --out; Ctrl-C or SIGTERM
+stops the worker processes of --jobs with it (a unit being trained resumes from its last checkpoint). REPRODUCTION.md
 discusses the results.
 """
 

@@ -110,7 +110,7 @@ def _yerr(ests: Sequence[Estimate], cap: float | None = 1.0) -> tuple[list[list[
             any(h < e.hi for e, h in zip(ests, hi)))
 
 
-def _legend_below(fig: Any, axes: Sequence[Any], extra: Sequence[Any] = (), ncol: int = 3) -> None:
+def _legend_below(fig: Any, axes: Sequence[Any], extra: Sequence[Any] = (), ncol: int = 3, **kw: Any) -> None:
     """One legend for the whole figure, under its panels (`_save` makes room), so it covers no data: every labelled
     artist of `axes` (each label once) and `extra` proxy handles (for what is drawn unlabelled)."""
     handles: dict[str, Any] = {}
@@ -119,7 +119,7 @@ def _legend_below(fig: Any, axes: Sequence[Any], extra: Sequence[Any] = (), ncol
             handles.setdefault(label, h)
     for h in extra:
         handles.setdefault(h.get_label(), h)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=7)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=7, **kw)
 
 
 def _legend_under(ax: Any, tick_lines: int, **kw: Any) -> None:
@@ -196,7 +196,7 @@ def compute(res: dict[str, Any], path: Path) -> str:
             for s in sizes:
                 ax.annotate(s, (flops[s], 100 * est[s].mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
         _finish_axis(ax, "pre-training compute (FLOPs)", title)
-    axes[0].legend(fontsize=7)
+    _legend_below(fig, axes)
     _clip_note(fig, clipped)
     return _save(fig, path)
 
@@ -365,7 +365,7 @@ def model_size(res: dict[str, Any], path: Path) -> str:
                     clipped |= _curve(ax, xs, [est[x] for x in xs], f"{fam}-{size}", marker=MARKERS[fam],
                                       color=COLORS[fam], linestyle=style, markerfacecolor=face, markersize=7)
         _finish_axis(ax, "pre-training images", title)
-    axes[0].legend(fontsize=7, handlelength=4)
+    _legend_below(fig, axes, ncol=4, handlelength=4)
     _clip_note(fig, clipped)
     return _save(fig, path)
 

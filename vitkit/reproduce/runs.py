@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -277,22 +280,32 @@ class Workbench:
             return
         before = {self.folder(u): self._rates(u) for u in todo if isinstance(u, Finetune)}
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
-        with _thread_env(self.threads), ProcessPoolExecutor(self.jobs, mp_context=ctx) as pool:
+        ours = set(multiprocessing.active_children())
+        with _thread_env(self.threads), ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_worker_start,
+                                                           initargs=(os.getpid(),)) as pool:
             futures = {pool.submit(_unit_in_worker, str(self.out), self.scale, u, self.device, self.threads): u
                        for u in todo}
-            for f in as_completed(futures):
-                f.result()  # a failed run fails the reproduction, naming its error
-                u = futures[f]
-                if self.bar is None:
-                    continue
-                if isinstance(u, Finetune):  # the rates it trained; those past the grid were not planned
-                    was, each = before[self.folder(u)], u.steps or self.scale.finetune_steps
-                    new = (self._rates(u) or 0) - (was or 0)
-                    self.bar.total += each * (new - (len(self.scale.finetune_lrs) if was is None else 0))
-                    self.bar.update(each * new)
-                else:
-                    self.bar.update(unit_steps(u, self.scale))
-                self.bar.set_postfix_str(u.name(self.scale)[:60])
+            try:
+                self._collect(futures, before)
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the command line: stop the workers, not wait
+                _stop_workers(pool, ours)  # (a failed run instead lets the others finish, then names its error)
+                raise
+
+    def _collect(self, futures: dict[Any, Unit], before: dict[Path, int | None]) -> None:
+        """Wait for the workers' units as they finish, advancing the progress bar by the steps each trained."""
+        for f in as_completed(futures):
+            f.result()  # a failed run fails the reproduction, naming its error
+            u = futures[f]
+            if self.bar is None:
+                continue
+            if isinstance(u, Finetune):  # the rates it trained; those past the grid were not planned
+                was, each = before[self.folder(u)], u.steps or self.scale.finetune_steps
+                new = (self._rates(u) or 0) - (was or 0)
+                self.bar.total += each * (new - (len(self.scale.finetune_lrs) if was is None else 0))
+                self.bar.update(each * new)
+            else:
+                self.bar.update(unit_steps(u, self.scale))
+            self.bar.set_postfix_str(u.name(self.scale)[:60])
 
 
 @contextmanager
@@ -321,6 +334,31 @@ def _thread_env(threads: int) -> Iterator[None]:
                 os.environ.pop(n, None)
             else:
                 os.environ[n] = v
+
+
+def _worker_start(parent: int) -> None:
+    """A worker leaves interrupting to its parent (Ctrl-C reaches the whole process group; the parent stops the
+    workers) and ends itself if the parent dies without stopping it (SIGKILL): an orphan would go on training a
+    unit that a resumed run trains again in the same folder."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with_parent, args=(parent,), daemon=True, name="vitkit-parent-watch").start()
+
+
+def _end_with_parent(parent: int, every: float = 0.5) -> None:
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)  # as a SIGKILL would: a checkpoint is written atomically, the unit resumes from the last one
+
+
+def _stop_workers(pool: ProcessPoolExecutor, before: set[multiprocessing.process.BaseProcess]) -> None:
+    """Cancel what has not started and terminate the workers started since `before` (a unit being trained resumes
+    from its last checkpoint when the reproduction is run again)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    workers = [p for p in multiprocessing.active_children() if p not in before]
+    for p in workers:
+        p.terminate()
+    for p in workers:
+        p.join(10)
 
 
 def _unit_in_worker(out: str, scale: Scale, unit: Unit, device: str, threads: int) -> None:

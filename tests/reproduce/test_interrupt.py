@@ -1,0 +1,92 @@
+"""A stopped `vitkit reproduce --jobs 2` leaves no worker training: SIGTERM stops the workers and exits 143, and a
+SIGKILLed parent's workers end themselves (an orphan would go on training a unit that the resumed run trains again
+in the same folder, and hold the cores)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc")
+
+# fig4 at the smoke scale, its runs made a million steps long: the sweep's first round keeps both workers training
+# far longer than the test waits
+CHILD = """
+import dataclasses, sys
+from vitkit.reproduce import plan
+plan.SCALES["smoke"] = dataclasses.replace(plan.SMOKE, steps=1_000_000, eval_every=1_000_000)
+from vitkit.cli import main
+sys.exit(main(["reproduce", "fig4", "--smoke", "--jobs", "2", "--no-progress", "--out", sys.argv[1]]))
+"""
+
+
+def _workers(pid: int) -> list[int]:
+    """The multiprocessing workers among `pid`'s children (not its resource tracker)."""
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(k) for k in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return [k for k in kids if b"spawn_main" in _read(f"/proc/{k}/cmdline")]
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    stat = _read(f"/proc/{pid}/stat")  # a zombie (state Z) has ended; nobody may reap it in a container
+    return bool(stat) and stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
+def _until(cond, seconds: float, what: str) -> None:
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Signals) -> None:
+    out = tmp_path / "r"
+    log = tmp_path / "stderr.txt"  # a file, not a pipe: an orphan holding the pipe would block reading it
+    with log.open("w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stderr=f)
+    workers: list[int] = []
+    try:
+        _until(lambda: len(list(out.glob("pretrain/*/train_config.json"))) >= 2 or proc.poll() is not None, 120,
+               "two units training in workers")
+        assert proc.poll() is None, f"the reproduction ended before it was stopped: {log.read_text()[-2000:]}"
+        workers = _workers(proc.pid)
+        assert len(workers) == 2, workers
+        time.sleep(1)  # both inside their training loops
+        assert all(_alive(w) for w in workers)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+        err = log.read_text()
+        if sig == signal.SIGTERM:
+            assert code == 143, err[-2000:]
+            assert "vitkit reproduce: terminated" in err
+            assert "Traceback" not in err, err[-2000:]  # the workers ignore the interrupt; their parent stops them
+        else:
+            assert code == -signal.SIGKILL
+        _until(lambda: not any(_alive(w) for w in workers), 10, f"workers {workers} ended")
+    finally:
+        workers += _workers(proc.pid) if proc.poll() is None else []
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for w in workers:  # a failed test must not leave orphans training beside the suite
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
