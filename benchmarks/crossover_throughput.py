@@ -10,6 +10,7 @@ Two measurements, side by side in one process (BENCHMARKS.md / REPRODUCTION.md q
 
     python benchmarks/crossover_throughput.py --device cpu --jobs 1 2 --steps 200
     python benchmarks/crossover_throughput.py --device cuda --jobs 1 8 16 --steps 300
+    python benchmarks/crossover_throughput.py --device cuda --jobs 8 --loader-workers 0 1 --stream-only --steps 300
 """
 
 from __future__ import annotations
@@ -52,11 +53,11 @@ def draw_rate(batch: int, seconds: float = 3.0) -> dict[str, float]:
     return {"draw_img_s": draw, "loader_img_s": n / (time.perf_counter() - t0)}
 
 
-def jobs_rate(device: str, jobs: int, steps: int, stream: bool, out: Path) -> dict[str, float]:
+def jobs_rate(device: str, jobs: int, steps: int, stream: bool, out: Path, workers: int = 0) -> dict[str, float]:
     base = CROSSOVER_SCALES["laptop"].scale
     scale = dataclasses.replace(base, name=f"throughput-{stream}", glyph_stream=stream,
-                                glyph_images=1_000_000 if stream else 100_000)
-    wb = Workbench(out / f"{device}_{jobs}_{stream}", scale, progress=False, device=device, jobs=jobs)
+                                glyph_images=1_000_000 if stream else 100_000, num_workers=workers)
+    wb = Workbench(out / f"{device}_{jobs}_{stream}_{workers}", scale, progress=False, device=device, jobs=jobs)
     runs = [Pretrain(f, "B", images=scale.glyph_images, steps=steps, seed=s) for s in range(jobs)
             for f in ("ViT", "ResNet")]
     t0 = time.perf_counter()
@@ -72,6 +73,8 @@ def main() -> None:
     p.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--stream-only", action="store_true", help="skip the in-memory glyphs")
+    p.add_argument("--loader-workers", type=int, nargs="+", default=[0],
+                   help="loader processes per run (Scale.num_workers): drawing overlaps training")
     p.add_argument("--out", default="benchmarks/results/crossover_throughput.jsonl")
     args = p.parse_args()
     threads = torch.get_num_threads()
@@ -82,11 +85,12 @@ def main() -> None:
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
         for jobs in args.jobs:
-            for stream in (True,) if args.stream_only else (False, True):
-                rows.append({"what": "jobs", "device": args.device, "jobs": jobs, "stream": stream,
-                             "steps": args.steps, "batch": 128, **jobs_rate(args.device, jobs, args.steps, stream,
-                                                                           Path(tmp))})
-                print(json.dumps(rows[-1]), flush=True)
+            for workers in args.loader_workers:
+                for stream in (True,) if args.stream_only else (False, True):
+                    rows.append({"what": "jobs", "device": args.device, "jobs": jobs, "stream": stream,
+                                 "loader_workers": workers, "steps": args.steps, "batch": 128,
+                                 **jobs_rate(args.device, jobs, args.steps, stream, Path(tmp), workers)})
+                    print(json.dumps(rows[-1]), flush=True)
     with open(args.out, "a") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
