@@ -3,6 +3,7 @@ the one loader (`StepLoader` + `TrainTransform`), as `vitkit demo` runs it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,18 @@ def assert_read_once_per_epoch(ds) -> None:  # noqa: ANN001
             seen.extend(b.indices)
     n = loader.steps_per_epoch * 64
     assert len(seen) == n and len(set(seen)) == n  # nobody reads a sample twice, nothing of the epoch is missed
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes started by `pid`, and theirs (from /proc: torchrun puts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import descendants
+
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads child processes from /proc")
 
 # fig4 at the smoke scale, its runs made a million steps long: the sweep's first round keeps both workers training
@@ -27,14 +29,8 @@ sys.exit(main(["reproduce", "fig4", "--smoke", "--jobs", "2", "--no-progress", "
 
 
 def _workers(pid: int) -> list[int]:
-    """The multiprocessing workers among `pid`'s children (not its resource tracker), found by their parent pid in
-    /proc/*/stat (the kernel's /proc/PID/task/TID/children is optional)."""
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        fields = _read(str(stat)).rsplit(b")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(pid).encode():
-            kids.append(int(stat.parent.name))
-    return [k for k in kids if b"spawn_main" in _read(f"/proc/{k}/cmdline")]
+    """The multiprocessing workers among `pid`'s children (not its resource tracker)."""
+    return [k for k in descendants(pid) if b"spawn_main" in _read(f"/proc/{k}/cmdline")]
 
 
 def _read(path: str) -> bytes:

@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from tests.helpers import differing_keys
+from tests.helpers import descendants, differing_keys
 from vitkit.data.digits import load_digits_split
 from vitkit.train.engine import HOLD_ENV
 
@@ -125,7 +125,7 @@ def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -
     deadline = time.time() + 300
     while not all(f.exists() for f in held) and run.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    for pid in _descendants(run.pid) + [run.pid]:  # (torchrun's workers too) at once
+    for pid in descendants(run.pid) + [run.pid]:  # (torchrun's workers too) at once
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _, err = run.communicate()
@@ -134,21 +134,6 @@ def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -
     saved_step = torch.load(out / "train_state.pt", weights_only=True)["step"]
     assert saved_step == step // 10 * 10  # the last checkpoint before the kill: steps after it are redone
     return saved_step
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes started by `pid`, and theirs (from /proc: torchrun puts its workers in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
 
 
 @pytest.mark.parametrize("source,kill_at", [("folder", 17), ("shards", 34)])
