@@ -277,8 +277,6 @@ def _posemb(res: dict[str, Any]) -> Evidence:
     return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx)
 
 
-
-
 def _mpp(res: dict[str, Any]) -> Evidence:
     """MPP (longest) against scratch given the same compute and against supervised pre-training, paired by seed: by
     the seeds the file names (seed i of every arm: pre-training seed i fine-tuned with seed i), else by fine-tuning
