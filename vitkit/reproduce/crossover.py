@@ -79,13 +79,13 @@ CROSSOVER_SCALES = {s.name: s for s in (
                    sizes=(1_000, 4_000), schedules=(4, 8, 12), seeds=(0, 1), lr_grid=(3e-3, 6e-3),
                    schedule_sizes={12: (4_000,)}, lr_from={12: 8}, seed_check=((8, 4_000),), check_seeds=(2,),
                    lr_extend=1),
-    # `vitkit reproduce --all`'s: what the rule needs at the size of an hour's budget -- 3 seeds at every point, both
-    # schedule lengths tuned on a grid bracketed around experiment 1's 6e-3 and extended where the best lies at an
-    # edge; 600 steps on the largest set only (the rule reads the smallest set at its longest schedule)
+    # `vitkit reproduce --all`'s: what the rule needs at the size of an hour's budget -- 3 seeds at every point, every
+    # schedule length tuned on a grid bracketed around experiment 1's 6e-3 and extended where the best lies at an
+    # edge; 600 and 1,200 steps on the largest set only (the rule reads the smallest set at its longest schedule)
     CrossoverScale("laptop", _LAPTOP, sizes=_LAPTOP_SIZES, schedules=(300, 600, 1200), seeds=(0, 1, 2),
                    lr_grid=(3e-3, 6e-3, 1.2e-2), schedule_sizes={600: _LAPTOP_SIZES[-1:], 1200: _LAPTOP_SIZES[-1:]},
                    lr_extend=4),  # the ResNet's 1,200-step sweep still won at 4.8e-2, two steps past the grid
-    # the long grid (several hours on 2 cores, not yet run): 10^6 images drawn on the fly, 1,000 to 12,000 steps
+    # the long grid (several hours on 2 cores, run across sittings: REPRODUCTION.md): 10^6 images drawn on the fly, 1,000 to 12,000 steps
     CrossoverScale("long", _PRETRAIN, sizes=_SIZES, schedules=(1_000, 4_000, 12_000), seeds=(0, 1, 2),
                    lr_grid=(3e-3, 6e-3, 1.2e-2), schedule_sizes={12_000: _SIZES[-2:]}, lr_extend=2),
 )}
