@@ -47,6 +47,16 @@ def test_mean_ci_uses_the_sample_std_and_t() -> None:
         mean_ci([])
 
 
+def test_a_bound_that_rounds_to_zero_keeps_its_sign_in_the_text() -> None:
+    # experiment 3's grid part at the long scale: the interval's low end is +1.7e-5, which "{:+.3f}" prints as
+    # +0.000 -- a reader cannot tell a bound just above zero (holds) from one just below (inconclusive)
+    e = mean_ci([0.22978328168392181, 0.34410548210144043, 0.15072426199913025])
+    assert 0 < e.lo < 5e-5
+    assert e.text(1.0, 3, signed=True) == "+0.242 [+2e-05, +0.483] (n=3)"
+    assert mean_ci([-0.2, -0.1 - 2 * 0.00001, 0.3]).text(1.0, 3, signed=True).startswith("-7e-06 [")
+    assert mean_ci([0.5, 0.7, 0.9]).text() == "70.0 [20.3, 119.7] (n=3)"  # ordinary values: as before
+
+
 def test_paired_difference_equals_scipys_paired_t_test() -> None:
     rng = np.random.default_rng(0)
     a = rng.normal(0.8, 0.02, 5)

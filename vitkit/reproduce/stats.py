@@ -40,10 +40,15 @@ class Estimate:
 
     def text(self, scale: float = 100.0, digits: int = 1, signed: bool = False) -> str:
         """'mean [lo, hi] (n=3)' in points (scale 100), with the p-value where there is one."""
-        f = f"{{:{'+' if signed else ''}.{digits}f}}"
+        sign = "+" if signed else ""
+
+        def num(v: float) -> str:  # a value that rounds to zero shows its sign and size: "+2e-05", not "+0.000"
+            v *= scale
+            return f"{v:{sign}.{digits}f}" if v == 0 or abs(v) >= 0.5 * 10 ** -digits else f"{v:{sign}.1g}"
+
         if self.n < 2:
-            return f"{f.format(scale * self.mean)} (n={self.n}, no interval)"
-        s = f"{f.format(scale * self.mean)} [{f.format(scale * self.lo)}, {f.format(scale * self.hi)}] (n={self.n}"
+            return f"{num(self.mean)} (n={self.n}, no interval)"
+        s = f"{num(self.mean)} [{num(self.lo)}, {num(self.hi)}] (n={self.n}"
         return s + (f", p={self.p:.2g})" if self.p is not None else ")")
 
 
