@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from vitkit.cli import main
-from vitkit.reproduce import plots
+from vitkit.reproduce import CROSSOVER_SCALES, SCALES, plots
+from vitkit.reproduce.plan import SCALE_OPTIONS, scale_label
 from vitkit.reproduce.stats import mean_ci
 from vitkit.reproduce.summary import ORDER, load_results, summary_markdown
 
@@ -247,3 +248,11 @@ def test_legends_cover_no_data_and_no_labels_and_shared_sizes_are_dodged(tmp_pat
     assert "dodged" in ax.get_xlabel()
     for fig in figs.values():
         plt.close(fig)
+
+
+def test_the_documents_name_a_scale_as_the_command_line_does() -> None:
+    """`--scale long` runs the Scale named "full" (the name its folders and JSON carry); SUMMARY.md says "long"."""
+    for option, name in SCALE_OPTIONS.items():
+        assert name in SCALES and option in CROSSOVER_SCALES and scale_label(name) == option == scale_label(option)
+    text = (RESULTS / "SUMMARY.md").read_text()
+    assert "Result (long scale)" in text and "full scale" not in text

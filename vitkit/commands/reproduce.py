@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.reproduce.plan import CROSSOVER_SCALE_NAMES, EXPERIMENT_NAMES
+from vitkit.reproduce.plan import CROSSOVER_SCALE_NAMES, EXPERIMENT_NAMES, SCALE_OPTIONS
 
 NAMES = EXPERIMENT_NAMES  # the library's experiments, in its order
 HELP = f"re-run the paper's experiments at laptop scale ({' '.join(NAMES)}, or --all)"
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, names: list[str]) -> int:
     from vitkit.reproduce import CROSSOVER_SCALES, SCALES, run_experiments
 
-    scale = SCALES["smoke" if args.smoke else {"laptop": "laptop", "long": "full"}[args.scale]]
+    scale = SCALES[SCALE_OPTIONS["smoke" if args.smoke else args.scale]]
     crossover = CROSSOVER_SCALES["smoke" if args.smoke else args.scale]
     out = args.out if args.out != "runs/reproduce" or not args.smoke else "runs/reproduce-smoke"
     results = run_experiments(names, out, scale, progress=not args.no_progress, crossover=crossover,

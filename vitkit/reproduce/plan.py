@@ -144,6 +144,14 @@ LAPTOP = Scale(
     glyph_classes=100, tune_lrs=(3e-3, 6e-3, 1.2e-2), finetune_extend=4,
 )
 SCALES = {s.name: s for s in (LAPTOP, FULL, SMOKE)}
+# `vitkit reproduce --scale` (and --smoke) -> the Scale of experiments 1-6 and 8-10 (the crossover's grid has the
+# option's own name); "long" is the Scale named "full", the name its run folders and result JSON are written with
+SCALE_OPTIONS = {"smoke": SMOKE.name, "laptop": LAPTOP.name, "long": FULL.name}
+
+
+def scale_label(name: str) -> str:
+    """The `--scale` name of a Scale's (or crossover grid's) name, as the documents say it: "full" -> "long"."""
+    return next((o for o, s in SCALE_OPTIONS.items() if s == name), name)
 
 
 @dataclass(frozen=True)
@@ -250,5 +258,5 @@ def finetune_config(scale: Scale, pretrained: str, lr: float, img_size: int = IM
 
 #: the experiments of `vitkit reproduce`, in their order (experiments.py builds each; a test checks the two agree)
 EXPERIMENT_NAMES = ("fig4", "size", "fig5", "fig7", "hires", "posemb", "mpp", "pooling", "optim", "crossover")
-#: the crossover grid's scales (crossover.py's CROSSOVER_SCALES)
-CROSSOVER_SCALE_NAMES = ("smoke", "laptop", "long")
+#: the crossover grid's scales (crossover.py's CROSSOVER_SCALES): named as the --scale options
+CROSSOVER_SCALE_NAMES = tuple(SCALE_OPTIONS)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.reproduce.crossover import markdown as crossover_markdown
-from vitkit.reproduce.plan import EXPERIMENT_NAMES
+from vitkit.reproduce.plan import EXPERIMENT_NAMES, scale_label
 from vitkit.reproduce.rules import RULES, judgement_markdown, rule_markdown, verdict
 from vitkit.reproduce.tables import fig7_markdown, mpp_markdown
 from vitkit.utils.atomic import atomic_write_text
@@ -75,7 +75,7 @@ def summary_markdown(results: dict[str, dict[str, Any]], figure: Callable[[str, 
         head.append(f"| {n} | {short} |")
         figs = " ".join(f"![{f}]({figure(n, f)})" for f in res.get("figures", []))
         body += [f"## {n}", "", f"Paper: {res['claim']}.", "", rule_markdown(RULES[n]) if n in RULES else "", "",
-                 f"Result ({res.get('scale', '?')} scale):", "", result_markdown(n, res), "", judged, "", figs, ""]
+                 f"Result ({scale_label(res.get('scale', '?'))} scale):", "", result_markdown(n, res), "", judged, "", figs, ""]
     return "\n".join(head + [""] + body)
 
 
