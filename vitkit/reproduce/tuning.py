@@ -22,7 +22,9 @@ from vitkit.reproduce.plan import Pretrain, Scale
 from vitkit.reproduce.runs import Finetune, Unit, Workbench, unit_steps
 from vitkit.reproduce.stats import extension, pick_rate, seeded
 
-LR_EXTEND = 2  # rates added past an edge of a sweep that wins there, per side (stats.extension)
+# rates added past an edge of a sweep that wins there, per side (stats.extension); 4 as the fine-tuning sweeps' and
+# the laptop crossover's (2 until 2026-11-26, when the long scale's SGD sweep still won at its edge, 2.7, after two)
+LR_EXTEND = 4
 Sweep = list[dict[str, float]]
 
 
