@@ -20,7 +20,9 @@ from vitkit.reproduce.summary import ORDER, load_results, summary_markdown
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "reproduce"
 FIGURES = ROOT / "docs" / "reproduction"
-# the seeded laptop-scale run (`vitkit reproduce --all`, 2026-11-25): its JSON and SUMMARY.md, its figures
+# the seeded runs, by --scale (`vitkit reproduce --all`: laptop 2026-11-25/26; long from 2026-11-26, in sittings):
+# their JSON and SUMMARY.md in RESULTS/<scale>, their figures in FIGURES/<scale>
+SEEDED = ("laptop", "long")
 LAPTOP_RESULTS, LAPTOP_FIGURES = RESULTS / "laptop", FIGURES / "laptop"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -30,7 +32,7 @@ def _links(md: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("doc", ["REPRODUCTION.md", "benchmarks/results/reproduce/SUMMARY.md",
-                                 "benchmarks/results/reproduce/laptop/SUMMARY.md"])
+                                 *(f"benchmarks/results/reproduce/{s}/SUMMARY.md" for s in SEEDED)])
 def test_every_link_and_image_of_the_reproduction_documents_exists(doc: str) -> None:
     md = ROOT / doc
     links = _links(md)
@@ -39,17 +41,19 @@ def test_every_link_and_image_of_the_reproduction_documents_exists(doc: str) -> 
     assert not missing, f"{doc}: links to missing files {missing}"
 
 
-def test_the_laptop_runs_summary_is_what_its_json_gives() -> None:
-    summary = LAPTOP_RESULTS / "SUMMARY.md"
-    results = load_results(LAPTOP_RESULTS)
-    want = summary_markdown(results, lambda n, f: os.path.relpath(LAPTOP_FIGURES / f, summary.parent),
+@pytest.mark.parametrize("scale", SEEDED)
+def test_a_seeded_runs_summary_is_what_its_json_gives(scale: str) -> None:
+    results_dir, figures = RESULTS / scale, FIGURES / scale
+    summary = results_dir / "SUMMARY.md"
+    results = load_results(results_dir)
+    want = summary_markdown(results, lambda n, f: os.path.relpath(figures / f, summary.parent),
                             "vitkit reproduce: the committed results")
-    assert summary.read_text() == want, ("benchmarks/results/reproduce/laptop/SUMMARY.md is stale: run `vitkit "
-                                         "reproduce --redraw benchmarks/results/reproduce/laptop --figures "
-                                         "docs/reproduction/laptop`")
+    assert summary.read_text() == want, (f"benchmarks/results/reproduce/{scale}/SUMMARY.md is stale: run `vitkit "
+                                         f"reproduce --redraw benchmarks/results/reproduce/{scale} --figures "
+                                         f"docs/reproduction/{scale}`")
     for res in results.values():
-        assert res["scale"] == "laptop"  # the crossover's grid is named like the scale it belongs to
-        assert all((LAPTOP_FIGURES / f).is_file() for f in res["figures"])
+        assert scale_label(res["scale"]) == scale  # every result of the folder ran at that --scale
+        assert all((figures / f).is_file() for f in res["figures"])
 
 
 def test_the_committed_summary_is_what_the_committed_json_gives() -> None:
