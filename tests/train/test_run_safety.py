@@ -376,3 +376,38 @@ def test_sweep_and_train_exit_1_when_they_skip_images(tmp_path: Path, capsys) ->
     assert main(["train", "--config", "digits_pretrain", "--out", str(tmp_path / "tr"), "--no-progress", *TINY_FLAGS,
                  *data[:4], "--set", "data.dev_fraction=0"]) == 1
     assert "skipped 1 unreadable images (named in metrics.jsonl)" in capsys.readouterr().out
+
+
+def test_a_resumed_runs_training_time_counts_every_sitting(tmp_path: Path) -> None:
+    """`train_s` of a run stopped and resumed is the time of both fits (the state carries it), not the last one's;
+    a state from before the time was kept says from which step its time counts (`train_s_from`)."""
+    from helpers import digits_trainer
+
+    from vitkit.train.config import TrainConfig
+
+    cfg = TrainConfig(steps=12, batch_size=16, lr=1e-3, warmup_steps=0, log_every=5, tensorboard=False)
+
+    def trainer():
+        torch.manual_seed(0)
+        return digits_trainer(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), cfg, tmp_path / "run")
+
+    first = trainer()
+    first.fit(stop_at=7)
+    spent = first.train_s
+    time.sleep(0.3)  # idle after a fit is not training time
+    assert first.train_s == spent > 0
+    state = torch.load(first.save_state(), weights_only=True)
+    assert (state["train_s"], state["train_s_from"]) == (spent, 0)
+    again = trainer()
+    again.load_state()
+    assert (again.train_s, again.train_s_from) == (spent, 0)
+    again.fit()
+    assert again.train_s > spent
+    # a state written before vitkit kept the time: the resumed run's time counts from the step it resumed at
+    del state["train_s"], state["train_s_from"]
+    torch.save(state, tmp_path / "old.pt")
+    old = trainer()
+    old.load_state(tmp_path / "old.pt")
+    assert (old.train_s, old.train_s_from) == (0.0, 7)
+    old.fit()
+    assert torch.load(tmp_path / "run" / "train_state.pt", weights_only=True)["train_s_from"] == 7

@@ -88,6 +88,8 @@ def _fewshot_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
     s = _pre(wb, run)
     row = {k: s[k] for k in ("family", "size", "images", "seed", "lr", "params", "forward_flops_per_image",
                              "train_flops", "glyph_test_top1", "train_s")}
+    if s.get("train_s_from_step"):  # resumed from a state that did not carry the time before: a lower bound
+        row["train_s_from_step"] = s["train_s_from_step"]
     row.update({k: v for k, v in s["best"].items() if k != "step"})
     row["best_step"] = s["best"].get("step")
     row["final_digits_test_5shot"] = s["final"].get("digits_test_5shot")
@@ -165,7 +167,8 @@ def _fig5_run(wb: Workbench, out: Path) -> dict[str, Any]:
     for r in rows:
         lines.append(f"| {r['family']} | {r['size']} | {r['seed']} | {r['params'] / 1e3:.0f}k | "
                      f"{r['forward_flops_per_image'] / 1e6:.2f}M | {r['train_flops']:.2e} | {_pct(r['finetune_top1'])} "
-                     f"| {_pct(r[f'avg_{k}shot'])} | {r['train_s']:.0f} s |")
+                     f"| {_pct(r[f'avg_{k}shot'])} | {r['train_s']:.0f} s"
+                     + (f" (steps {r['train_s_from_step']:,}+)" if r.get("train_s_from_step") else "") + " |")
     tuned = _tuned(wb, [Pretrain(f, s) for f in FAMILIES for s in wb.scale.compute_sizes])
     return {"rows": rows, **tuned, "markdown": _with_sweeps("\n".join(lines), tuned)}
 

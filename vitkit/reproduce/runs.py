@@ -206,7 +206,8 @@ class Workbench:
             "params": sum(p.numel() for p in model.parameters()),
             "forward_flops_per_image": flops,
             "train_flops": 3 * flops * tcfg.batch_size * tcfg.steps,  # forward + backward, every image of every step
-            "train_s": result["train_s"], "glyph_test_top1": (result.get("test") or {}).get("top1"),
+            "train_s": result["train_s"], "train_s_from_step": result.get("train_s_from_step", 0),
+            "glyph_test_top1": (result.get("test") or {}).get("top1"),
             "curve": curve, "best": best, "final": curve[-1] if curve else {}, "model_dir": str(out / "model"),
             "optimizer": run.optimizer, "threads": self.threads if trained else None,  # None: trained before
             "config": {"model": model_section(run.family, run.size, run.posemb, run.pooling, self.scale.models)},

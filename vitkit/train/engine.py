@@ -103,6 +103,10 @@ class Trainer:
         self.metrics_path = self.out / "metrics.jsonl"
         self._tb: Any = None
         self._resumed_at: int | None = None  # set by load_state
+        # wall-clock seconds of fitting before this process (from the state resumed), and the step they count from:
+        # 0, unless the state was written before vitkit kept the time (then only the time since the resume is known)
+        self.train_s_before, self.train_s_from = 0.0, 0
+        self._fit_t0: float | None = None  # when the fit under way began (None between fits)
         self._fingerprint: dict[str, Any] | None = None  # of the training data, computed once (files are stat'ed)
 
     # ------------------------------------------------------------------ checkpoints
@@ -120,7 +124,14 @@ class Trainer:
             "skipped_images": self.skipped_images,
             "train_config": json.dumps(self.cfg.to_dict()),
             "data": json.dumps(self._data_fingerprint()),
+            "train_s": self.train_s, "train_s_from": self.train_s_from,
         }
+
+    @property
+    def train_s(self) -> float:
+        """Wall-clock seconds spent fitting this run, over every process that trained it (a resumed run adds the time
+        its state recorded); from step `train_s_from` on."""
+        return self.train_s_before + (time.perf_counter() - self._fit_t0 if self._fit_t0 is not None else 0.0)
 
     def _data_fingerprint(self) -> dict[str, Any]:
         if self._fingerprint is None:
@@ -195,6 +206,9 @@ class Trainer:
             self.ema.shadow = dist.shard_like(shadow, self.model.state_dict()) if self.sharded else shadow
         self.step = int(st["step"])
         self.skipped_images = int(st.get("skipped_images", 0))
+        known = isinstance(st.get("train_s"), float)  # a state from before the time was kept: counted from here
+        self.train_s_before = float(st["train_s"]) if known else 0.0
+        self.train_s_from = int(st.get("train_s_from", 0)) if known else self.step
         # the global sums since the last log line, held by rank 0 (the others add nothing until the next line)
         window = [float(v) for v in st.get("log_window", [0.0, 0.0, 0.0])]
         self.log_window = window if self.is_main else [0.0, 0.0, 0.0]
@@ -368,7 +382,7 @@ class Trainer:
         bar = tqdm(total=end, initial=self.step, disable=not show, desc="train", unit="step", dynamic_ncols=True)
         last: dict[str, Any] = {}
         hold_at = int(os.environ.get(HOLD_ENV, "0") or 0)
-        t0 = time.perf_counter()
+        t0 = self._fit_t0 = time.perf_counter()
         for batch in self.data.iterate(self.step, end):
             if batch.step != self.step:  # the loader and the loop must agree, or resume is not exact
                 raise RuntimeError(f"data loader returned step {batch.step}, expected {self.step}")
@@ -414,6 +428,7 @@ class Trainer:
             if self.step == hold_at:
                 self._hold()
         bar.close()
+        self.train_s_before, self._fit_t0 = self.train_s, None  # the clock stops with the fit
         if self.save_checkpoints:
             self.save_state()
         if self.ema is not None and self.step >= cfg.steps:  # the averaged weights are the result (appendix B.1.1)

@@ -359,9 +359,8 @@ def run_experiment(
             return run.finished
         if run.trainer.is_main:
             atomic_write_text(run.out / "run_config.json", json.dumps(run.cfg.sections(), indent=2) + "\n")
-        t0 = time.perf_counter()
         run.trainer.fit()
-        return finish_run(run, time.perf_counter() - t0, final_test, curves)
+        return finish_run(run, final_test, curves)
 
 
 @dataclass
@@ -486,9 +485,11 @@ def _teacher(cfg: RunConfig, model: nn.Module, header: bool) -> Teacher | None:
     return teacher
 
 
-def finish_run(run: Run, train_s: float, final_test: bool = True, curves: bool = True) -> dict[str, Any]:
+def finish_run(run: Run, final_test: bool = True, curves: bool = True) -> dict[str, Any]:
     """After fitting: evaluate the final (EMA) weights on dev and test (once, at the end), save the model with its
-    preprocessing, draw curves.png and write result.json (rank 0)."""
+    preprocessing, draw curves.png and write result.json (rank 0). `train_s` is the fitting time of every process
+    that trained the run; `train_s_from_step`, where present, says it counts only from that step (the run resumed a
+    state that did not record the time before)."""
     trainer, model, trained, out, cfg = run.trainer, run.model, run.trained, run.out, run.cfg
     tcfg = cfg.train
     if trainer.sharded:  # evaluate and save an unsharded copy of the final weights on rank 0
@@ -503,8 +504,10 @@ def finish_run(run: Run, train_s: float, final_test: bool = True, curves: bool =
             trained = objective_model(fresh, cfg)
             trained.load_state_dict(weights, assign=True)
             model, trained = fresh, trained.to(tcfg.device)
-    result: dict[str, Any] = {"steps": trainer.step, "train_s": train_s, "out": str(out),
+    result: dict[str, Any] = {"steps": trainer.step, "train_s": trainer.train_s, "out": str(out),
                               "skipped_images": trainer.skipped_images}
+    if trainer.train_s_from:
+        result["train_s_from_step"] = trainer.train_s_from
     if trainer.is_main:
         model.eval()
         for name in ("dev", "test"):
