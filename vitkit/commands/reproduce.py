@@ -33,9 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "findings (tiny models, 4 steps, 1,000 images: seconds per experiment)")
     p.add_argument("--scale", choices=[s for s in CROSSOVER_SCALE_NAMES if s != "smoke"], default="laptop",
                    help="laptop (default: 20,000 images, 500 steps; the crossover on up to 40,000 images at 300, "
-                   "600 and 1,200 steps; 3 seeds everywhere, every learning rate a verdict needs tuned on a bracketed grid) or "
-                   "long (100,000 images, 1,000 steps, ViT-L at full width; the crossover on a 10^6-image stream at "
-                   "1,000 to 12,000 steps; several hours on 2 cores)")
+                   "600 and 1,200 steps; 3 seeds everywhere, every learning rate a verdict needs tuned on a bracketed "
+                   "grid) or long (100,000 images, 1,000 steps, ViT-L at full width; the crossover on a 10^6-image "
+                   "stream at 1,000 to 12,000 steps; several hours on 2 cores)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (every run; a folder holds runs of one kind)")
     p.add_argument("--jobs", type=int, default=1, help="training runs at once, in worker processes: the rate "
                    "sweeps' rounds, the planned pre-training runs and fine-tunes, and the crossover's (small models "

@@ -85,7 +85,8 @@ CROSSOVER_SCALES = {s.name: s for s in (
     CrossoverScale("laptop", _LAPTOP, sizes=_LAPTOP_SIZES, schedules=(300, 600, 1200), seeds=(0, 1, 2),
                    lr_grid=(3e-3, 6e-3, 1.2e-2), schedule_sizes={600: _LAPTOP_SIZES[-1:], 1200: _LAPTOP_SIZES[-1:]},
                    lr_extend=4),  # the ResNet's 1,200-step sweep still won at 4.8e-2, two steps past the grid
-    # the long grid (several hours on 2 cores, run across sittings: REPRODUCTION.md): 10^6 images drawn on the fly, 1,000 to 12,000 steps
+    # the long grid (several hours on 2 cores, run across sittings: REPRODUCTION.md): 10^6 images drawn on the fly,
+    # 1,000 to 12,000 steps
     CrossoverScale("long", _PRETRAIN, sizes=_SIZES, schedules=(1_000, 4_000, 12_000), seeds=(0, 1, 2),
                    lr_grid=(3e-3, 6e-3, 1.2e-2), schedule_sizes={12_000: _SIZES[-2:]},
                    lr_extend=4),  # 2 until 2026-11-26 (raised with tuning.LR_EXTEND, before its sweeps had ended)
