@@ -14,6 +14,7 @@ import pytest
 from vitkit.cli import main
 from vitkit.reproduce import CROSSOVER_SCALES, SCALES, plots
 from vitkit.reproduce.plan import SCALE_OPTIONS, scale_label
+from vitkit.reproduce.rules import verdict
 from vitkit.reproduce.stats import mean_ci
 from vitkit.reproduce.summary import ORDER, load_results, summary_markdown
 
@@ -54,6 +55,26 @@ def test_a_seeded_runs_summary_is_what_its_json_gives(scale: str) -> None:
     for res in results.values():
         assert scale_label(res["scale"]) == scale  # every result of the folder ran at that --scale
         assert all((figures / f).is_file() for f in res["figures"])
+
+
+# REPRODUCTION.md numbers the experiments as the paper's sections are read (1 data size ... 10 Adam vs SGD)
+NUMBERED = {1: "fig4", 2: "fig5", 3: "fig7", 4: "hires", 5: "posemb", 6: "mpp", 7: "crossover", 8: "pooling",
+            9: "size", 10: "optim"}
+SECTIONS = {"laptop": "## The seeded laptop run", "long": "## The seeded long run"}
+
+
+@pytest.mark.parametrize("scale", SEEDED)
+def test_reproduction_md_states_each_seeded_verdict_its_rule_computes(scale: str) -> None:
+    """Every experiment ran at both seeded scales, and the verdict table of the scale's section in REPRODUCTION.md
+    (the bold cell of each numbered row) is the verdict its rule gives on the committed JSON."""
+    results = load_results(RESULTS / scale)
+    assert set(results) == set(ORDER) == set(NUMBERED.values()), f"{scale}: experiments missing {set(ORDER) - set(results)}"
+    text = (ROOT / "REPRODUCTION.md").read_text()
+    section = text[text.index(SECTIONS[scale]):]
+    section = section[:section.index("\n## ", 1)]
+    stated = {NUMBERED[int(m[1])]: m[2] for m in re.finditer(r"^\| (\d+)\. .*?\| \*\*([a-z ]+)\*\*", section, re.M)}
+    computed = {n: verdict(n, res)[2].verdict for n, res in results.items()}
+    assert stated == computed
 
 
 def test_the_committed_summary_is_what_the_committed_json_gives() -> None:
