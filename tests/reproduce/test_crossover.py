@@ -17,6 +17,7 @@ from vitkit.reproduce.crossover import (
     gap_analysis,
     grid_runs,
     matched_flops,
+    run_crossover,
     trend,
     tuning_runs,
 )
@@ -145,3 +146,21 @@ def test_a_folder_may_grow_seeds_but_not_change_its_runs(tmp_path: Path) -> None
     Workbench(tmp_path, replace(SMOKE, pretrain_seeds=(0, 1, 2), posemb_seeds=(0, 1, 2)), progress=False)
     with pytest.raises(ValueError, match="with other settings"):
         Workbench(tmp_path, replace(SMOKE, steps=5), progress=False)
+
+
+def test_the_progress_bar_ends_full_in_a_fresh_and_in_a_resumed_folder(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The bar counts every run of the grid and of the sweeps (extensions included) once, as done when finished
+    before: a fresh run and a read-back both end at total (the long crossover resumed across sittings ended at
+    344,000 of 372,000: done extensions never moved it)."""
+    ends: list[tuple[int, int]] = []
+    close = Workbench.close
+
+    def recording_close(self: Workbench) -> None:
+        if self.bar is not None:
+            ends.append((self.bar.n, self.bar.total))
+        close(self)
+
+    monkeypatch.setattr(Workbench, "close", recording_close)
+    for _ in range(2):
+        run_crossover(CROSSOVER_SCALES["smoke"], tmp_path, progress=True)
+    assert len(ends) == 2 and all(n == total > 0 for n, total in ends), ends

@@ -202,3 +202,25 @@ def test_a_run_trains_with_the_same_threads_alone_or_beside_another(tmp_path: Pa
     assert torch.get_num_threads() == before  # restored after the run
     assert alone["threads"] == pair["threads"] == max(1, before // 2)
     assert alone["curve"] == pair["curve"] and alone["glyph_test_top1"] == pair["glyph_test_top1"]
+
+
+def test_a_resumed_sweeps_finished_extensions_move_the_progress_bar_once(tmp_path: Path) -> None:
+    """Reading back a sweep whose grid and extension finished in an earlier sitting: the bar's total counts the
+    extension once and its steps as done (before, the total grew by the extension but the bar never moved for it,
+    so a resumed long crossover ended at 344,000 of 372,000 steps), and planning the unit again adds nothing."""
+    wb = Workbench(tmp_path, SMOKE, progress=True)
+    grid = (3e-3, 6e-3)
+    at = lambda lr: Pretrain("ViT", "B", seed=0, lr=lr)  # noqa: E731
+    for lr in (*grid, 1.2e-2):  # every run of the sweep finished before this sitting
+        wb.folder(at(lr)).mkdir(parents=True)
+        (wb.folder(at(lr)) / UNIT_FILE).write_text("{}")
+    wb.start([at(lr) for lr in grid], "t")
+    dev = {3e-3: 0.7, 6e-3: 0.8, 1.2e-2: 0.75}  # the upper edge wins, its extension 1.2e-2 brackets it
+    got = tuning.sweep_rates(wb, {"v": (grid, at)}, extend=1,
+                             score=lambda w, runs: [{"dev": dev[r.lr], "glyph_test_top1": 0.5} for r in runs])
+    assert [r["lr"] for r in got["v"]] == [3e-3, 6e-3, 1.2e-2]
+    assert wb.bar is not None and wb.bar.total == wb.bar.n == 3 * SMOKE.steps
+    wb.count([at(1.2e-2), at(6e-3)])  # the experiments' units at the pick: counted already
+    wb.count([at(6e-3)], planned=True)
+    assert wb.bar.total == wb.bar.n == 3 * SMOKE.steps
+    wb.close()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from vitkit.reproduce.plan import SMOKE, Pretrain, Scale
-from vitkit.reproduce.runs import Workbench, unit_steps
+from vitkit.reproduce.runs import Workbench
 from vitkit.reproduce.stats import pick_rate, sweep_text
 from vitkit.reproduce.tuning import sweep_rates
 
@@ -331,8 +331,7 @@ def run_crossover(cs: CrossoverScale, out: Path, progress: bool = True, device: 
             wb.bar.total += grid_steps
         lrs, sweeps = pick_lrs(wb, cs)  # the learning rates first: the grid uses the picks
         runs, checks = grid_runs(cs, lrs), seed_check_runs(cs, lrs)
-        if wb.bar is not None:
-            wb.bar.update(sum(unit_steps(r, cs.scale) for r in runs + checks if r not in tuning and wb.done(r)))
+        wb.count(runs + checks, planned=True)  # the picks' own runs (grid points or extensions) are counted already
         done = wb.pretrain_all(runs + checks)
         summaries, extra = done[:len(runs)], done[len(runs):]
     finally:

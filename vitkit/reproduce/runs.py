@@ -144,14 +144,16 @@ class Workbench:
         self.bar = tqdm(total=0, desc=desc, unit="step", disable=not self.progress, dynamic_ncols=True)
         self.count(units)
 
-    def count(self, units: list[Unit]) -> None:
+    def count(self, units: list[Unit], planned: bool = False) -> None:
         """Add the steps of `units` the bar does not count yet (complete ones as done): units planned once their
-        learning rate is known (tuning.py)."""
+        learning rate is known (tuning.py), a sweep's extensions. `planned`: their steps are in the bar's total
+        already (the crossover sizes its grid before the rates are picked); only the complete ones move it."""
         if self.bar is None:
             return
         new = [u for u in self.unique(units) if self.folder(u) not in self._counted]
         self._counted.update(self.folder(u) for u in new)
-        self.bar.total += sum(unit_steps(u, self.scale) for u in new)
+        if not planned:
+            self.bar.total += sum(unit_steps(u, self.scale) for u in new)
         done = sum(unit_steps(u, self.scale) for u in new if self.done(u))
         if done:
             self.bar.update(done)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from vitkit.reproduce.plan import Pretrain, Scale
-from vitkit.reproduce.runs import Finetune, Unit, Workbench, unit_steps
+from vitkit.reproduce.runs import Finetune, Unit, Workbench
 from vitkit.reproduce.stats import extension, pick_rate, seeded
 
 # rates added past an edge of a sweep that wins there, per side (stats.extension); 4 as the fine-tuning sweeps' and
@@ -74,8 +74,8 @@ def sweep_rates(wb: Workbench, variants: dict[Hashable, tuple[tuple[float, ...],
     todo = {name: list(grid) for name, (grid, _) in variants.items()}
     while todo:
         runs = {(name, lr): variants[name][1](lr) for name, lrs in todo.items() for lr in lrs}
-        if wb.bar is not None:  # the plan counted the grids; an extension adds its run
-            wb.bar.total += sum(unit_steps(r, wb.scale) for (name, lr), r in runs.items() if lr not in variants[name][0])
+        # the plan counted the grids; an extension adds its run (done already when a resumed sweep reads it back)
+        wb.count([r for (name, lr), r in runs.items() if lr not in variants[name][0]])
         for (name, lr), row in zip(runs, score(wb, list(runs.values()))):
             sweeps[name].append({"lr": lr, **row})
         todo = {}
