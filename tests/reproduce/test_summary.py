@@ -68,11 +68,13 @@ def test_reproduction_md_states_each_seeded_verdict_its_rule_computes(scale: str
     """Every experiment ran at both seeded scales, and the verdict table of the scale's section in REPRODUCTION.md
     (the bold cell of each numbered row) is the verdict its rule gives on the committed JSON."""
     results = load_results(RESULTS / scale)
-    assert set(results) == set(ORDER) == set(NUMBERED.values()), f"{scale}: experiments missing {set(ORDER) - set(results)}"
+    assert set(results) == set(ORDER) == set(NUMBERED.values()), \
+        f"{scale}: experiments missing {set(ORDER) - set(results)}"
     text = (ROOT / "REPRODUCTION.md").read_text()
     section = text[text.index(SECTIONS[scale]):]
     section = section[:section.index("\n## ", 1)]
-    stated = {NUMBERED[int(m[1])]: m[2] for m in re.finditer(r"^\| (\d+)\. .*?\| \*\*([a-z ]+)\*\*", section, re.M)}
+    rows = re.finditer(r"^\| (\d+)\. .*?\| \*\*([a-z ]+)\*\*", section, re.M)  # the bold cell: the verdict
+    stated = {NUMBERED[int(m[1])]: m[2] for m in rows}
     computed = {n: verdict(n, res)[2].verdict for n, res in results.items()}
     assert stated == computed
 

@@ -519,7 +519,8 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
     # counted once the picks are (an extension of a sweep when it is added)
     fixed = [u for u in units if (src := u.source if isinstance(u, Finetune) else u) is None
              or not tuning.is_tuned(scale, src)]
-    wb.start(tuning.grid_runs(scale, sources) + fixed, f"reproduce ({scale_label(scale.name)})")
+    label = scale_label(scale.name)  # as --scale says it
+    wb.start(tuning.grid_runs(scale, sources) + fixed, f"reproduce ({label})")
     results: dict[str, Any] = {}
     try:
         tuning.tune(wb, sources)  # every model's rate first: all grids in one round, then their extensions
@@ -548,7 +549,7 @@ def run_experiments(names: list[str], out: str | Path, scale: Scale, progress: b
     # every experiment of this folder that has a result (earlier runs' included), rules and verdicts recomputed
     found = {n: json.loads((Path(out) / n / "result.json").read_text()) for n in EXPERIMENTS
              if (Path(out) / n / "result.json").is_file()}
-    write_summary(found, Path(out) / "SUMMARY.md", lambda n, f: f"{n}/{f}", f"vitkit reproduce ({scale_label(scale.name)} scale)")
+    write_summary(found, Path(out) / "SUMMARY.md", lambda n, f: f"{n}/{f}", f"vitkit reproduce ({label} scale)")
     return results
 
 
