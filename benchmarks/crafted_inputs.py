@@ -32,6 +32,8 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
+from vitkit.utils.files import scratch_dir
+
 Case = tuple[str, str, Callable[[Path], list[str]], str]  # (name, class, argv builder, the verdict wanted)
 
 
@@ -643,7 +645,7 @@ def main() -> int:
     args = ap.parse_args()
     here = str(Path(__file__).resolve().parent.parent)
     code = str(Path(args.code).resolve()) if args.code else here
-    home = Path(tempfile.mkdtemp(prefix="vitkit-home-"))
+    home = scratch_dir("vitkit-home-")
     env = {**os.environ, "PYTHONPATH": code, "HOME": str(home)}
     rows, counts = [], Counter()
     for name, group, build, want in CASES:

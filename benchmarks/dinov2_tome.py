@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -28,6 +27,7 @@ import vitkit
 from vitkit.inference.backends import exported_runner
 from vitkit.inference.export import export_onnx, quantize_int8, quantize_static_int8
 from vitkit.inference.fewshot import fewshot_accuracy
+from vitkit.utils.files import scratch_dir
 
 PREFIX = "backbone."
 
@@ -152,7 +152,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args()
     torch.set_num_threads(2)
-    tmp = Path(tempfile.mkdtemp(prefix="vitkit-dinov2-"))
+    tmp = scratch_dir("vitkit-dinov2-")
     model, check = load_checked(a.wheel, tmp / "dinov2")
     x, y, calib = photos(model)
     parity = check(x[:4])

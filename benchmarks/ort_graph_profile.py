@@ -27,7 +27,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -42,6 +41,7 @@ from vitkit.inference.export import DEFAULT_OPSET, export_onnx, ort_session, qua
 from vitkit.models import create_model
 from vitkit.models.registry import vit_config
 from vitkit.models.vit import attention_overrides
+from vitkit.utils.files import scratch_dir
 
 
 def _distinct(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -167,7 +167,7 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    tmp = Path(tempfile.mkdtemp(prefix="vitkit-ortprof-"))
+    tmp = scratch_dir("vitkit-ortprof-")
     calib = torch.randn(16, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     t0 = time.perf_counter()
     graphs, notes = build(a.model, tmp, calib)

@@ -37,7 +37,6 @@ import argparse
 import copy
 import json
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -52,6 +51,7 @@ from vitkit.inference.backends import exported_runner
 from vitkit.inference.export import export_onnx, ort_session, quantize_int8, quantize_static_int8
 from vitkit.models import create_model
 from vitkit.models.registry import vit_config
+from vitkit.utils.files import scratch_dir
 
 
 def _csv(text: str) -> list[int]:
@@ -68,7 +68,7 @@ def speed(model_name: str, rs: list[int], batches: list[int], repeats: int, thre
     bf16.load_state_dict(model.state_dict())
     bf16 = bf16.to(torch.bfloat16)
     calib = torch.randn(16, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-    tmp = Path(tempfile.mkdtemp(prefix="vitkit-tome-"))
+    tmp = scratch_dir("vitkit-tome-")
     sessions: dict[str, Any] = {}
     t0 = time.perf_counter()
     for r in rs:
@@ -186,7 +186,7 @@ def accuracy_one(seed: int, rs: list[int], steps: int = 250) -> dict[str, Any]:
     pre = model.preprocess
     xt, y = pre.normalize(pre.resize(test.images)), test.labels
     calib = pre.normalize(pre.resize(train.images[:256]))  # calibration: training images, never the test split
-    tmp = Path(tempfile.mkdtemp(prefix="vitkit-tome-acc-"))
+    tmp = scratch_dir("vitkit-tome-acc-")
     with torch.no_grad():
         ref = model(xt)
         ref_feat = model.intermediates(xt, blocks=False)["pooled"]
@@ -344,7 +344,7 @@ def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limi
     from tqdm.auto import tqdm
 
     torch.set_num_threads(threads)
-    tmp = Path(tempfile.mkdtemp(prefix="vitkit-tome-dinov2-"))
+    tmp = scratch_dir("vitkit-tome-dinov2-")
     model, check = load_checked(wheel, tmp / "dinov2")
     pre = model.preprocess
     images, labels, n_tr, n_te = _digits_pool(limit)

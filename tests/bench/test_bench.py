@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,3 +203,30 @@ def test_bench_merge_times_token_merging_beside_vitkit(tmp_path, capsys) -> None
         assert rows[name]["img_per_s"] > 0 and rows[name]["vs_vitkit"] > 0
         assert rows[name]["roofline_frac"] is None or rows[name]["roofline_frac"] != rows[name]["roofline_frac"]
     assert "vitkit+tome8" in capsys.readouterr().out
+
+
+
+SCRATCH_SCRIPT = """
+import sys
+from vitkit.utils.files import scratch_dir
+d = scratch_dir("vitkit-test-")
+(d / "graph.onnx").write_bytes(b"x" * 1000)
+print(d, flush=True)
+if sys.argv[1] == "raise":
+    raise RuntimeError("a benchmark that fails half way")
+"""
+
+
+def test_a_scratch_folder_is_gone_when_its_process_exits(tmp_path: Path) -> None:
+    """The benchmark scripts' exported graphs (GBs a run) live in `scratch_dir`, which the process removes as it
+    exits, also by an exception; and no script under benchmarks/ makes a temporary folder nobody removes."""
+    for how in ("ok", "raise"):
+        r = subprocess.run([sys.executable, "-c", SCRATCH_SCRIPT, how], capture_output=True, text=True,
+                           env={**os.environ, "TMPDIR": str(tmp_path)})
+        made = Path(r.stdout.strip())
+        assert made.parent == tmp_path and made.name.startswith("vitkit-test-"), r.stdout + r.stderr
+        assert (r.returncode == 0) == (how == "ok"), r.stderr
+        assert not made.exists(), f"{made} left behind ({how})"
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    leaks = [p.name for p in bench.glob("*.py") if "mkdtemp(" in p.read_text()]
+    assert leaks == [], f"use vitkit.utils.files.scratch_dir or a TemporaryDirectory in {leaks}"

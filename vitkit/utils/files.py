@@ -4,16 +4,20 @@
 forever), checks that it is a regular file and that its size is under a cap before reading a byte.
 `FolderLock` is an exclusive lock on a folder for the life of a job (a run folder, a pack destination): a
 second job on the same folder is refused with the holder's pid. `inside` / `overlapping` tell whether one path
-lies in another, so an output can be refused where it would overwrite or delete an input.
+lies in another, so an output can be refused where it would overwrite or delete an input. `scratch_dir` is a
+temporary folder that is deleted when the process exits (a script's exported graphs never pile up in /tmp).
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import json
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,6 +49,14 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = 
     if len(data) > max_bytes:  # grew while being read
         raise ValueError(f"cannot read {what} {path}: more than {max_bytes:,} bytes")
     return data
+
+
+def scratch_dir(prefix: str = "vitkit-") -> Path:
+    """A new temporary folder, removed with everything in it when the interpreter exits (normally or by an
+    exception; a SIGKILL leaves it). For scripts whose temporary files outlive one function's scope."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def inside(child: str | os.PathLike[str], parent: str | os.PathLike[str]) -> bool:
