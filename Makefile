@@ -1,8 +1,11 @@
 # Two commands on a fresh machine (Python 3.11 + pip): `make demo` and `make test`.
-# Each creates .venv in the checkout, installs torch on its own first (a CPU build, pinned so an
-# unpinned torch cannot pull GBs of CUDA packages), then vitkit with its extras, then runs.
+# Each creates .venv in the checkout, installs torch on its own first (pinned, so that no other package's
+# range pulls a newer CUDA build), then vitkit with its extras, then runs.
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
+# Where pip looks for torch: its own configured index by default. PyPI's Linux torch wheel is the CUDA build;
+# on a machine whose pip sees only PyPI, TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU build.
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -13,7 +16,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.torch: | $(BIN)/python
-	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)")
 	touch $@
 
 $(VENV)/.base: pyproject.toml $(VENV)/.torch

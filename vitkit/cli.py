@@ -11,6 +11,7 @@ import pkgutil
 import signal
 import sys
 import threading
+import traceback
 import warnings
 from typing import NoReturn
 
@@ -95,7 +96,8 @@ def _sigterm(handler: object) -> object:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake never shows a traceback: one line on stderr names what is
-    wrong and the exit code is non-zero; `--debug` (or VITKIT_DEBUG=1) re-raises with the traceback."""
+    wrong and the exit code is non-zero; `--debug` (or VITKIT_DEBUG=1) prints the traceback before that line, with
+    the same exit code."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command's parser, so that its hint is the command's --help
@@ -115,10 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vitkit {args.command}: {'terminated' if term else 'interrupted'}", file=sys.stderr)
         return 143 if term else 130
     except Exception as e:  # noqa: BLE001 - the one error boundary of the command line
-        if debug:
-            raise
         msg, code = _user_message(e)
-        tail = "" if code == 2 else f" (vitkit's own failure: rerun with --debug or {DEBUG_ENV}=1 for the traceback)"
+        if debug:  # the traceback first, then the same line and the same exit code as without --debug
+            traceback.print_exc()
+        tail = "" if code == 2 or debug else (f" (vitkit's own failure: rerun with --debug or {DEBUG_ENV}=1 for "
+                                              "the traceback)")
         print(f"vitkit {args.command}: error: {msg}{tail}", file=sys.stderr)
         return code
     finally:

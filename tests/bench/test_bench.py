@@ -230,3 +230,20 @@ def test_a_scratch_folder_is_gone_when_its_process_exits(tmp_path: Path) -> None
     bench = Path(__file__).resolve().parents[2] / "benchmarks"
     leaks = [p.name for p in bench.glob("*.py") if "mkdtemp(" in p.read_text()]
     assert leaks == [], f"use vitkit.utils.files.scratch_dir or a TemporaryDirectory in {leaks}"
+
+
+def test_malloc_threshold_script_sets_each_threshold_it_names(tmp_path: Path) -> None:
+    """benchmarks/malloc_threshold.py, a seconds-long slice (2 steps, one round): each configuration's fine-tune
+    runs in its own process with the threshold it names, as the run's header says."""
+    from tests.helpers import digits_model
+
+    vitkit.save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), tmp_path / "m")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "malloc_threshold.py"
+    r = subprocess.run([sys.executable, str(script), "--model", str(tmp_path / "m"), "--modes", "glibc,4",
+                        "--steps", "2", "--rounds", "1", "--json", str(tmp_path / "r.json")],
+                       capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert runs["glibc"][0]["malloc"] == "malloc: glibc's default"
+    assert runs["4"][0]["malloc"].startswith("malloc: blocks >= 4096 KiB are mmapped"), runs["4"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("vitkit-malloc-")] == []  # its scratch is gone

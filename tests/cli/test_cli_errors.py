@@ -55,11 +55,15 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, monkeypatch, 
     monkeypatch.setattr(ev, "run", lambda args: {}["missing"])
     assert main(["eval", "--model", "x"]) == 1
     assert "vitkit's own failure" in capsys.readouterr().err
-    with pytest.raises(KeyError):
-        main(["--debug", "eval", "--model", "x"])
+    assert main(["--debug", "eval", "--model", "x"]) == 1  # the same exit code, with the traceback before the line
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "KeyError: 'missing'" in err
+    assert err.strip().endswith("vitkit eval: error: missing key 'missing'")
     monkeypatch.setenv("VITKIT_DEBUG", "1")
-    with pytest.raises(KeyError):
-        main(["eval", "--model", "x"])
+    monkeypatch.setattr(ev, "run", denied)  # a user's mistake exits 2 with --debug too
+    assert main(["eval", "--model", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.strip().endswith("permission denied (Permission denied)")
 
 
 def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001

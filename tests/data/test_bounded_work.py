@@ -59,11 +59,12 @@ def test_more_loader_workers_than_cores_are_capped_and_said(caplog) -> None:  # 
     from vitkit.data.transforms import EvalTransform
 
     ds = synthetic(3, (8, 8), 1, n=8)
+    tf = EvalTransform(PreprocessConfig(img_size=(8, 8), mean=(0.5,), std=(0.5,)))
     with caplog.at_level(logging.WARNING, logger="vitkit"):
-        loader = StepLoader(ds, 4, EvalTransform(PreprocessConfig(img_size=(8, 8), mean=(0.5,), std=(0.5,))),
-                            num_workers=200)
+        loaders = [StepLoader(ds, 4, tf, num_workers=200) for _ in range(3)]  # a run's train, dev and test loaders
     cores = len(os.sched_getaffinity(0))
-    assert loader.num_workers == cores and f"200 data-loading workers asked for on {cores} cores" in caplog.text
+    assert all(ld.num_workers == cores for ld in loaders)
+    assert caplog.text.count(f"200 data-loading workers asked for on {cores} cores") == 1, caplog.text
 
 
 def test_a_tiny_pth_of_stride_0_views_and_a_zip_bomb_are_refused_before_a_model_is_built(tmp_path: Path) -> None:

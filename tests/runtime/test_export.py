@@ -124,4 +124,6 @@ def test_export_command(tmp_path, capsys) -> None:  # noqa: ANN001
     assert main(["export", str(tmp_path / "ckpt"), "--out", str(out), "--precision", "int8", "--bench", "--batch", "2"]) == 0
     text = capsys.readouterr().out
     assert out.exists() and out.with_suffix(".int8.onnx").exists()
-    assert "onnx fp32 vs pytorch" in text and "x pytorch" in text
+    assert "onnx fp32 vs pytorch on random inputs, batches (1, 3)" in text and "x pytorch" in text
+    int8 = next(ln for ln in text.splitlines() if ln.startswith("onnx int8 vs pytorch"))
+    assert "on random inputs" in int8 and "int8 on noise" in int8, int8  # its agreement on noise is flagged

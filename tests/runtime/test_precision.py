@@ -72,5 +72,11 @@ def test_predict_and_eval_answer_in_fp32_by_default_even_where_bf16_is_native(tm
     assert rows["default"] == rows["fp32"]
     assert rows["auto"] != rows["fp32"]  # bf16 answers differ in the printed probabilities: not the default's
     assert main(["eval", "--model", str(tmp_path / "m")]) == 0
+    err = capsys.readouterr().err  # neither option given: each choice says it is the default, not "asked for"
+    assert "precision: fp32 (the default" in err and "runtime: torch eager, fp32 (the default" in err, err
+    assert main(["eval", "--model", str(tmp_path / "m"), "--runtime", "torch", "--precision", "fp32"]) == 0
+    assert "precision: fp32 (asked for); runtime: torch eager, fp32 (asked for)" in capsys.readouterr().err
+    assert main(["embed", str(tmp_path / "0.png"), "--model", str(tmp_path / "m"), "-o", str(tmp_path / "f.npz"),
+                 "--no-progress"]) == 0
     assert "precision: fp32 (the default" in capsys.readouterr().err
 

@@ -82,6 +82,10 @@ def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
     r = run_cli("export", str(model_dir), "--out", str(out), "--merge", "3", "--precision", "int8", "--calibrate", str(imgs))
     assert r.returncode == 0, r.stderr
     assert "calibrating int8 on 100 images" in r.stdout
+    # the parity check of a calibrated graph runs on the user's images (noise is out of its ranges), and says so
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("onnx int8 vs pytorch"))
+    assert "on 32 of your images, batches (1, 3, 28)" in line, line
+    assert float(line.rsplit("top-1 agreement ", 1)[1].split(";")[0]) >= 0.9, line
     int8 = out.with_suffix(".int8.onnx")
     assert exported_merge(out) == 3 and exported_merge(int8) == 3
     assert exported_preprocess(int8).labels == trained_digits_vit().preprocess.labels

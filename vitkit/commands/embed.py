@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default: 32)")
     p.add_argument("--workers", type=int, default=0, help="image-decoding processes (default: 0, in-process)")
-    add_runtime_arguments(p, default_runtime="auto", default_precision="fp32")
+    add_runtime_arguments(p, default_runtime="auto", default_precision=None)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_arguments(p, img_size=True)

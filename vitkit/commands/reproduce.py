@@ -42,10 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "leave a GPU or several cores idle); every run trains with cores // jobs threads")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--redraw", metavar="JSON_DIR", default=None, help="train nothing: redraw the figures and "
-                   "SUMMARY.md from the result JSON in JSON_DIR (e.g. benchmarks/results/reproduce)")
+    p.add_argument("--redraw", metavar="JSON_DIR", default=None, help="train nothing: redraw the figures from "
+                   "the result JSON in JSON_DIR (e.g. benchmarks/results/reproduce) and rewrite JSON_DIR/SUMMARY.md "
+                   "with links to them")
     p.add_argument("--figures", metavar="DIR", default=None, help="with --redraw: where the figures go "
-                   "(default: JSON_DIR)")
+                   "(default: JSON_DIR; the repository's are in docs/reproduction); SUMMARY.md links there")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -42,6 +42,9 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=g)
 
 
+_CAPPED: set[tuple[int, int]] = set()  # (workers asked for, cores) already said
+
+
 @dataclass
 class Batch:
     x: torch.Tensor
@@ -90,8 +93,10 @@ class StepLoader:
         self.dataset, self.batch_size, self.transform, self.seed = dataset, batch_size, transform, seed
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if num_workers > cores:  # more loader processes than cores only adds memory and switching
-            logging.getLogger("vitkit").warning("%d data-loading workers asked for on %d cores: using %d",
-                                                num_workers, cores, cores)
+            if (num_workers, cores) not in _CAPPED:  # said once a process, not once a loader (train, dev, test)
+                _CAPPED.add((num_workers, cores))
+                logging.getLogger("vitkit").warning("%d data-loading workers asked for on %d cores: using %d",
+                                                    num_workers, cores, cores)
             num_workers = cores
         self.shuffle, self.rank, self.world, self.num_workers = shuffle, rank, world, num_workers
         self.pin_memory = pin_memory  # for a CUDA device: batches arrive page-locked (copies overlap compute)

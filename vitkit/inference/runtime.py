@@ -135,7 +135,10 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     say = log or (lambda _m: None)
     precision, why = precision_mod.resolve(precision, device)
     asked = runtime or ("auto" if precision == "int8" else "torch")
+    default = runtime is None
     runtime, rwhy = resolve_runtime(asked, precision, device, n_images)
+    if default and runtime == "torch":
+        rwhy = "the default: the reference numbers"
     if asked == "auto" and compile and runtime != "torch":
         runtime, rwhy = "torch", "--compile asks for torch.compile"
     set_threads(threads)
