@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_check:
         for name, p in paths.items():  # on the calibration images where there are some: int8's ranges fit them
             r = check_parity(model, p, images=calibration)
-            note = ("; int8 on noise: its agreement on images is higher, check it with --calibrate or --eval-digits"
+            note = ("; int8 on noise says little of int8 on images: check those with --calibrate or --eval-digits"
                     if r.inputs == "random inputs" and "int8" in name else "")
             print(
                 f"{name} vs pytorch on {r.inputs}, batches {r.batch_sizes}: max |dlogit| {r.max_abs_diff:.2e} "
