@@ -1,6 +1,6 @@
 # Two commands on a fresh machine (Python 3.11 + pip): `make demo` and `make test`.
 # Each creates .venv in the checkout, installs torch on its own first (pinned, so that no other package's
-# range pulls a newer CUDA build), then vitkit with its extras, then runs.
+# range pulls a newer CUDA build), then vitkit (for `make test`, with its test extras), then runs.
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
 # Where pip looks for torch: its own configured index by default. PyPI's Linux torch wheel is the CUDA build;

@@ -410,7 +410,7 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     train = splits["train"]
     if cfg.lora.rank:  # LoRA (Hu et al. 2022): adapters on the frozen encoder, saved alone and merged at the end
         add_lora(model, cfg, notes)
-    if cfg.model.grad_checkpointing:  # freed activations back to the OS: 2.8x less memory, ~1.1x time (BENCHMARKS)
+    if cfg.model.grad_checkpointing:  # freed activations back to the OS: 2.5-2.8x less memory, 1.1-1.4x time
         notes.append(mmap_large_blocks())
     trained = objective_model(model, cfg)  # the ViT itself, or the ViT inside its §4.6 MPP wrapper
     tcfg, d = cfg.train, cfg.data

@@ -7,10 +7,11 @@ and fragments. Training with gradient checkpointing frees and re-allocates every
 process's peak RSS grows far beyond the tensors alive at any moment (measured in BENCHMARKS.md, "Fine-tuning on a
 laptop": 3.0 GiB against 1.2 GiB for ViT-B/16 LoRA + checkpointing). `mmap_large_blocks` fixes the threshold, which
 also turns glibc's raising off. Training applies it with gradient checkpointing only: there it cost a ViT-B/16 LoRA
-step 1.1-1.2x the time for 2.8x less memory, while a full fine-tuning step without checkpointing (its gradients
+step 1.1-1.4x the time for 2.5-2.8x less memory, while a full fine-tuning step without checkpointing (its gradients
 re-allocated every step) was 1.3x slower for a smaller saving.
-The threshold is 4 MiB: at 1 MiB a digits model's small activations were fresh pages every step (1.7x the time for
-a fifth less memory); at 4 MiB they stay on the heap and ViT-B/16 keeps the whole saving (BENCHMARKS.md).
+The threshold is 4 MiB: at 1 MiB a digits model's 2 MiB activations were fresh pages every step (1.8x the time for
+a fifth less memory); at 4 MiB they stay on the heap and fp32 ViT-B/16 at batch 8 and 32 keeps the saving
+(BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import ctypes.util
 import resource
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
-# 4 MiB: a ViT-B/16 block's activations at batch 8 and up are larger (mmapped: 1.24 GiB at batch 32, as at 1 MiB);
-# the digits models' (1-3 MiB) stay on the heap, where at 1 MiB fresh pages every step made a run 1.7x slower
+# 4 MiB: an fp32 ViT-B/16 block's activations at batch 8 and up are larger (mmapped: 1.23 GiB at batch 32, 1.24 at
+# 1 MiB); a digits model's 2 MiB block stream stays on the heap, where at 1 MiB it made a run 1.8x slower
 DEFAULT_MMAP_THRESHOLD = 4 << 20
 
 
