@@ -3,7 +3,7 @@
 `vitkit finetune --grad-checkpoint` fixes glibc's mmap threshold (`vitkit.utils.memory.mmap_large_blocks`) so that
 freed activations go back to the OS. This script runs that fine-tune (LoRA r = 16 on q, k, v, proj, fc1, fc2,
 16 px) for `--steps` steps in a fresh process per configuration, rounds interleaved, with the threshold at each of
-`--mib` (or glibc's default, "glibc"), and records each run's wall time and peak RSS. ViT-B/16's side of the same
+`--modes` (MiB, or glibc's default, "glibc"), and records each run's wall time and peak RSS. ViT-B/16's side of the same
 question is `lora_memory.py` (BENCHMARKS.md, "Fine-tuning on a laptop").
 
     python benchmarks/malloc_threshold.py --rounds 2 --json benchmarks/results/malloc_threshold_digits.json
@@ -51,7 +51,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None, help="a digits model to fine-tune (default: pre-train one)")
     p.add_argument("--modes", default="glibc,1,2,4", help="glibc, or thresholds in MiB")
-    p.add_argument("--steps", default="100")
+    p.add_argument("--steps", type=int, default=100)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args()
@@ -61,7 +61,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float | str]]] = {m: [] for m in modes}
     for r in range(a.rounds):
         for m in modes:
-            out = subprocess.run([sys.executable, "-c", CHILD, m, str(model), str(tmp / f"ft_{m}"), a.steps],
+            out = subprocess.run([sys.executable, "-c", CHILD, m, str(model), str(tmp / f"ft_{m}"), str(a.steps)],
                                  capture_output=True, text=True, check=True).stdout
             rc, wall, peak = out.strip().splitlines()[-1].split()[1:]
             assert rc == "0", out
@@ -75,7 +75,7 @@ def main() -> None:
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                      "load_average_at_end": os.getloadavg(), "steps": int(a.steps),
+                                      "load_average_at_end": os.getloadavg(), "steps": a.steps,
                                       "rounds": a.rounds, "runs": runs, "median": summary}, indent=1) + "\n")
 
 

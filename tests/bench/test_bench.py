@@ -205,7 +205,6 @@ def test_bench_merge_times_token_merging_beside_vitkit(tmp_path, capsys) -> None
     assert "vitkit+tome8" in capsys.readouterr().out
 
 
-
 SCRATCH_SCRIPT = """
 import sys
 from vitkit.utils.files import scratch_dir

@@ -166,11 +166,11 @@ def check_parity(
         batches = [torch.randn(b, cfg.in_chans, *cfg.img_size, generator=gen) for b in batch_sizes]
         what = "random inputs"
     else:
-        images = images[:most]
-        cuts = [0]
-        for b in batch_sizes:
-            cuts.append(min(cuts[-1] + b, len(images)))
-        batches = [images[a:b] for a, b in zip(cuts, [*cuts[1:], len(images)]) if b > a]
+        images, batches, start = images[:most], [], 0
+        for b in (*batch_sizes, len(images)):  # the last batch: the rest
+            if start < len(images):
+                batches.append(images[start:start + b])
+                start += b
         what = f"{len(images)} of your images"
     worst, scale, agree, n = 0.0, 0.0, 0, 0
     for x in batches:
