@@ -19,6 +19,13 @@ from vitkit.data.randaugment import rand_augment, random_erasing
 from vitkit.models.preprocess import PreprocessConfig
 
 
+
+def _one_kind(imgs: list[torch.Tensor]) -> bool:
+    """Whether `imgs` can be stacked into one batch as they are: one shape and one pixel type. An 8-bit image
+    (uint8, 0..255) stacked with a 16-bit one (float, 0..1) would be promoted to float without its division by
+    255, so images of two kinds take the one-by-one path, each through its own conversion."""
+    return len({(tuple(i.shape), i.dtype) for i in imgs}) == 1
+
 @dataclass(frozen=True)
 class Augment:
     """A geometric training augmentation: `one(img, gen, t)` takes one (C, H, W) image in [0, 1] to the training size
@@ -97,7 +104,7 @@ class TrainTransform:
         draws from its own generator, in the same order); None where only the one-by-one path applies
         (Inception crops differ in size per image)."""
         many = AUGMENTS[self.augment].many
-        if many is None or len({tuple(i.shape) for i in imgs}) != 1:
+        if many is None or not _one_kind(imgs):
             return None
         x = many(torch.stack(imgs), gens, self)
         if self.flip:
@@ -119,8 +126,8 @@ class EvalTransform:
         return self.preprocess.decode_size()
 
     def batch(self, imgs: list[torch.Tensor], gens: list[torch.Generator]) -> torch.Tensor | None:
-        """Many same-size images at once (None if their sizes differ)."""
-        if len({tuple(i.shape) for i in imgs}) != 1:
+        """Many same-size images at once (None if their sizes or pixel types differ)."""
+        if not _one_kind(imgs):
             return None
         return self.preprocess(torch.stack(imgs))
 
