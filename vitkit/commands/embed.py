@@ -17,6 +17,7 @@ import sys
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
+from vitkit.utils.files import OutputFile
 
 HELP = "features of image files, folders and lists (batched; .npz / .parquet / .jsonl output)"
 
@@ -43,18 +44,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
     from vitkit.distributed import check_device
-    from vitkit.formats import load_pretrained
-    from vitkit.inference.features import FeatureNet, check_embed_output, embed_files, write_embeddings
-    from vitkit.inference.predict import expand_inputs
+    from vitkit.inference.features import check_embed_output
     from vitkit.utils import check_int
 
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
-    check_embed_output(args.output, args.overwrite)
+    check_embed_output(args.output, True)
+    with OutputFile(args.output, args.overwrite) as claim:  # an existing file refused, one writer, before any work
+        return _embed(args, claim)
+
+
+def _embed(args: argparse.Namespace, claim: OutputFile) -> int:
+    from tqdm.auto import tqdm
+
+    from vitkit.formats import load_pretrained
+    from vitkit.inference.features import FeatureNet, embed_files, write_embeddings
+    from vitkit.inference.predict import expand_inputs
+
     model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     paths = expand_inputs(args.images)
     fnet = FeatureNet(model, args.pool, args.normalize)
@@ -73,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
         emb = embed_files(net, model.preprocess, paths, args.batch_size, args.workers, progress=done)
     emb.feature = fnet.feature
-    write_embeddings(emb, args.output, args.overwrite)
+    write_embeddings(emb, claim)
     print(f"wrote {len(emb.paths)} features of shape {tuple(emb.features.shape[1:])} to {args.output}",
           file=sys.stderr)
     if emb.skipped:

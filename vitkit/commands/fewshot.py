@@ -11,9 +11,11 @@ lfw) on an RGB model is converted as PIL's convert("RGB") does, and said.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
+from vitkit.utils.files import OutputFile, claim_output
 
 HELP = "few-shot linear evaluation (closed-form least squares) of a frozen model"
 
@@ -34,11 +36,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default: 256)")
     p.add_argument("--workers", type=int, default=0, help="data loading processes")
     p.add_argument("--json", default=None, help="also write the table as JSON here")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     add_load_arguments(p, img_size=True)
     add_merge_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    from vitkit.inference.fewshot import DEFAULT_L2, check_fewshot_args
+
+    try:
+        shots = [int(s) for s in args.shots.split(",") if s]
+    except ValueError as e:
+        raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
+    check_fewshot_args(shots, range(args.seeds), DEFAULT_L2 if args.l2 is None else args.l2)  # before any work
+    if args.knn_k < 1 or not args.knn_temperature > 0:
+        raise ValueError(f"--knn-k must be >= 1 and --knn-temperature > 0, got {args.knn_k}, {args.knn_temperature}")
+    with claim_output(args.json, args.overwrite, "--json") if args.json else contextlib.nullcontext() as claim:
+        return _fewshot(args, shots, claim)
+
+
+def _fewshot(args: argparse.Namespace, shots: list[int], claim: OutputFile | None) -> int:
     import json
     import sys
 
@@ -48,22 +65,14 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.inference.evaluate import eval_loader
     from vitkit.inference.fewshot import (
         DEFAULT_L2,
-        check_fewshot_args,
         describe_representation,
         extract_features,
         fewshot_table,
         knn_accuracy,
     )
 
-    try:
-        shots = [int(s) for s in args.shots.split(",") if s]
-    except ValueError as e:
-        raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
-    check_fewshot_args(shots, range(args.seeds), DEFAULT_L2 if args.l2 is None else args.l2)  # before any work
     model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     pp = model.preprocess
-    if args.knn_k < 1 or not args.knn_temperature > 0:
-        raise ValueError(f"--knn-k must be >= 1 and --knn-temperature > 0, got {args.knn_k}, {args.knn_temperature}")
     dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size)
     splits = open_splits(dcfg)
     say = lambda m: print(f"note: {m}", file=sys.stderr)  # noqa: E731
@@ -97,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
         full = knn_accuracy(tr[0], tr[1], te[0], te[1], k, args.knn_k, args.knn_temperature)
         print(f"{'all':>6}  k-NN on all {len(tr[1])} training images: {100 * full:.2f}%")
         doc["knn_all"] = full
-    if args.json:
-        from vitkit.utils.atomic import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps(doc, indent=2) + "\n")
+    if claim is not None:
+        with claim.replacing() as tmp:
+            tmp.write_text(json.dumps(doc, indent=2) + "\n")
     return 1 if skipped else 0  # the job ran; the skipped files are named above

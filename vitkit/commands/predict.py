@@ -19,6 +19,7 @@ import sys
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
 from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
+from vitkit.utils.files import OutputFile
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
 
@@ -29,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk", type=int, default=5, help="how many classes to report per image (default: 5)")
     p.add_argument("--output", default=None,
                    help="also write the predictions to this .csv or .jsonl file (path, labels, probabilities)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default: 32)")
     p.add_argument("--workers", type=int, default=0, help="image-decoding processes (default: 0, in-process)")
     add_runtime_arguments(p, default_runtime="auto", default_precision=None)
@@ -41,12 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
     from vitkit.data.preprocess import max_image_pixels
     from vitkit.distributed import check_device
-    from vitkit.formats import load_pretrained
-    from vitkit.inference.predict import check_output, expand_inputs, predict_files, write_predictions
+    from vitkit.inference.predict import check_output
     from vitkit.utils import check_int
 
     check_int("--topk", args.topk)
@@ -54,8 +53,19 @@ def run(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
     max_image_pixels(args.max_pixels)  # --max-pixels 0 or a bad $VITKIT_MAX_IMAGE_PIXELS: refused before any work
-    if args.output:
-        check_output(args.output)
+    if not args.output:
+        return _predict(args, None)
+    check_output(args.output)
+    with OutputFile(args.output, args.overwrite) as claim:  # an existing file refused before any work
+        return _predict(args, claim)
+
+
+def _predict(args: argparse.Namespace, claim: OutputFile | None) -> int:
+    from tqdm.auto import tqdm
+
+    from vitkit.formats import load_pretrained
+    from vitkit.inference.predict import expand_inputs, predict_files, write_predictions
+
     model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     if model.config.num_classes == 0:
         raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes: "
@@ -85,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
             if not args.output:
                 print(f"{row['path']}: " + ", ".join(f"{lab} ({100 * p:.1f}%)" for lab, p in zip(row["labels"],
                                                                                               row["probs"])))
-    if args.output:
-        write_predictions(rows, args.output, k)
+    if claim is not None:
+        write_predictions(rows, claim, k)
         print(f"wrote {len(rows)} predictions to {args.output}", file=sys.stderr)
     if failed:
         print(f"{len(failed)} of {len(paths)} images could not be read", file=sys.stderr)

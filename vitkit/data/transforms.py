@@ -19,7 +19,6 @@ from vitkit.data.randaugment import rand_augment, random_erasing
 from vitkit.models.preprocess import PreprocessConfig
 
 
-
 def _one_kind(imgs: list[torch.Tensor]) -> bool:
     """Whether `imgs` can be stacked into one batch as they are: one shape and one pixel type. An 8-bit image
     (uint8, 0..255) stacked with a 16-bit one (float, 0..1) would be promoted to float without its division by

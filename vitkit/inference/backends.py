@@ -38,6 +38,7 @@ from vitkit.inference.export import (
     quantize_int8,
     quantize_static_int8,
 )
+from vitkit.utils.atomic import staged_files
 from vitkit.utils.options import TORCH_PRECISIONS
 
 Runner = Callable[[torch.Tensor], torch.Tensor]
@@ -198,10 +199,13 @@ def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = DEFAU
     own); returns {"<fmt> fp32": path, "onnx int8": path}."""
     check_export(fmt, int8)
     out = Path(out)
-    FORMATS[fmt].export(model, out, opset)
+    with staged_files(out) as staged:  # every file complete before any earlier one is replaced
+        FORMATS[fmt].export(model, staged, opset)
+        if int8 and calibration is not None:
+            quantize_static_int8(staged, staged.with_suffix(".int8.onnx"), calibration)
+        elif int8:
+            quantize_int8(staged, staged.with_suffix(".int8.onnx"))
     paths = {f"{fmt} fp32": out}
-    if int8 and calibration is not None:
-        paths["onnx int8"] = quantize_static_int8(out, out.with_suffix(".int8.onnx"), calibration)
-    elif int8:
-        paths["onnx int8"] = quantize_int8(out, out.with_suffix(".int8.onnx"))
+    if int8:
+        paths["onnx int8"] = out.with_suffix(".int8.onnx")
     return paths

@@ -29,7 +29,7 @@ from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.inference.predict import expand_inputs
 from vitkit.inference.runtime import build_predictor
 from vitkit.models.preprocess import PreprocessConfig
-from vitkit.utils.atomic import atomic_path
+from vitkit.utils.files import OutputFile, claim_output
 
 # What one image becomes: "pooled" (the family's pooled output, see the module docstring); "cls": the class token
 # after the final LayerNorm; "mean": the mean of the patch tokens after it (registers and class token left out);
@@ -197,12 +197,20 @@ def embed(model: nn.Module | str | Path, images: list[str] | str | Path, feature
         from vitkit.formats import load_pretrained  # noqa: PLC0415 - formats sits below; loaded only for a path
 
         model = load_pretrained(model)
-    paths = expand_inputs([str(images)] if isinstance(images, (str, Path)) else [str(i) for i in images])
+    items = [images] if isinstance(images, (str, Path)) else list(images) if isinstance(images, (list, tuple)) else None
+    bad = [i for i in items or [images] if not isinstance(i, (str, Path))]
+    if items is None or bad:
+        raise TypeError(f"vitkit.embed takes image file paths, folders or list files (str or Path), got "
+                        f"{type(bad[0]).__module__}.{type(bad[0]).__name__}: save in-memory images to files first")
+    paths = expand_inputs([str(i) for i in items])
     fnet = FeatureNet(model.eval(), feature, normalize)
     if fnet.note and log is not None:
         log(fnet.note)
     net = build_predictor(fnet, precision, runtime, False, device, threads, log=log, n_images=len(paths))
     out = embed_files(net, model.preprocess, paths, batch_size, workers, progress=progress)
+    if not out.paths:  # the CLI names each skipped file and exits 1; a Python caller would get an empty array
+        raise ValueError(f"none of the {len(paths)} images could be read: " + "; ".join(out.skipped[:3])
+                         + (f"; and {len(out.skipped) - 3} more" if len(out.skipped) > 3 else ""))
     out.feature = fnet.feature
     return out
 
@@ -218,12 +226,14 @@ def check_embed_output(path: str | Path, overwrite: bool = False) -> Path:
     return path
 
 
-def write_embeddings(emb: Embeddings, path: str | Path, overwrite: bool = False) -> Path:
+def write_embeddings(emb: Embeddings, path: str | Path | OutputFile, overwrite: bool = False) -> Path:
     """The features as .npz (`paths` as str, `features` as float32, no pickles), .parquet (columns `path`,
     `feature`: a fixed-size list of float32; the shape of one feature in the file's metadata) or .jsonl
-    ({"path", "feature"} per line), written atomically."""
-    path = check_embed_output(path, overwrite)
-    with atomic_path(path) as tmp:
+    ({"path", "feature"} per line), written as every output is (`OutputFile`: claimed, the old file kept until the
+    new one is whole)."""
+    check_embed_output(path.path if isinstance(path, OutputFile) else path, True)
+    with claim_output(path, overwrite) as out, out.replacing() as tmp:
+        path = out.path
         if path.suffix == ".npz":
             with open(tmp, "wb") as f:
                 np.savez(f, paths=np.asarray(emb.paths, dtype=str), features=emb.features)

@@ -21,8 +21,7 @@ from vitkit.data.base import FileDataset
 from vitkit.data.folders import IMAGE_EXTENSIONS, check_inside
 from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.models.preprocess import PreprocessConfig
-from vitkit.utils.atomic import atomic_path
-from vitkit.utils.files import read_text_file
+from vitkit.utils.files import OutputFile, claim_output, read_text_file
 
 LIST_SUFFIXES = (".txt", ".lst")
 OUTPUT_SUFFIXES = (".csv", ".jsonl")
@@ -42,13 +41,15 @@ def expand_inputs(items: list[str]) -> list[str]:
                 raise ValueError(f"{p}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in this folder")
             out += found
         elif p.is_file() and p.suffix.lower() in LIST_SUFFIXES:
-            for line in read_text_file(p, "list file").splitlines():
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    f = Path(line.split()[0])
-                    out.append(str(f if f.is_absolute() else p.parent / f))
+            listed = [line.split()[0] for line in read_text_file(p, "list file").splitlines()
+                      if line.strip() and not line.strip().startswith("#")]
+            if not listed:
+                raise ValueError(f"{p}: this list file names no image (one path per line; # starts a comment)")
+            out += [str(f if f.is_absolute() else p.parent / f) for f in map(Path, listed)]
         else:
             out.append(item)  # a file (an unreadable or missing one is named and skipped later)
+    if not out:
+        raise ValueError("no images given: name image files, folders or list files")
     return out
 
 
@@ -85,10 +86,13 @@ def check_output(path: str | Path) -> Path:
     return path
 
 
-def write_predictions(rows: list[dict[str, Any]], path: str | Path, k: int) -> Path:
-    """The rows as a .csv (path, label_1, prob_1, ...) or a .jsonl table, written atomically."""
-    path = check_output(path)
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+def write_predictions(rows: list[dict[str, Any]], path: str | Path | OutputFile, k: int, overwrite: bool = False
+                      ) -> Path:
+    """The rows as a .csv (path, label_1, prob_1, ...) or a .jsonl table, written as every output is
+    (`OutputFile`: an existing file only with `overwrite`, one writer, the old file kept until the new is whole)."""
+    check_output(path.path if isinstance(path, OutputFile) else path)
+    with claim_output(path, overwrite) as out, out.replacing() as tmp, open(tmp, "w", newline="") as f:
+        path = out.path
         if path.suffix == ".jsonl":
             f.writelines(json.dumps(r) + "\n" for r in rows)
         else:

@@ -106,3 +106,40 @@ def atomic_write_with(path: str | os.PathLike[str], writer: Callable[[Path], Non
     """Atomically create `path` with `writer(tmp_path)`, for libraries that write by file name."""
     with atomic_path(path) as tmp:
         writer(tmp)
+
+
+@contextlib.contextmanager
+def staged_files(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield `path`'s name inside a new hidden folder beside it (`.NAME.XXXX.tmp/NAME`) for a writer that makes
+    several files by one name (an ONNX graph and its external weights, OpenVINO's `.xml` and `.bin`, a `.pt2` and
+    its sidecar). On success every file written there is renamed into `path`'s folder — `path` itself last, the
+    file a reader opens — so a killed or failed export leaves the earlier files in place, never a torn or empty one
+    (torch's exporter and OpenVINO's writer open their output truncating). The hidden folder is removed either way
+    (`clean_stale_temps` removes one left by a kill)."""
+    target = Path(path)
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(target))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent))
+    try:
+        try:
+            yield stage / target.name
+        except OSError as e:
+            raise _write_failure(target, e) from e
+        files = sorted((f for f in stage.iterdir() if f.is_file()), key=lambda f: (f.name == target.name, f.name))
+        if not any(f.name == target.name for f in files):
+            raise RuntimeError(f"{target}: the writer made no such file (wrote {[f.name for f in files]})")
+        mask = _umask()
+        for f in files:
+            with open(f, "rb+") as fh:
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(f, 0o666 & ~mask)
+            os.replace(f, target.parent / f.name)
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -11,6 +11,7 @@ temporary folder that is deleted when the process exits (a script's exported gra
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import json
@@ -21,6 +22,8 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from vitkit.utils.atomic import atomic_path
 
 LOCK_NAME = ".vitkit.lock"
 
@@ -70,6 +73,38 @@ def overlapping(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     return inside(a, b) or inside(b, a)
 
 
+def _lock_file(path: Path, subject: str) -> int:
+    """An open fd holding an exclusive, non-blocking flock on the regular file `path` (created if absent, never
+    through a link, never blocking on a FIFO); a second holder gets a `BlockingIOError` naming `subject` and the
+    holder's pid. The holder's pid is written into the file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise ValueError(f"{path} is not a regular file (a symlink): vitkit's lock file is never written "
+                         "through a link; remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path} is not a regular file: vitkit's lock file must be one; remove it")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = ""
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        except OSError:
+            pass
+        os.close(fd)
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise BlockingIOError(errno.EWOULDBLOCK, f"{subject} is in use by another vitkit job (pid {holder or 'unknown'})"
+                              "; wait for it to finish or choose another") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class FolderLock:
     """An exclusive advisory lock (flock) on `folder/.vitkit.lock`, held until `release()` or process exit.
 
@@ -80,32 +115,7 @@ class FolderLock:
         self.folder, self.what = Path(folder), what
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / LOCK_NAME
-        try:  # never through a symlink (onto a user's file), never blocking on a FIFO
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise
-            raise ValueError(f"{self.path} is not a regular file (a symlink): vitkit's lock file is never written "
-                             "through a link; remove it") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise ValueError(f"{self.path} is not a regular file: vitkit's lock file must be one; remove it")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = ""
-            try:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            except OSError:
-                pass
-            os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            raise BlockingIOError(errno.EWOULDBLOCK, f"{self.what} {self.folder} is in use by another vitkit job"
-                                  f" (pid {holder or 'unknown'}); wait for it to finish or choose another folder") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd: int | None = fd
+        self._fd: int | None = _lock_file(self.path, f"{what} {self.folder}")
 
     def release(self) -> None:
         if self._fd is not None:
@@ -114,6 +124,62 @@ class FolderLock:
             self._fd = None
 
     def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+class OutputFile:
+    """The one rule for a file a command writes for the user (`--output`, `--json`, an export): claimed before any
+    work, written whole or not at all.
+
+    - consent: an existing file is refused unless `overwrite` (the message names the file and the flag);
+    - one writer per destination: an exclusive lock on `.NAME.lock` beside it, held from the claim to `release()`,
+      so a second job writing the same file is refused with the first one's pid (two `--overwrite` runs never
+      silently replace each other's result); the lock file is removed on release;
+    - the old file stays until the new one is complete (`atomic_path`: temporary name, fsync, rename), so a failed
+      or killed job leaves the old file, never a torn or empty one.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False, flag: str = "--output") -> None:
+        self.path, self.overwrite, self.flag = Path(path), overwrite, flag
+        self._check()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = self.path.parent / f".{self.path.name}.lock"
+        while True:  # the lock file may be removed by its last holder between our open and our flock: retry
+            fd = _lock_file(self.lock, f"{flag} {self.path}")
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.lock, follow_symlinks=False))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self._fd: int | None = fd
+        self._check()  # created by someone else between the first check and the lock
+
+    def _check(self) -> None:
+        if self.path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, f"{self.flag} {self.path} is a folder; name a file", str(self.path))
+        if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
+            raise FileExistsError(f"{self.flag} {self.path} exists; remove it, name another file or pass --overwrite")
+
+    def replacing(self) -> contextlib.AbstractContextManager[Path]:
+        """A context yielding a temporary path beside the file; on success it replaces the file atomically."""
+        if self._fd is None:
+            raise RuntimeError(f"{self.path}: the claim on this output was released; claim it again")
+        return atomic_path(self.path)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.lock)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> OutputFile:
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -151,3 +217,10 @@ def parse_json(data: str | bytes, where: str | os.PathLike[str], what: str = "JS
         raise ValueError(f"{where}: cannot read the {what} (nested too deep to be a config)") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{where}: cannot read the {what} ({e})") from e
+
+
+def claim_output(target: str | os.PathLike[str] | OutputFile, overwrite: bool = False, flag: str = "--output"
+                 ) -> contextlib.AbstractContextManager[OutputFile]:
+    """A context holding the claim on `target`: a new `OutputFile` released at the end, or the caller's own claim
+    (an `OutputFile` made before the work began), left to the caller."""
+    return contextlib.nullcontext(target) if isinstance(target, OutputFile) else OutputFile(target, overwrite, flag)

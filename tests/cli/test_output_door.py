@@ -1,0 +1,107 @@
+"""One rule for every file a command writes for the user (issue 50, `utils.files.OutputFile`): an existing file
+only with --overwrite, one writer per destination, the old file kept until the new one is whole; and inputs that
+name nothing are an error, not an empty answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitkit
+from tests.helpers import digits_model
+from vitkit.cli import main
+from vitkit.formats import save_pretrained
+from vitkit.inference import backends
+from vitkit.utils.files import OutputFile
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("door")
+    save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), root / "m")
+    imgs = root / "imgs"
+    imgs.mkdir()
+    for i in range(3):
+        Image.fromarray(np.full((16, 16), 40 * i, np.uint8)).save(imgs / f"{i}.png")
+    return root
+
+
+@pytest.mark.parametrize("command, flag, name", [("predict", "--output", "p.csv"), ("embed", "--output", "e.npz")])
+def test_an_existing_output_needs_overwrite(ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                            command: str, flag: str, name: str) -> None:
+    out = tmp_path / name
+    out.write_text("the user's file")
+    args = [command, str(ckpt / "imgs"), "--model", str(ckpt / "m"), flag, str(out), "--no-progress"]
+    assert main(args) == 2
+    assert f"{flag} {out} exists" in capsys.readouterr().err and out.read_text() == "the user's file"
+    assert main([*args, "--overwrite"]) == 0
+    assert out.read_bytes() != b"the user's file" and out.stat().st_size > 0
+    assert not list(tmp_path.glob(".*"))  # no lock file, no temporary file left
+
+
+def test_fewshot_json_needs_overwrite(ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "t.json"
+    out.write_text("{}")
+    args = ["fewshot", "--model", str(ckpt / "m"), "--shots", "1", "--seeds", "1", "--method", "ridge",
+            "--json", str(out)]
+    assert main(args) == 2
+    assert f"--json {out} exists" in capsys.readouterr().err and out.read_text() == "{}"
+    assert main([*args, "--overwrite"]) == 0
+    assert "1" in json.loads(out.read_text())
+
+
+def test_one_writer_per_destination_and_the_old_file_kept(tmp_path: Path) -> None:
+    out = tmp_path / "f.csv"
+    out.write_text("old")
+    first = OutputFile(out, overwrite=True)
+    with pytest.raises(BlockingIOError, match=f"--output {out} is in use by another vitkit job"):
+        OutputFile(out, overwrite=True)  # a second `--overwrite` job on the same file, while the first runs
+    with pytest.raises(RuntimeError, match="boom"), first.replacing() as tmp:
+        tmp.write_text("half a ne")
+        raise RuntimeError("boom")  # the job fails while writing
+    assert out.read_text() == "old"
+    with first.replacing() as tmp:
+        tmp.write_text("new")
+    first.release()
+    assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["f.csv"]
+    OutputFile(out, overwrite=True).release()  # free again once released
+
+
+def test_a_failed_export_keeps_the_earlier_export(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    pytest.importorskip("onnx")
+    model = vitkit.load_pretrained(ckpt / "m")
+    out = tmp_path / "m.onnx"
+    backends.export_model(model, "onnx", out)
+    good = out.read_bytes()
+    real = backends.FORMATS["onnx"]
+
+    def torn(model: torch.nn.Module, path: Path, opset: int) -> Path:  # the exporter dies after opening its file
+        Path(path).write_bytes(b"\x08")
+        raise RuntimeError("killed mid-export")
+
+    monkeypatch.setitem(backends.FORMATS, "onnx", real.__class__(**{**real.__dict__, "export": torn}))
+    with pytest.raises(RuntimeError, match="killed mid-export"):
+        backends.export_model(model, "onnx", out)
+    assert out.read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_inputs_that_name_nothing_are_errors(ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    empty = tmp_path / "none.txt"
+    empty.write_text("# nothing here\n")
+    assert main(["embed", str(empty), "--model", str(ckpt / "m"), "--output", str(tmp_path / "e.npz")]) == 2
+    assert f"{empty}: this list file names no image" in capsys.readouterr().err
+    assert not (tmp_path / "e.npz").exists()
+    model = vitkit.load_pretrained(ckpt / "m")
+    with pytest.raises(ValueError, match="none of the 1 images could be read: .*typo.png"):
+        vitkit.embed(model, tmp_path / "typo.png")
+    with pytest.raises(TypeError, match="got PIL.Image.Image"):
+        vitkit.embed(model, [Image.new("L", (16, 16))])
+    with pytest.raises(TypeError, match="got torch.Tensor"):
+        vitkit.embed(model, torch.zeros(1, 1, 16, 16))
+    assert vitkit.embed(model, ckpt / "imgs").features.shape[0] == 3
