@@ -105,3 +105,26 @@ def test_inputs_that_name_nothing_are_errors(ckpt: Path, tmp_path: Path, capsys:
     with pytest.raises(TypeError, match="got torch.Tensor"):
         vitkit.embed(model, torch.zeros(1, 1, 16, 16))
     assert vitkit.embed(model, ckpt / "imgs").features.shape[0] == 3
+
+
+def test_a_capped_value_is_reported_as_run(ckpt: Path, capsys: pytest.CaptureFixture) -> None:
+    """--merge 10^9 runs as ToMe's clipped schedule: the log and the model (so an export's metadata) say that one;
+    more shots than a class has: the row says how many examples it used."""
+    import argparse
+
+    from vitkit.commands._merge_args import apply_merge
+    from vitkit.inference.fewshot import fewshot_table
+    from vitkit.models.tome import merge_schedule
+
+    model = vitkit.load_pretrained(ckpt / "m")
+    apply_merge(model, argparse.Namespace(merge=10**9))
+    cfg = model.config
+    real = list(merge_schedule(10**9, cfg.depth, cfg.num_prefix_tokens + cfg.num_patches, cfg.num_prefix_tokens))
+    assert list(model.merge_r) == real and max(real) < 10**9
+    assert f"merging {real} tokens" in capsys.readouterr().err
+    rng = np.random.default_rng(0)
+    y = np.array([0] * 8 + [1] * 3)
+    x = rng.normal(size=(11, 4)) + y[:, None]
+    with pytest.warns(UserWarning, match="the 5-shot row uses 8 examples, not 10"):
+        table = fewshot_table((x, y), (x, y), 2, shots=[5], seeds=[0])
+    assert table[5]["examples"] == 8

@@ -14,6 +14,7 @@ weight exp(similarity / 0.07).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -161,11 +162,19 @@ def fewshot_table(
         raise ValueError(f"unknown few-shot method {method!r}; one of {', '.join(METHODS)}")
     check_fewshot_args(shots, seeds, l2)
     out: dict[int, dict[str, float | list[float]]] = {}
+    counts = np.bincount(train[1], minlength=num_classes)[:num_classes]
     for n in shots:
+        if n > counts.min():  # the row is named by n, but such a class gives all it has: say what was used
+            short = [c for c in range(num_classes) if counts[c] < n]
+            warnings.warn(f"{n} shots: {len(short)} of {num_classes} classes have fewer training examples (class "
+                          f"{short[0]}: {counts[short[0]]}); they give all they have, so the {n}-shot row uses "
+                          f"{int(np.minimum(counts, n).sum())} examples, not {n * num_classes}", UserWarning,
+                          stacklevel=2)
         accs = []
         for s in seeds:
             i = sample_shots(train[1], n, s, num_classes)
             args = (train[0][i], train[1][i], test[0], test[1], num_classes)
             accs.append(fewshot_accuracy(*args, l2) if method == "ridge" else knn_accuracy(*args, k, temperature))
-        out[int(n)] = {"mean": float(np.mean(accs)), "std": float(np.std(accs)), "accs": accs}
+        out[int(n)] = {"mean": float(np.mean(accs)), "std": float(np.std(accs)), "accs": accs,
+                       "examples": int(np.minimum(counts, n).sum())}
     return out
