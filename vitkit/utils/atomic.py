@@ -25,6 +25,15 @@ def _umask() -> int:
     return mask
 
 
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable."""
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def _write_failure(target: Path, e: BaseException) -> OSError:
     """An OSError naming `target` for a failed write (torch reports a full disk as a RuntimeError)."""
     code = e.errno if isinstance(e, OSError) and e.errno else errno.EIO
@@ -65,11 +74,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
                 raise _write_failure(target, e) from e
             raise
         os.replace(tmp_path, target)
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(target.parent)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -136,10 +141,6 @@ def staged_files(path: str | os.PathLike[str]) -> Iterator[Path]:
                 os.fsync(fh.fileno())
             os.chmod(f, 0o666 & ~mask)
             os.replace(f, target.parent / f.name)
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(target.parent)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
