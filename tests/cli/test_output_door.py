@@ -128,3 +128,14 @@ def test_a_capped_value_is_reported_as_run(ckpt: Path, capsys: pytest.CaptureFix
     with pytest.warns(UserWarning, match="the 5-shot row uses 8 examples, not 10"):
         table = fewshot_table((x, y), (x, y), 2, shots=[5], seeds=[0])
     assert table[5]["examples"] == 8
+
+
+def test_knn_at_a_tiny_temperature_votes_for_the_nearest() -> None:
+    from vitkit.inference.fewshot import knn_predict
+
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.1]])
+    y = np.array([2, 1, 1])
+    t = np.array([[1.0, 0.05]])  # nearest: class 2; two farther neighbours of class 1
+    with np.errstate(over="raise"):
+        assert knn_predict(x, y, t, 3, k=3, temperature=1e-4).tolist() == [2]
+    assert knn_predict(x, y, t, 3, k=3, temperature=100.0).tolist() == [1]  # nearly equal weights: the majority

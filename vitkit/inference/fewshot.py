@@ -115,7 +115,10 @@ def knn_predict(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, num_classes: i
         t = x_test[lo : lo + chunk]
         sim = (t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)) @ xn.T
         top = np.argpartition(-sim, k - 1, axis=1)[:, :k]
-        w = np.exp(np.take_along_axis(sim, top, 1) / temperature)
+        s = np.take_along_axis(sim, top, 1)
+        # each row's weights divided by its largest, exp(max s / T): the same vote, and no overflow to inf (then NaN
+        # and a vote for class 0) at a small temperature; T -> 0 becomes the nearest neighbour's vote
+        w = np.exp((s - s.max(axis=1, keepdims=True)) / temperature)
         votes = np.zeros((len(t), num_classes))
         np.add.at(votes, (np.arange(len(t))[:, None], y[top]), w)
         preds.append(votes.argmax(1))
