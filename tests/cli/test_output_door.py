@@ -139,3 +139,11 @@ def test_knn_at_a_tiny_temperature_votes_for_the_nearest() -> None:
     with np.errstate(over="raise"):
         assert knn_predict(x, y, t, 3, k=3, temperature=1e-4).tolist() == [2]
     assert knn_predict(x, y, t, 3, k=3, temperature=100.0).tolist() == [1]  # nearly equal weights: the majority
+
+
+def test_inspect_images_takes_a_folder(ckpt: Path, tmp_path: Path) -> None:
+    from vitkit.inspect.report import load_images
+
+    model = vitkit.load_pretrained(ckpt / "m")
+    got = load_images([str(ckpt / "imgs")], model.preprocess, warn=pytest.fail)
+    assert [i.name for i in got] == ["0.png", "1.png", "2.png"]

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vitkit.data.preprocess import load_image
+from vitkit.inference.predict import expand_inputs
 from vitkit.inspect import figures
 from vitkit.inspect.attention import (
     attention_rollout,
@@ -80,9 +81,10 @@ def _skimage_photo(name: str, pre: PreprocessConfig) -> torch.Tensor:
 
 
 def load_images(specs: Sequence[str], pre: PreprocessConfig, warn: Callable[[str], None] = print) -> list[InspectImage]:
-    """Image files, or `skimage:NAME` for scikit-image's sample photos. Unreadable ones are reported
-    through `warn` and skipped; a ValueError if none could be read."""
+    """Image files, folders and list files (as `predict` takes them), or `skimage:NAME` for scikit-image's sample
+    photos. Unreadable ones are reported through `warn` and skipped; a ValueError if none could be read."""
     out: list[InspectImage] = []
+    specs = [x for s in specs for x in ([s] if s.startswith(SKIMAGE_PREFIX) else expand_inputs([s]))]
     for spec in specs:
         try:
             if spec.startswith(SKIMAGE_PREFIX):
