@@ -110,6 +110,8 @@ def build(run: Run, impl: str, cfg: ViTConfig, dtype: torch.dtype = torch.float3
     """vitkit or a peer with `cfg`'s architecture on the run's device (the same seed for each)."""
     torch.manual_seed(0)
     model = build_vitkit(cfg) if impl == "vitkit" else PEERS[impl](cfg)
+    if impl == "vitkit":  # vitkit's head starts at zero (paper); random here, like the peers', so logits compare
+        torch.nn.init.normal_(model.head.weight, std=0.02)
     return model.to(run.dev, dtype)
 
 
@@ -239,10 +241,14 @@ def s_latency(run: Run) -> None:
             run.add("latency", impl=impl, mode="cuda-graph", skipped="CUDA graphs need a CUDA device")
     with torch.inference_mode():
         t = time_interleaved(fns, warmup=run.warmup, repeats=10 if run.smoke else 100, device=run.dev)
+        outs = {k: fn().float().cpu() for k, fn in fns.items()}  # the graph's logits against eager's
     for k, v in t.items():
         impl, mode = k.split(" ")
+        ref = outs[f"{impl} eager"]
         run.add("latency", impl=impl, mode=mode, batch=1, precision="bf16", median_ms=v.median * 1e3,
-                p90_ms=sorted(v.samples)[int(0.9 * len(v.samples))] * 1e3, samples=len(v.samples))
+                p90_ms=sorted(v.samples)[int(0.9 * len(v.samples))] * 1e3, samples=len(v.samples),
+                finite=bool(torch.isfinite(outs[k]).all()),
+                max_abs_diff_vs_eager=float((outs[k] - ref).abs().max()), max_abs_eager=float(ref.abs().max()))
     del models, fns
     run.free()
 

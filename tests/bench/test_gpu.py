@@ -3,6 +3,7 @@ marked `cuda` need a GPU and are skipped without one (they ran on an H200: BENCH
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from pathlib import Path
@@ -56,7 +57,7 @@ def test_block_list_finds_each_implementations_encoder_blocks() -> None:
     assert block_list(vk) is vk.blocks
     hf = block_list(build_hf(cfg))  # transformers' encoder layers (`encoder.layer`, or `layers` in newer releases)
     assert len(hf) == cfg.depth and type(hf[0]).__name__.endswith("Layer")
-    with pytest.raises(ValueError, match="no nn.ModuleList"):
+    with pytest.raises(ValueError, match="no nn.ModuleList or nn.Sequential"):
         block_list(torch.nn.Linear(2, 2))
 
 
@@ -127,13 +128,27 @@ def test_cuda_fp32_logits_match_the_cpu() -> None:
 
 @cuda
 @pytest.mark.cuda
-def test_cuda_graph_replay_is_the_eager_forward() -> None:
-    model = _tiny().cuda().to(torch.bfloat16).eval()
+@pytest.mark.parametrize("backend", ["auto", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION"])
+@pytest.mark.parametrize("head_dim", [16, 64])
+def test_cuda_graph_replay_is_the_eager_forward(backend: str, head_dim: int) -> None:
+    """One CUDA graph of the bf16 forward, replayed after other work, gives the eager forward's logits (each SDPA
+    backend). Its first version lost its static input to the allocator and read garbage (NaN) on an H200."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    model = vitkit.VisionTransformer(vitkit.ViTConfig(**{**TINY, "width": 2 * head_dim}))
+    torch.nn.init.normal_(model.head.weight, std=0.5)
+    model = model.cuda().to(torch.bfloat16).eval()
     x = torch.randn(1, 3, 32, 32, device="cuda", dtype=torch.bfloat16)
-    replay = graphed_call(model, x)
-    with torch.no_grad():
-        want = model(x)
-    torch.testing.assert_close(replay().clone(), want)
+    ctx = sdpa_kernel(getattr(SDPBackend, backend)) if backend != "auto" else contextlib.nullcontext()
+    with ctx:
+        replay = graphed_call(model, x)
+        with torch.no_grad():  # eager work between capture and replay: the graph's input must not be reused
+            want = model(x)
+            model(torch.randn(64, 3, 32, 32, device="cuda", dtype=torch.bfloat16))
+        got = replay().clone()
+    assert torch.isfinite(want).all() and want.abs().max() > 0.1
+    torch.testing.assert_close(got, want)
 
 
 @cuda

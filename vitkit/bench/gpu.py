@@ -39,13 +39,13 @@ def dense_bf16_peak(device_name: str) -> float | None:
     return None
 
 
-def block_list(model: nn.Module) -> nn.ModuleList:
-    """The encoder's blocks: the `nn.ModuleList` holding the most parameters (vitkit's and timm's `blocks`,
-    transformers' `encoder.layer`), whose members are all of one class."""
-    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0
+def block_list(model: nn.Module) -> nn.ModuleList | nn.Sequential:
+    """The encoder's blocks: the `nn.ModuleList` or `nn.Sequential` holding the most parameters whose members are
+    all of one class (vitkit's `blocks` list, timm's `blocks` Sequential, transformers' encoder layers)."""
+    lists = [m for m in model.modules() if isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) > 0
              and len({type(b) for b in m}) == 1]
     if not lists:
-        raise ValueError(f"{type(model).__name__} has no nn.ModuleList of identical blocks to compile")
+        raise ValueError(f"{type(model).__name__} has no nn.ModuleList or nn.Sequential of identical blocks")
     return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
@@ -65,7 +65,8 @@ def compile_blocks(model: nn.Module, mode: str = "default", backend: str = "indu
 
 def graphed_call(model: nn.Module, x: torch.Tensor, warmup: int = 3) -> Callable[[], torch.Tensor]:
     """A zero-argument callable replaying one CUDA graph of `model(x)` (no autograd): the launch overhead of a small
-    batch's few hundred kernels goes, the kernels stay. `x` is copied into the graph's static input once."""
+    batch's few hundred kernels goes, the kernels stay. `x` is copied into the graph's static input once, which the
+    callable keeps alive (`.static_input`): freed, its memory would be reused and the graph would read garbage."""
     if x.device.type != "cuda":
         raise ValueError(f"CUDA graphs need a CUDA tensor; the input is on {x.device}")
     static = x.clone()
@@ -80,8 +81,10 @@ def graphed_call(model: nn.Module, x: torch.Tensor, warmup: int = 3) -> Callable
         out = model(static)
 
     def replay() -> torch.Tensor:
-        graph.replay()
+        graph.replay()  # reads `static`: this closure must hold it, or the allocator hands its memory to others
         return out
+
+    replay.static_input = static  # type: ignore[attr-defined]
 
     return replay
 
