@@ -162,3 +162,22 @@ def test_bench_cli_trains_on_cuda(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["results"]
     assert {r["case"]["mode"] for r in rows} == {"infer", "train"}
     assert all(r["img_per_s"] > 0 and r["peak_mb"] > 0 for r in rows)
+
+
+def test_profile_groups_kernels_by_name() -> None:
+    """benchmarks/gpu_profile.py's grouping of the kernel names seen on the H200: cuDNN's SDPA kernels (which also
+    name sm90 and wgmma) are attention, cuBLAS's nvjet and the patch convolution matmul, Inductor's fusions other."""
+    spec = importlib.util.spec_from_file_location("gpu_profile", SCRIPT.with_name("gpu_profile.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    seen = {
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0":
+            "attention",
+        "nvjet_sm90_tst_192x192_64x4_1x2_h_bz_coopB_bias_TNN": "matmul",
+        "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_128x128_32x5_nhwc_align8>":
+            "matmul",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>": "optimizer",
+        "triton_poi_fused_gelu_gelu_backward_view_0": "other",
+        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float>": "other",
+    }
+    assert {name: mod.group_of(name) for name in seen} == seen
