@@ -92,6 +92,18 @@ def build_timm(cfg: ViTConfig) -> nn.Module:
     )
 
 
+def enable_grad_checkpointing(model: nn.Module) -> nn.Module:
+    """Activation (gradient) checkpointing on, per encoder block, in vitkit, timm or a wrapped HF model; returns it."""
+    inner = model.model if isinstance(model, LogitsOnly) else model
+    if hasattr(inner, "set_grad_checkpointing"):  # vitkit and timm
+        inner.set_grad_checkpointing(True)
+    elif hasattr(inner, "gradient_checkpointing_enable"):  # transformers
+        inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        raise ValueError(f"{type(inner).__name__} has no gradient checkpointing switch")
+    return model
+
+
 PEERS: dict[str, Callable[[ViTConfig], nn.Module]] = {
     "hf-sdpa": functools.partial(build_hf, attn_implementation="sdpa"),
     "hf-eager": functools.partial(build_hf, attn_implementation="eager"),

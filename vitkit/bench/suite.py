@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from vitkit.bench.gpu import COMPILE_MODES
 from vitkit.bench.machine import matmul_peak, resolve_device
-from vitkit.bench.peers import PEERS, PeerUnavailable, build_vitkit
+from vitkit.bench.peers import PEERS, PeerUnavailable, build_vitkit, enable_grad_checkpointing
 from vitkit.bench.precision import BENCH_PRECISIONS
 from vitkit.bench.timing import MAX_SPREAD, peak_memory, time_interleaved
 from vitkit.models.flops import vit_flops
@@ -87,6 +88,8 @@ class SuiteConfig:
     min_repeats: int = 3
     case_budget_s: float = 40.0  # fewer repeats (not below min_repeats) when a case would take longer
     compile: bool = False
+    compile_mode: str = "default"  # torch.compile's mode for vitkit+compile (gpu.COMPILE_MODES)
+    grad_checkpoint: bool = False  # training cases: activation checkpointing per block, vitkit and peers alike
     merge: tuple[int, ...] = ()  # token merging: also time vitkit merging each r tokens per block (inference)
     measure_memory: bool = True
     peak_sizes: tuple[int, ...] = (1024, 2048)  # square matmul sizes for the roofline
@@ -97,6 +100,8 @@ class SuiteConfig:
         unknown = [p for p in self.peers if p not in PEERS]
         if unknown:
             raise ValueError(f"unknown peers {unknown}; known: {list(PEERS)}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"unknown compile mode {self.compile_mode!r}; known: {list(COMPILE_MODES)}")
         bad = sorted({c.precision for c in self.cases} - set(BENCH_PRECISIONS))
         if bad:
             raise ValueError(f"unknown precision {bad}; known: {list(BENCH_PRECISIONS)}")
@@ -176,7 +181,8 @@ def make_step(
         return infer, lambda: [x, *model.parameters(), *model.buffers()]
     model.train()
     y = torch.randint(0, num_classes, (case.batch,), generator=gen).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    # on CUDA the fused AdamW (one kernel for every parameter's update); elsewhere torch's default (foreach)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=torch.device(device).type == "cuda" or None)
 
     def train() -> Any:
         opt.zero_grad(set_to_none=True)
@@ -222,8 +228,10 @@ def run_case(case: Case, sc: SuiteConfig, peaks: dict[str, float], log: Callable
             res.note = f"skipped: {e}"
             continue
         res.params = sum(p.numel() for p in model.parameters())
+        if sc.grad_checkpoint and case.mode == "train":
+            enable_grad_checkpointing(model)
         if impl == COMPILED:
-            model = torch.compile(model)
+            model = torch.compile(model, mode=None if sc.compile_mode == "default" else sc.compile_mode)
         step, resident = make_step(model, case, prec, device, cfg.num_classes)
         if sc.measure_memory and impl != COMPILED:
             step()  # the optimizer allocates its state on the first step

@@ -49,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma list of {', '.join(TORCH_PRECISIONS)} (default fp32)")
     p.add_argument("--peers", type=_csv(), default=None, help="hf-sdpa,hf-eager,timm or 'none' (default all)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile(vitkit) (compiles once per case)")
+    p.add_argument("--compile-mode", default="default",
+                   help="--compile: torch.compile's mode, e.g. max-autotune-no-cudagraphs (default: default)")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="training cases: activation checkpointing per block (vitkit and peers alike)")
     p.add_argument("--merge-rows", type=merge_rows_arg, default=None, metavar=MERGE_ROWS_METAVAR,
                    help=MERGE_ROWS_HELP)
     p.add_argument("--merge", type=merge_rows_arg, default=None, metavar=MERGE_ROWS_METAVAR,
@@ -123,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeats=min(args.repeats, 3) if args.quick else args.repeats,
         compile=args.compile,
+        compile_mode=args.compile_mode,
+        grad_checkpoint=args.grad_checkpoint,
         merge=merge_rows(args.merge_rows, args.merge),
         measure_memory=not args.no_memory,
     )
