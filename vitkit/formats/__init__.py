@@ -10,7 +10,6 @@ families/, whose `__init__.py` is their registry: a new family is added there, n
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from torch import nn
 
 from vitkit.formats.bit import is_bit_npz, load_bit_npz
 from vitkit.formats.hf import HF_MODEL_TYPES, is_hf_dir, load_hf, save_hf
+from vitkit.formats.hub import resolve_checkpoint
 from vitkit.formats.native import is_native_dir, load_native, save_native
 from vitkit.formats.npz import is_npz, load_npz, save_npz
 from vitkit.formats.sharded import is_weights_file
@@ -49,10 +49,6 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         old = interrupted_copy(p)
-        if old is None and re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", str(path)):  # "google/vit-base-patch16-224"
-            raise FileNotFoundError(f"no checkpoint at {p}, and vitkit downloads nothing: if {path} is a Hugging Face "
-                                    f"hub id, fetch the folder first (huggingface-cli download {path} --local-dir "
-                                    f"{p.name}) and load that folder")
         raise FileNotFoundError(f"no checkpoint at {p}" + (
             f" (a replace of it was interrupted: the old checkpoint is in {old}; the next write of {p.name} restores "
             "it, or rename it back)" if old else ""))
@@ -85,8 +81,11 @@ def load_pretrained(
     ln_eps: float | None = None,
     layer_scale: float | None = None,
     posemb: str | None = None,
+    revision: str | None = None,
+    allow_pickle: bool = False,
 ) -> Model:
-    """Load any supported checkpoint, in eval mode.
+    """Load any supported checkpoint, in eval mode: a local path, or a Hugging Face hub id ("facebook/dinov2-small",
+    at `revision`) fetched through huggingface_hub's cache (formats/hub.py; `allow_pickle`: pytorch_model.bin too).
 
     `num_classes` swaps in a zero-initialised K-way head and drops pre_logits (paper §3.2);
     `img_size` resamples the position embeddings in 2D for a new resolution (§3.2).
@@ -97,7 +96,7 @@ def load_pretrained(
     neither the file nor these give takes the format's documented default, logged and kept in
     `model.config.extra["assumed"]`, or is refused with a message naming it (README "Checkpoints").
     """
-    p = Path(path)
+    p = resolve_checkpoint(path, revision, allow_pickle)
     fmt = detect_format(p)
     loader = next(load for name, _, load in LOADERS if name == fmt)
     hints = {"num_heads": num_heads, "gelu": gelu, "ln_eps": ln_eps, "pooling": pooling, "layer_scale": layer_scale,

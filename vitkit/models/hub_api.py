@@ -26,9 +26,8 @@ class HubApi:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kwargs: Any) -> Any:
-        """Load a local checkpoint of any format vitkit reads (vitkit.load_pretrained; its keywords, e.g.
-        `num_classes`, `img_size`, `num_heads`, mean the same). vitkit downloads nothing: a hub id that is not a
-        local path is refused with the command that fetches the folder."""
+        """Load a checkpoint of any format vitkit reads, a local path or a Hugging Face hub id (vitkit.load_pretrained;
+        its keywords, e.g. `revision`, `num_classes`, `img_size`, `num_heads`, mean the same)."""
         model = _IO["load"](path, **kwargs)
         if not isinstance(model, cls):
             raise ValueError(f"{path}: holds a {type(model).__name__}, not a {cls.__name__}; load it with "
