@@ -233,8 +233,8 @@ class FakeHub:
         return Handler
 
 
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - a generator fixture
+@pytest.fixture(name="hub")
+def hub_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - a generator fixture
     """A FakeHub as huggingface_hub's endpoint, a fresh cache in tmp_path/hf-cache, online, no token.
 
     huggingface_hub reads HF_ENDPOINT / HF_HUB_CACHE / HF_HUB_OFFLINE into `huggingface_hub.constants` when it is

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 import vitkit
-from tests.hub_endpoint import FakeHub, folder_files, hub, hub_cache  # noqa: F401 - `hub` is a fixture
+from tests.hub_endpoint import FakeHub, folder_files, hub_cache, hub_fixture  # noqa: F401 - the `hub` fixture
 from tests.inputs import png_file, run_cli
 from vitkit.models import VisionTransformer
 
@@ -239,3 +239,16 @@ def test_embed_a_hub_id_offline_from_the_cache_in_a_fresh_process(tmp_path: Path
     got = np.load(tmp_path / "hub.npz", allow_pickle=False)
     assert list(got["paths"]) == list(direct.paths) and len(direct.paths) == 2
     np.testing.assert_allclose(got["features"], direct.features, rtol=1e-4, atol=1e-5)
+
+
+
+def test_a_run_may_name_a_hub_id_as_its_pretrained_weights_or_teacher() -> None:
+    """finetune / train check the checkpoints a recipe names before anything runs: a hub id passes (it is fetched when
+    the run loads it, through load_pretrained), a missing local path is still refused."""
+    from vitkit.train.config import load_config
+    from vitkit.train.run import check_config
+
+    check_config(load_config("digits_demo", ["model.pretrained=org/tiny"]))
+    check_config(load_config("digits_demo", ["train.distill=hard", "train.teacher=org/teacher"]))
+    with pytest.raises(FileNotFoundError, match="model.pretrained: no checkpoint at /no/such/model"):
+        check_config(load_config("digits_demo", ["model.pretrained=/no/such/model"]))
