@@ -21,6 +21,11 @@ def set_checkpoint_io(load: Callable[..., Any], save: Callable[..., Any]) -> Non
     _IO.update(load=load, save=save)
 
 
+def load_checkpoint(path: str | Path, **kwargs: Any) -> Any:
+    """The registered loader (vitkit.load_pretrained): a local path or a hub id, with its keywords."""
+    return _IO["load"](path, **kwargs)
+
+
 class HubApi:
     """`from_pretrained`, `save_pretrained` and `pretrained_cfg` for a model with `config` and `preprocess`."""
 
@@ -51,7 +56,8 @@ class HubApi:
         stem = "patch_embed.proj" if hasattr(cfg, "patch_size") else "stem.conv"
         if getattr(cfg, "resnet_layers", None) is not None:
             stem = "patch_embed.backbone.stem.conv"
-        return {"architecture": getattr(cfg, "name", "") or type(self).__name__, **out,
+        tagged = (getattr(cfg, "extra", None) or {}).get("pretrained", {})  # create_model(name, pretrained=True): tag, license
+        return {"architecture": getattr(cfg, "name", "") or type(self).__name__, **out, **tagged,
                 "num_classes": cfg.num_classes, "label_names": list(pre.labels), "fixed_input_size": fixed,
                 "first_conv": stem, "classifier": "head"}
 
