@@ -71,3 +71,31 @@ def test_create_model_pretrained_fetches_the_repo_timm_uses(hub: FakeHub, name: 
     # §3.2 adaptations are taken; an architecture change is not
     k = vitkit.create_model(name, pretrained=True, num_classes=5)
     assert k.config.num_classes == 5
+
+
+def test_a_saved_hf_or_timm_folder_carries_a_model_card(hub: FakeHub, tmp_path: Path) -> None:
+    """save_pretrained writes README.md with the hub's metadata (read back with huggingface_hub's own parser): the
+    library, the task, and the license and base model of weights that came by name; a README of the user's stays."""
+    from huggingface_hub.repocard import metadata_load
+
+    repo = "timm/vit_small_patch14_dinov2.lvd142m"
+    hub.add(repo, folder_files(TIMM_HUB / "dinov2"))
+    m = vitkit.create_model("vit_small_patch14_dinov2", pretrained=True)
+    assert m.pretrained_cfg["revision"] == hub.refs[repo]["main"]  # the commit the weights were read at
+    for fmt in ("timm", "hf"):
+        out = m.save_pretrained(tmp_path / fmt, format=fmt)
+        meta = metadata_load(out / "README.md")
+        assert (meta["library_name"], meta["license"], meta["base_model"], meta["pipeline_tag"]) == (
+            "vitkit", "apache-2.0", repo, "image-feature-extraction")
+        assert "vision-transformer" in meta["tags"] and ("timm" in meta["tags"]) == (fmt == "timm")
+        card = (out / "README.md").read_text()
+        assert "3 x 518 x 518" in card and "(tag lvd142m)" in card
+        torch.testing.assert_close(vitkit.load_pretrained(out).pos_embed, m.pos_embed)  # the card changes no load
+    (tmp_path / "hf" / "README.md").write_text("my own card\n")
+    m.save_pretrained(tmp_path / "hf", format="hf")
+    assert (tmp_path / "hf" / "README.md").read_text() == "my own card\n"
+    # a model of no known origin: no license or base model is claimed
+    plain = vitkit.create_model("vit", img_size=32, patch_size=8, width=32, depth=2, num_heads=2, mlp_dim=64,
+                                num_classes=3)
+    meta = metadata_load(plain.save_pretrained(tmp_path / "plain", format="hf") / "README.md")
+    assert "license" not in meta and "base_model" not in meta and meta["pipeline_tag"] == "image-classification"

@@ -19,6 +19,7 @@ from torch import nn
 from vitkit.formats.bit import is_bit_npz, load_bit_npz
 from vitkit.formats.hf import HF_MODEL_TYPES, is_hf_dir, load_hf, save_hf
 from vitkit.formats.hub import resolve_checkpoint
+from vitkit.formats.model_card import write_card
 from vitkit.formats.native import is_native_dir, load_native, save_native
 from vitkit.formats.npz import is_npz, load_npz, save_npz
 from vitkit.formats.sharded import is_weights_file
@@ -111,6 +112,8 @@ def load_pretrained(
         raise ValueError(f"{p}: {len(labels)} class names (labels) for a {k}-way head; give one per output")
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
+    if p != Path(path) and isinstance(getattr(model.config, "extra", None), dict):  # from the hub: its repo, commit
+        model.config.extra.setdefault("pretrained", {"hf_hub_id": str(path), "revision": p.name})
     return adapt(model, num_classes, img_size).eval()
 
 
@@ -145,7 +148,14 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit",
     if (format == "npz" and out.suffix == ".npz") or (format == "timm" and out.suffix == ".safetensors"):
         return SAVERS[format](model, out)  # one file, written atomically
     sizes = {"max_shard_size": max_shard_size} if max_shard_size is not None else {}
-    return replace_folder(out, lambda tmp: SAVERS[format](model, tmp, **sizes))
+
+    def write(tmp: Path) -> Path:
+        written = SAVERS[format](model, tmp, **sizes)
+        if format in ("hf", "timm"):  # the formats published on the hub: a model card beside (formats/model_card.py)
+            write_card(model, tmp, format, keep=out)
+        return written
+
+    return replace_folder(out, write)
 
 
 # The files a checkpoint folder of any format holds: the only ones `replace_folder` may replace.

@@ -285,7 +285,7 @@ def _create_pretrained(name: str, overrides: dict[str, Any]) -> nn.Module:
     model = load_checkpoint(entry.hf_hub_id, **{k: spec[k] for k in ("gelu", "ln_eps") if k in spec}, **overrides)
     extra = getattr(model.config, "extra", None)
     if isinstance(extra, dict):
-        extra["pretrained"] = {"tag": entry.tag, "hf_hub_id": entry.hf_hub_id, "license": entry.license}
+        extra.setdefault("pretrained", {}).update(tag=entry.tag, hf_hub_id=entry.hf_hub_id, license=entry.license)
     return model
 
 
