@@ -157,6 +157,14 @@ def test_a_dropped_connection_is_named_and_the_next_call_resumes(hub: FakeHub, t
     msg = str(e.value)
     assert msg.startswith("org/tiny (revision main): the download from http://127.0.0.1:") and "\n" not in msg
     assert "broke off" in msg and "run again" in msg and str(tmp_path / "hf-cache") in msg
+    # offline now: the half-downloaded snapshot is named as incomplete, not read
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(FileNotFoundError, match=r"^org/tiny \(revision main\): the cached snapshot in .* is incomplete "
+                       r"\(missing model.safetensors\) and HF_HUB_OFFLINE=1 forbids downloading it"):
+        vitkit.load_pretrained("org/tiny")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     hub.drop.clear()
     torch.testing.assert_close(logits(vitkit.load_pretrained("org/tiny")), logits(m), rtol=0, atol=0)
 

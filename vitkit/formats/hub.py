@@ -94,14 +94,11 @@ def download_snapshot(repo_id: str, revision: str | None = None, allow_pickle: b
                                     f"refuses access (HTTP {code}); {_token_note()}") from e
         raise ConnectionError(f"{where}: {constants.ENDPOINT} answered HTTP {code}; nothing was loaded: try again "
                               f"later (the cache is {cache})") from e
-    except OSError as e:  # a download that broke off (connection dropped, size mismatch): resumed on the next call
+    except Exception as e:  # a download that broke off (dropped connection, size mismatch): resumed on the next call
+        if not isinstance(e, OSError) and not type(e).__module__.startswith("httpx"):  # (httpx's are not OSErrors)
+            raise
         raise ConnectionError(f"{where}: the download from {constants.ENDPOINT} broke off ({_cause(e)}); run again: "
                               f"huggingface_hub resumes it in the cache {cache}") from e
-    except Exception as e:  # httpx's transport errors are not OSErrors
-        if type(e).__module__.split(".")[0].startswith("httpx"):
-            raise ConnectionError(f"{where}: the download from {constants.ENDPOINT} broke off ({_cause(e)}); run "
-                                  f"again: huggingface_hub resumes it in the cache {cache}") from e
-        raise
     _check_weights(Path(folder), where, allow_pickle)
     log.info("%s: the Hugging Face hub repo, snapshot %s", where, folder)
     return folder
