@@ -144,7 +144,7 @@ def test_404_and_401_name_the_repo_and_whether_a_token_is_set(hub: FakeHub, tmp_
     assert isinstance(vitkit.load_pretrained("org/private"), VisionTransformer)
 
 
-def test_a_dropped_connection_is_named_and_the_next_call_resumes(hub: FakeHub, tmp_path: Path,
+def test_a_dropped_connection_is_named_and_the_next_call_completes_it(hub: FakeHub, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub.file_download as fd
 

@@ -3,7 +3,7 @@
 
 Everything goes through huggingface_hub, the field's client: its cache layout (`models--org--name/{refs,snapshots,
 blobs}` under `HF_HUB_CACHE`, default `HF_HOME/hub`), `HF_ENDPOINT`, `HF_HUB_OFFLINE`, the token of `hf auth login` or
-`HF_TOKEN`, resumed downloads. Only the files the loaders read are fetched (`ALLOW_PATTERNS`: the configs and the
+`HF_TOKEN`, its retries of a broken download. Only the files the loaders read are fetched (`ALLOW_PATTERNS`: the configs and the
 safetensors weights, whole or sharded); pickled weights (pytorch_model.bin) only with `allow_pickle=True`, and they
 are then read as every local .bin is, with `torch.load(weights_only=True)`. The snapshot is loaded as any folder is,
 by the same checks (formats/__init__.py: `load_pretrained`), so a tampered cache fails as a tampered folder does.
@@ -94,11 +94,12 @@ def download_snapshot(repo_id: str, revision: str | None = None, allow_pickle: b
                                     f"refuses access (HTTP {code}); {_token_note()}") from e
         raise ConnectionError(f"{where}: {constants.ENDPOINT} answered HTTP {code}; nothing was loaded: try again "
                               f"later (the cache is {cache})") from e
-    except Exception as e:  # a download that broke off (dropped connection, size mismatch): resumed on the next call
+    except Exception as e:  # a download that broke off (dropped connection, size mismatch)
         if not isinstance(e, OSError) and not type(e).__module__.startswith("httpx"):  # (httpx's are not OSErrors)
             raise
-        raise ConnectionError(f"{where}: the download from {constants.ENDPOINT} broke off ({_cause(e)}); run again: "
-                              f"huggingface_hub resumes it in the cache {cache}") from e
+        raise ConnectionError(f"{where}: the download from {constants.ENDPOINT} broke off ({_cause(e)}, after "
+                              f"huggingface_hub's own retries); run again: the files it finished stay in the cache {cache}"
+                              ) from e
     _check_weights(Path(folder), where, allow_pickle)
     log.info("%s: the Hugging Face hub repo, snapshot %s", where, folder)
     return folder
