@@ -2,13 +2,13 @@
 
 `FakeHub` serves the endpoints huggingface_hub (the venv's version; read in its hf_api.py / file_download.py) calls
 for `snapshot_download`: `GET /api/models/{repo}/revision/{rev}` (repo info: `sha`), `GET /api/models/{repo}/tree/
-{commit}` (the file list), `HEAD` / `GET /{repo}/resolve/{rev}/{file}` with `X-Repo-Commit`, `ETag` and
-`Content-Length`; safetensors files as the hub serves LFS files: a 302 with `Location` (a path on the same host),
-`X-Linked-Etag` (the sha256) and `X-Linked-Size`, the bytes at the redirect's target (on "localhost": another host
-name, which huggingface_hub does not follow for metadata, as it does not follow the hub's CDN), byte ranges honoured (a resumed
-download). Errors carry the hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound); a private repo
-answers 401 without the right token; `drop` names files whose body is cut off mid-way (a dropped connection).
-Every request is recorded in `requests` (method, path).
+{commit}` (the file list), `HEAD` / `GET /{repo}/resolve/{rev}/{file}` with `X-Repo-Commit`, `ETag` and `Content-
+Length`; safetensors files as the hub serves LFS files: a 302 with `Location`, `X-Linked- Etag` (the sha256) and
+`X-Linked-Size`, the bytes at the redirect's target (on "localhost": another host name, which huggingface_hub does
+not follow for metadata, as it does not follow the hub's CDN), byte ranges honoured (huggingface_hub's retry of a
+broken body). Errors carry the hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound); a private repo
+answers 401 without the right token; `drop` names files whose body is cut off mid-way (a dropped connection). Every
+request is recorded in `requests` (method, path).
 
 `hub_cache` writes a repo into a cache folder in huggingface_hub's own layout (`models--org--name/{refs,snapshots,
 blobs}`, snapshot files symlinked to their blobs), as a download leaves it.
@@ -242,7 +242,8 @@ def hub_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN20
     constants = pytest.importorskip("huggingface_hub.constants")
     with FakeHub() as server:
         monkeypatch.setattr(constants, "ENDPOINT", server.url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.url + "/{repo_id}/resolve/{revision}/{filename}")
+        template = server.url + "/{repo_id}/resolve/{revision}/{filename}"
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))

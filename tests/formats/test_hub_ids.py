@@ -175,7 +175,8 @@ def test_an_unreachable_endpoint_and_no_cache_say_so(hub: FakeHub, monkeypatch: 
     dead = FakeHub()  # bound, then closed: its port refuses connections
     dead.server.server_close()
     monkeypatch.setattr(constants, "ENDPOINT", dead.url)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", dead.url + "/{repo_id}/resolve/{revision}/{filename}")
+    template = dead.url + "/{repo_id}/resolve/{revision}/{filename}"
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     with pytest.raises(FileNotFoundError) as e:
         vitkit.load_pretrained("org/tiny")
     msg = str(e.value)

@@ -2,11 +2,12 @@
 "facebook/dinov2-small" (with a `revision`: branch, tag or commit) into a snapshot folder of huggingface_hub's cache.
 
 Everything goes through huggingface_hub, the field's client: its cache layout (`models--org--name/{refs,snapshots,
-blobs}` under `HF_HUB_CACHE`, default `HF_HOME/hub`), `HF_ENDPOINT`, `HF_HUB_OFFLINE`, the token of `hf auth login` or
-`HF_TOKEN`, its retries of a broken download. Only the files the loaders read are fetched (`ALLOW_PATTERNS`: the configs and the
-safetensors weights, whole or sharded); pickled weights (pytorch_model.bin) only with `allow_pickle=True`, and they
-are then read as every local .bin is, with `torch.load(weights_only=True)`. The snapshot is loaded as any folder is,
-by the same checks (formats/__init__.py: `load_pretrained`), so a tampered cache fails as a tampered folder does.
+blobs}` under `HF_HUB_CACHE`, default `HF_HOME/hub`), `HF_ENDPOINT`, `HF_HUB_OFFLINE`, the token of `hf auth login`
+or `HF_TOKEN`, its retries of a broken download. Only the files the loaders read are fetched (`ALLOW_PATTERNS`: the
+configs and the safetensors weights, whole or sharded); pickled weights (pytorch_model.bin) only with
+`allow_pickle=True`, and they are then read as every local .bin is, with `torch.load(weights_only=True)`. The
+snapshot is loaded as any folder is, by the same checks (formats/__init__.py: `load_pretrained`), so a tampered
+cache fails as a tampered folder does.
 
 A local path that exists always wins over a hub id of the same spelling (said in the log); a path whose first
 component is a local folder, or that names a checkpoint file (.npz, .safetensors, ...), is never sent to the hub.
@@ -98,8 +99,8 @@ def download_snapshot(repo_id: str, revision: str | None = None, allow_pickle: b
         if not isinstance(e, OSError) and not type(e).__module__.startswith("httpx"):  # (httpx's are not OSErrors)
             raise
         raise ConnectionError(f"{where}: the download from {constants.ENDPOINT} broke off ({_cause(e)}, after "
-                              f"huggingface_hub's own retries); run again: the files it finished stay in the cache {cache}"
-                              ) from e
+                              "huggingface_hub's own retries); run again: the files it finished stay in the cache "
+                              f"{cache}") from e
     _check_weights(Path(folder), where, allow_pickle)
     log.info("%s: the Hugging Face hub repo, snapshot %s", where, folder)
     return folder
