@@ -1,17 +1,17 @@
 """A Hugging Face hub on 127.0.0.1 and a hub cache on disk, for tests that must not touch the internet.
 
 `FakeHub` serves the endpoints huggingface_hub (the venv's version; read in its hf_api.py / file_download.py) calls
-for `snapshot_download`: `GET /api/models/{repo}/revision/{rev}` (repo info: `sha`), `GET /api/models/{repo}/tree/
-{commit}` (the file list), `HEAD` / `GET /{repo}/resolve/{rev}/{file}` with `X-Repo-Commit`, `ETag` and `Content-
-Length`; safetensors files as the hub serves LFS files: a 302 with `Location`, `X-Linked- Etag` (the sha256) and
-`X-Linked-Size`, the bytes at the redirect's target (on "localhost": another host name, which huggingface_hub does
-not follow for metadata, as it does not follow the hub's CDN), byte ranges honoured (huggingface_hub's retry of a
-broken body). Errors carry the hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound); a private repo
-answers 401 without the right token; `drop` names files whose body is cut off mid-way (a dropped connection). Every
-request is recorded in `requests` (method, path).
+for `snapshot_download`: `GET /api/models/{repo}/revision/{rev}` (repo info: `sha`), `GET
+/api/models/{repo}/tree/{commit}` (the file list), `HEAD` / `GET /{repo}/resolve/{rev}/{file}` with `X-Repo-Commit`,
+`ETag` and `Content-Length`; safetensors files as the hub serves LFS files: a 302 with `Location`, `X-Linked-Etag`
+(the sha256) and `X-Linked-Size`, the bytes at the redirect's target (on "localhost": another host name, which
+huggingface_hub does not follow for metadata, as it does not follow the hub's CDN), byte ranges honoured
+(huggingface_hub's retry of a broken body). Errors carry the hub's `X-Error-Code` (RepoNotFound, RevisionNotFound,
+EntryNotFound); a private repo answers 401 without the right token; `drop` names files whose body is cut off mid-way
+(a dropped connection). Every request is recorded in `requests` (method, path).
 
-`hub_cache` writes a repo into a cache folder in huggingface_hub's own layout (`models--org--name/{refs,snapshots,
-blobs}`, snapshot files symlinked to their blobs), as a download leaves it.
+`hub_cache` writes a repo into a cache folder in huggingface_hub's own layout
+(`models--org--name/{refs,snapshots,blobs}`, snapshot files symlinked to their blobs), as a download leaves it.
 """
 
 from __future__ import annotations
