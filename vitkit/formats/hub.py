@@ -11,7 +11,7 @@ cache fails as a tampered folder does.
 
 A local path that exists always wins over a hub id of the same spelling (said in the log); a path whose first
 component is a local folder, or that names a checkpoint file (.npz, .safetensors, ...), is never sent to the hub.
-Each failure is one line naming the repo, the revision and what to do (README "Checkpoints").
+Each failure is one line naming the repo, the revision and what to do (README "Pretrained weights by name").
 """
 
 from __future__ import annotations
