@@ -56,7 +56,7 @@ class HubApi:
         stem = "patch_embed.proj" if hasattr(cfg, "patch_size") else "stem.conv"
         if getattr(cfg, "resnet_layers", None) is not None:
             stem = "patch_embed.backbone.stem.conv"
-        tagged = (getattr(cfg, "extra", None) or {}).get("pretrained", {})  # create_model(name, pretrained=True): tag, license
+        tagged = (getattr(cfg, "extra", None) or {}).get("pretrained", {})  # weights by name / hub id: repo, tag, ...
         return {"architecture": getattr(cfg, "name", "") or type(self).__name__, **out, **tagged,
                 "num_classes": cfg.num_classes, "label_names": list(pre.labels), "fixed_input_size": fixed,
                 "first_conv": stem, "classifier": "head"}
