@@ -8,6 +8,7 @@ from vitkit.models import (
     ViTConfig,
     create_model,
     list_models,
+    list_pretrained,
     register_model,
     resample_posemb,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "create_model",
     "embed",
     "list_models",
+    "list_pretrained",
     "load_pretrained",
     "register_model",
     "resample_posemb",

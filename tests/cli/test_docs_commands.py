@@ -23,6 +23,7 @@ from PIL import Image
 
 import vitkit
 from tests.helpers import digits_model
+from tests.hub_endpoint import folder_files, hub_cache
 from tests.hub_folders import hub_folder
 from vitkit.cli import build_parser, main
 from vitkit.data.digits import load_digits_split
@@ -131,6 +132,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     vitkit.save_pretrained(rgb, root / "ViT-B_16.npz", format="npz")
     Image.fromarray(np.zeros((40, 50, 3), np.uint8)).save(root / "cat.jpg")
     hub_folder(root, "dinov2").rename(root / "dinov2-small")  # as downloaded: hub config + processor, small width
+    hub_cache(root / "hf-cache", "facebook/dinov2-small", folder_files(root / "dinov2-small"))  # and as a hub id
     return root
 
 
@@ -151,6 +153,9 @@ RUNNABLE = sorted({(w, c) for w, c, whole in COMMANDS if (a := _argv(c)) and a a
 @pytest.mark.parametrize("where,command", RUNNABLE, ids=[f"{w}:{c[:60]}" for w, c in RUNNABLE])
 def test_documented_commands_run_in_smoke_form(where: str, command: str, sandbox: Path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.chdir(sandbox)
+    constants = pytest.importorskip("huggingface_hub.constants")  # hub ids: read offline from the sandbox's cache
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(sandbox / "hf-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     argv = _argv(command)
     extra = list(RUN[argv[0]])
     if argv[0] in ("train", "finetune") and "--out" not in argv:

@@ -25,7 +25,7 @@ def test_timm_names_keep_their_resolution_and_gelu_and_timm_keywords_mean_the_sa
     assert (c.drop_path, c.dropout, c.attn_dropout, c.pooling, c.in_chans, c.num_classes, c.img_size) == (
         0.1, 0.2, 0.05, "gap", 1, 7, (32, 32))
     assert not c.class_token and c.fc_norm  # timm: fc_norm=None means a norm after pooling when global_pool='avg'
-    for kw, match in ((dict(pretrained=True), "downloads no weights; load a file you have with vitkit.load_pretrained"),
+    for kw, match in ((dict(pretrained=True, drop_rate=0.1), "drop_rate would change the architecture the weights"),
                       (dict(pos_embed="rope"), "unknown keyword 'pos_embed'"),
                       (dict(global_pool="map"), "global_pool='map' beside a class token is not a model vitkit builds"),
                       (dict(global_pool="map", class_token=True), "global_pool='map' beside a class token")):

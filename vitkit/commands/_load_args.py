@@ -17,6 +17,10 @@ def add_load_arguments(p: argparse.ArgumentParser, img_size: bool = False) -> No
     if img_size:
         add_img_size_argument(p, "run at this resolution, E_pos resampled in 2D (paper §3.2); the size of a file "
                               "that stores no position embeddings (a big_vision sin-cos .npz)", dest="load_img_size")
+    p.add_argument("--revision", default=None, help="with a Hugging Face hub id as the model: its branch, tag or "
+                   "commit (default: main); a local path always wins over a hub id of the same spelling")
+    p.add_argument("--allow-pickle", action="store_true", help="with a hub id: also fetch pickled weights "
+                   "(pytorch_model.bin), read with torch.load(weights_only=True); default: safetensors only")
 
 
 def load_hints(args: argparse.Namespace) -> dict[str, Any]:
@@ -25,4 +29,8 @@ def load_hints(args: argparse.Namespace) -> dict[str, Any]:
     size = getattr(args, "load_img_size", None)  # this module's --img-size; the commands with their own pass theirs
     if size is not None:
         hints["img_size"] = size
+    if getattr(args, "revision", None) is not None:  # the hub's keywords (formats/hub.py), only when given
+        hints["revision"] = args.revision
+    if getattr(args, "allow_pickle", False):
+        hints["allow_pickle"] = True
     return hints

@@ -32,9 +32,12 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from vitkit.formats import detect_format, load_pretrained, restore_interrupted, save_pretrained
+    from vitkit.formats.hub import resolve_checkpoint
 
-    src_fmt = detect_format(args.src)
-    src, dst = Path(args.src).resolve(), Path(args.dst).resolve()
+    hints = load_hints(args)  # a hub id is fetched once, here; its snapshot is then read as any folder
+    source = resolve_checkpoint(args.src, hints.pop("revision", None), hints.pop("allow_pickle", False))
+    src_fmt = detect_format(source)
+    src, dst = source.resolve(), Path(args.dst).resolve()
     restore_interrupted(dst)  # an earlier --overwrite killed mid-swap: the old checkpoint is back, and protected
     if not args.overwrite:
         if dst == src or src.is_relative_to(dst) or dst.is_relative_to(src):
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         if dst.is_file() or (dst.is_dir() and any(dst.iterdir())):
             raise FileExistsError(f"{args.dst} already exists; choose another destination, or --overwrite")
     img = legacy_img_size(args.img_size)
-    model = load_pretrained(args.src, num_classes=args.num_classes, img_size=img, **load_hints(args))
+    model = load_pretrained(source, num_classes=args.num_classes, img_size=img, **hints)
     out = save_pretrained(model, args.dst, format=args.to)
     print(f"{args.src} ({src_fmt}) -> {out} ({args.to})")
     return 0

@@ -57,8 +57,9 @@ def _load(source: str, hints: dict):  # noqa: ANN202
     import torch
 
     import vitkit
+    from vitkit.formats.hub import is_hub_id
 
-    if Path(source).exists():
+    if Path(source).exists() or is_hub_id(source):  # a hub id: fetched through huggingface_hub's cache
         return vitkit.load_pretrained(source, **hints), Path(source)
     if source.lower() in vitkit.list_models() or vitkit.models.registry.canonical_name(source) in vitkit.list_models():
         print(f"note: {source} is a registry name: exporting random weights (random head, not the zero init)")
@@ -91,7 +92,12 @@ def run(args: argparse.Namespace) -> int:
                              "newest this onnx knows)")
     if args.calibrate and not args.int8:
         raise ValueError("--calibrate calibrates the int8 quantisation: add --precision int8")
+    from vitkit.formats.hub import is_hub_id
+
     src = Path(args.source)
+    if args.out is None and not src.exists() and is_hub_id(args.source):
+        raise ValueError(f"{args.source}: a hub id has no folder of yours to write next to (its snapshot is in the "
+                         "Hugging Face cache): give --out")
     out = args.out or ((src if src.is_dir() else src.parent) / f"model{SUFFIX[args.format]}")
     if out.suffix != SUFFIX[args.format]:
         raise ValueError(f"--out {out}: a {args.format} export is a {SUFFIX[args.format]} file")

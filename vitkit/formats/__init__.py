@@ -10,7 +10,6 @@ families/, whose `__init__.py` is their registry: a new family is added there, n
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from torch import nn
 
 from vitkit.formats.bit import is_bit_npz, load_bit_npz
 from vitkit.formats.hf import HF_MODEL_TYPES, is_hf_dir, load_hf, save_hf
+from vitkit.formats.hub import resolve_checkpoint
+from vitkit.formats.model_card import write_card
 from vitkit.formats.native import is_native_dir, load_native, save_native
 from vitkit.formats.npz import is_npz, load_npz, save_npz
 from vitkit.formats.sharded import is_weights_file
@@ -49,10 +50,6 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         old = interrupted_copy(p)
-        if old is None and re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", str(path)):  # "google/vit-base-patch16-224"
-            raise FileNotFoundError(f"no checkpoint at {p}, and vitkit downloads nothing: if {path} is a Hugging Face "
-                                    f"hub id, fetch the folder first (huggingface-cli download {path} --local-dir "
-                                    f"{p.name}) and load that folder")
         raise FileNotFoundError(f"no checkpoint at {p}" + (
             f" (a replace of it was interrupted: the old checkpoint is in {old}; the next write of {p.name} restores "
             "it, or rename it back)" if old else ""))
@@ -85,8 +82,11 @@ def load_pretrained(
     ln_eps: float | None = None,
     layer_scale: float | None = None,
     posemb: str | None = None,
+    revision: str | None = None,
+    allow_pickle: bool = False,
 ) -> Model:
-    """Load any supported checkpoint, in eval mode.
+    """Load any supported checkpoint, in eval mode: a local path, or a Hugging Face hub id ("facebook/dinov2-small",
+    at `revision`) fetched through huggingface_hub's cache (formats/hub.py; `allow_pickle`: pytorch_model.bin too).
 
     `num_classes` swaps in a zero-initialised K-way head and drops pre_logits (paper §3.2);
     `img_size` resamples the position embeddings in 2D for a new resolution (§3.2).
@@ -97,7 +97,7 @@ def load_pretrained(
     neither the file nor these give takes the format's documented default, logged and kept in
     `model.config.extra["assumed"]`, or is refused with a message naming it (README "Checkpoints").
     """
-    p = Path(path)
+    p = resolve_checkpoint(path, revision, allow_pickle)
     fmt = detect_format(p)
     loader = next(load for name, _, load in LOADERS if name == fmt)
     hints = {"num_heads": num_heads, "gelu": gelu, "ln_eps": ln_eps, "pooling": pooling, "layer_scale": layer_scale,
@@ -112,6 +112,8 @@ def load_pretrained(
         raise ValueError(f"{p}: {len(labels)} class names (labels) for a {k}-way head; give one per output")
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
+    if p != Path(path) and isinstance(getattr(model.config, "extra", None), dict):  # from the hub: its repo, commit
+        model.config.extra.setdefault("pretrained", {"hf_hub_id": str(path), "revision": p.name})
     return adapt(model, num_classes, img_size).eval()
 
 
@@ -146,7 +148,14 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit",
     if (format == "npz" and out.suffix == ".npz") or (format == "timm" and out.suffix == ".safetensors"):
         return SAVERS[format](model, out)  # one file, written atomically
     sizes = {"max_shard_size": max_shard_size} if max_shard_size is not None else {}
-    return replace_folder(out, lambda tmp: SAVERS[format](model, tmp, **sizes))
+
+    def write(tmp: Path) -> Path:
+        written = SAVERS[format](model, tmp, **sizes)
+        if format in ("hf", "timm"):  # the formats published on the hub: a model card beside (formats/model_card.py)
+            write_card(model, tmp, format, keep=out)
+        return written
+
+    return replace_folder(out, write)
 
 
 # The files a checkpoint folder of any format holds: the only ones `replace_folder` may replace.

@@ -2,6 +2,7 @@
 the BiT ResNets and hybrid stem (resnet.py)."""
 
 from vitkit.models.posemb import resample_posemb
+from vitkit.models.pretrained_tags import list_pretrained
 from vitkit.models.registry import create_model, list_models, register_model
 from vitkit.models.resnet import BiTConfig, ResNetStem, ResNetV2
 from vitkit.models.vit import Attention, Block, VisionTransformer, ViTConfig
@@ -16,6 +17,7 @@ __all__ = [
     "VisionTransformer",
     "create_model",
     "list_models",
+    "list_pretrained",
     "register_model",
     "resample_posemb",
 ]

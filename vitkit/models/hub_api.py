@@ -21,14 +21,18 @@ def set_checkpoint_io(load: Callable[..., Any], save: Callable[..., Any]) -> Non
     _IO.update(load=load, save=save)
 
 
+def load_checkpoint(path: str | Path, **kwargs: Any) -> Any:
+    """The registered loader (vitkit.load_pretrained): a local path or a hub id, with its keywords."""
+    return _IO["load"](path, **kwargs)
+
+
 class HubApi:
     """`from_pretrained`, `save_pretrained` and `pretrained_cfg` for a model with `config` and `preprocess`."""
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kwargs: Any) -> Any:
-        """Load a local checkpoint of any format vitkit reads (vitkit.load_pretrained; its keywords, e.g.
-        `num_classes`, `img_size`, `num_heads`, mean the same). vitkit downloads nothing: a hub id that is not a
-        local path is refused with the command that fetches the folder."""
+        """Load a checkpoint of any format vitkit reads, a local path or a Hugging Face hub id (vitkit.load_pretrained;
+        its keywords, e.g. `revision`, `num_classes`, `img_size`, `num_heads`, mean the same)."""
         model = _IO["load"](path, **kwargs)
         if not isinstance(model, cls):
             raise ValueError(f"{path}: holds a {type(model).__name__}, not a {cls.__name__}; load it with "
@@ -52,7 +56,8 @@ class HubApi:
         stem = "patch_embed.proj" if hasattr(cfg, "patch_size") else "stem.conv"
         if getattr(cfg, "resnet_layers", None) is not None:
             stem = "patch_embed.backbone.stem.conv"
-        return {"architecture": getattr(cfg, "name", "") or type(self).__name__, **out,
+        tagged = (getattr(cfg, "extra", None) or {}).get("pretrained", {})  # weights by name / hub id: repo, tag, ...
+        return {"architecture": getattr(cfg, "name", "") or type(self).__name__, **out, **tagged,
                 "num_classes": cfg.num_classes, "label_names": list(pre.labels), "fixed_input_size": fixed,
                 "first_conv": stem, "classifier": "head"}
 

@@ -17,7 +17,9 @@ from typing import Any
 
 from torch import nn
 
+from vitkit.models.hub_api import load_checkpoint
 from vitkit.models.preprocess import PreprocessConfig
+from vitkit.models.pretrained_tags import pretrained_tag
 from vitkit.models.resnet import BIT_DEPTHS, BiTConfig, ResNetV2
 from vitkit.models.timm_api import POOL_FROM_TIMM, TIMM_ACTS
 from vitkit.models.timm_families import REFUSED, SPECS, family_preprocess
@@ -270,15 +272,32 @@ def _nearest(name: str) -> list[str]:
     return difflib.get_close_matches(name.strip().lower(), [*_REGISTRY, *timm], n=2, cutoff=0.75)
 
 
+def _create_pretrained(name: str, overrides: dict[str, Any]) -> nn.Module:
+    """create_model(name, pretrained=True): the tag's hub repo through the registered checkpoint loader (vitkit's
+    load_pretrained), with the GELU and LayerNorm eps the name's architecture has (a timm file records neither)."""
+    entry = pretrained_tag(name)
+    other = sorted(set(overrides) - {"num_classes", "img_size", "revision"})
+    if other:
+        raise ValueError(f"create_model({name!r}, pretrained=True): {', '.join(other)} would change the architecture "
+                         "the weights were trained for; it takes num_classes and img_size (a new head, E_pos "
+                         "resampled: paper §3.2) and revision")
+    spec = {**name_overrides(entry.name), **SPECS.get(canonical_name(entry.name), ({}, {}))[0]}
+    model = load_checkpoint(entry.hf_hub_id, **{k: spec[k] for k in ("gelu", "ln_eps") if k in spec}, **overrides)
+    extra = getattr(model.config, "extra", None)
+    if isinstance(extra, dict):
+        extra.setdefault("pretrained", {}).update(tag=entry.tag, hf_hub_id=entry.hf_hub_id, license=entry.license)
+    return model
+
+
 def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Module:
     """Build a registered model by name; keyword overrides replace config fields (e.g. num_classes=10), and
     timm's keywords mean the same here (`drop_path_rate`, `drop_rate`, `attn_drop_rate`, `global_pool`,
     `class_token`, `reg_tokens`, `img_size`, `in_chans`, `num_classes`). A timm name keeps its resolution
-    (`vit_base_patch16_384` is a 384-px model) and timm's exact GELU. vitkit downloads nothing: `pretrained=True`
-    is refused with the way to load a file."""
+    (`vit_base_patch16_384` is a 384-px model) and timm's exact GELU. `pretrained=True` loads the weights of timm's
+    `name.tag` (the name's default tag without one) from the hub repo timm uses (models/pretrained_tags.py), taking
+    `num_classes`, `img_size` (§3.2) and `revision`."""
     if pretrained:
-        raise ValueError(f"create_model({name!r}, pretrained=True): vitkit downloads no weights; load a file you "
-                         "have with vitkit.load_pretrained(path) (a timm or Hugging Face checkpoint, or an .npz)")
+        return _create_pretrained(name, overrides)
     key = canonical_name(name)
     if key in REFUSED:
         raise ValueError(f"{name!r}: {REFUSED[key]}, so vitkit does not build it")
@@ -291,7 +310,7 @@ def create_model(name: str, pretrained: bool = False, **overrides: Any) -> nn.Mo
         close = near + [n for n in _REGISTRY if key.split("_")[0] in n and n not in near][:8 - len(near)]
         hint = ""
         if "." in name:
-            hint = "; a '.tag' names pretrained weights, which vitkit does not download (use load_pretrained(path))"
+            hint = "; a '.tag' names pretrained weights: pass pretrained=True (vitkit.list_pretrained())"
         elif re.match(r"vit_(tiny|small|base|large|huge)_patch\d+", key):
             hint = "; timm names are vit_{size}_patch{P}_{resolution}, without further suffixes"
         raise ValueError(f"unknown model {name!r}{hint}; known names include {close or list_models()[:8]}")

@@ -61,11 +61,13 @@ def check_config(cfg: RunConfig) -> None:
     the checkpoints it names exist, and the architecture it names builds (on the meta device, no weights)."""
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"a run takes a RunConfig (vitkit.train.config.load_config), got {type(cfg).__name__}")
-    if cfg.teacher and not Path(cfg.teacher).exists():
+    from vitkit.formats.hub import is_hub_id  # a hub id is fetched when the run loads it (formats/hub.py)
+
+    if cfg.teacher and not Path(cfg.teacher).exists() and not is_hub_id(cfg.teacher):
         raise FileNotFoundError(f"train.teacher: no checkpoint at {cfg.teacher}")
     spec = cfg.model
     if spec.pretrained:
-        if not Path(spec.pretrained).exists():
+        if not Path(spec.pretrained).exists() and not is_hub_id(spec.pretrained):
             raise FileNotFoundError(f"model.pretrained: no checkpoint at {spec.pretrained}")
         return
     try:
