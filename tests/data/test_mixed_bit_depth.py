@@ -19,7 +19,7 @@ def _pair(root: Path) -> tuple[str, str]:
     img8 = rng.integers(0, 256, (24, 24), dtype=np.uint8)
     p8, p16 = root / "a8.png", root / "a16.png"
     Image.fromarray(img8).save(p8)
-    Image.fromarray((img8.astype(np.uint16) * 257)).save(p16)  # the same levels on 0..65535
+    Image.fromarray(img8.astype(np.uint16) * 257).save(p16)  # the same levels on 0..65535
     assert Image.open(p16).mode.startswith("I")
     return str(p8), str(p16)
 
