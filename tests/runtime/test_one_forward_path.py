@@ -157,3 +157,22 @@ def test_a_distilled_models_pre_logits_are_the_mean_of_its_two_tokens_everywhere
     few, _ = extract_features(m, eval_loader(ds, m.preprocess, 8), "pre_logits")
     np.testing.assert_allclose(few, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(embed(m, paths, "pre_logits").features, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw,r", [({}, [0, 3]), ({"block": "axial", "pooling": "gap"}, 0)], ids=["merged", "axial"])
+def test_gradient_checkpointing_runs_the_same_path(kw: dict, r: int | list[int]) -> None:
+    """Checkpointed training gives the same loss and gradients as plain training, also with a merge schedule whose
+    first layer merges nothing (a replay must not read a later layer's r) and for Axial-ViT's row / column blocks."""
+    m = random_vit(depth=2, **kw).train()
+    m.set_token_merging(r)
+    x = torch.randn(3, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for checkpointing in (False, True):
+        m.set_grad_checkpointing(checkpointing)
+        m.zero_grad()
+        loss = m(x).square().sum()
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in m.parameters()]))
+    torch.testing.assert_close(grads[1][0], grads[0][0])
+    for a, b in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(a, b)

@@ -80,6 +80,8 @@ class FeatureNet(nn.Module):
         # note: how the file decided the feature, where it did (for the log)
         self.feature, self.note = default_feature(model) if feature == "pooled" else (
             feature, _distilled_note(cfg) if feature == "pre_logits" else "")
+        if self.feature == "logits" and cfg.num_classes == 0:
+            raise ValueError(f"--pool {feature}: this model has no head (num_classes = 0)")
         if isinstance(model, VisionTransformer):
             try:
                 check_feature(model, self.feature)
@@ -88,8 +90,6 @@ class FeatureNet(nn.Module):
         elif self.feature not in ("pre_logits", "logits"):
             raise ValueError(f"--pool {feature}: a {type(model).__name__} has no tokens; use pooled, pre_logits or "
                              "logits")
-        elif self.feature == "logits" and cfg.num_classes == 0:
-            raise ValueError("--pool logits: this model has no head (num_classes = 0)")
 
     @property
     def config(self) -> Any:

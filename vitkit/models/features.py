@@ -9,7 +9,8 @@ few-shot evaluation (§4.1) and `VisionTransformer.intermediates` return under t
 - "pre_logits": the classifier's input (`forward_head(pre_logits=True)`): y through the pre-logits layer where there
   is one; a distilled DeiT without one: timm's convention, the mean of the class and distillation tokens (the
   inputs of its two heads);
-- "logits": the head's output in eval mode (a distilled DeiT: the two heads' mean).
+- "logits": the head's output in eval mode (a distilled DeiT: the two heads' mean; a model without a head, its
+  input).
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ def check_feature(model: Any, name: str) -> None:
         raise ValueError(f"unknown feature {name!r}; one of {', '.join(FEATURES)}")
     if name in ("cls", "cls_mean") and cfg.num_class_tokens == 0:
         raise ValueError(f"feature {name!r}: this model has no class token (pooling {cfg.pooling!r}); use mean")
-    if name == "logits" and cfg.num_classes == 0:
-        raise ValueError("feature 'logits': this model has no head (num_classes = 0)")
     if name == "patch" and model.merging:
         raise ValueError("feature 'patch': this model merges tokens (token merging, set_token_merging), so its "
                          "output tokens are no longer patches; turn merging off (set_token_merging(0)) for patch "

@@ -48,9 +48,9 @@ class EncodeState:
 
     @property
     def plain(self) -> bool:
-        """Whether the block's output depends on `x` alone (no merging, nothing recorded): the state a fused or
-        checkpointed block may ignore."""
-        return self.sizes is None and not self.r and self.attention is None
+        """Whether every block's output depends on its `x` alone (no merging schedule, nothing recorded): the state a
+        fused block may ignore and a checkpointed block may be replayed with (whatever `layer` says by then)."""
+        return not self.schedule and self.sizes is None and self.attention is None
 
 
 class Tokens(NamedTuple):

@@ -293,8 +293,7 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
         if last_block is not None:
             return out
         out["encoded"] = t.z
-        out.update({name: feature(self, t, name) for name in ("pooled", "pre_logits", "logits")
-                    if name != "logits" or self.config.num_classes > 0 or self.head_dist is not None})
+        out.update({name: feature(self, t, name) for name in ("pooled", "pre_logits", "logits")})
         return out
 
     def _as_tokens(self, x: torch.Tensor | Tokens) -> Tokens:
