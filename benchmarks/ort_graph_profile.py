@@ -40,7 +40,7 @@ from vitkit.bench.timing import time_interleaved
 from vitkit.inference.export import DEFAULT_OPSET, export_onnx, ort_session, quantize_int8, quantize_static_int8
 from vitkit.models import create_model
 from vitkit.models.registry import vit_config
-from vitkit.models.vit import attention_overrides
+from vitkit.models.vit import Attention
 from vitkit.utils.files import scratch_dir
 
 
@@ -52,10 +52,19 @@ def _distinct(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     return model.eval()
 
 
+@contextlib.contextmanager
 def _shape_scale(model: torch.nn.Module):  # noqa: ANN202
     """vitkit's attention as it was exported before: SDPA's scale left to SDPA (computed from q's shape in the
-    graph)."""
-    return attention_overrides(model, sdpa_scale=None)
+    graph); each layer's own scale given back after."""
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
+    saved = [m.sdpa_scale for m in layers]
+    for m in layers:
+        m.sdpa_scale = None
+    try:
+        yield layers
+    finally:
+        for m, scale in zip(layers, saved):
+            m.sdpa_scale = scale
 
 
 def _hf_export(model: torch.nn.Module, path: Path, opset: int) -> Path:

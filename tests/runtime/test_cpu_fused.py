@@ -1,7 +1,8 @@
 """The torch runtime's fp32 CPU path (inference/cpu_fused.py): encoder blocks on oneDNN's fused matmuls give the
 model's own answer up to fp32 rounding, judged against an fp64 forward, for every block form it covers (LayerScale
-folded, erf / tanh GELU fused, QuickGELU apart, no qkv bias); the caller's model is untouched, weights changed in
-place are repacked, and gradients, recorded attention and token merging run the block itself."""
+folded, erf / tanh GELU fused, no qkv bias); QuickGELU, LoRA's layers and hooked blocks are left as written; the
+caller's model is untouched, weights changed in place are repacked, and gradients, recorded attention, token merging
+and a hook registered later run the block itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import torch
 import vitkit
 from vitkit.inference.cpu_fused import FusedBlock, available, fused_for_cpu
 from vitkit.inference.runtime import build_predictor
-from vitkit.models.vit import Block, recording_attention
+from vitkit.models.lora import LoraConfig, apply_lora
+from vitkit.models.vit import Block
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN fused linear")
 
@@ -29,9 +31,8 @@ def _model(**kw) -> torch.nn.Module:  # noqa: ANN003
     return m
 
 
-@pytest.mark.parametrize("kw", [dict(layer_scale=0.5, gelu="exact"), dict(gelu="tanh"),
-                                dict(gelu="quick", pre_norm=True, patch_bias=False), dict(qkv_bias=False)],
-                         ids=["layerscale_erf", "tanh", "quickgelu", "no_qkv_bias"])
+@pytest.mark.parametrize("kw", [dict(layer_scale=0.5, gelu="exact"), dict(gelu="tanh", pre_norm=True, patch_bias=False),
+                                dict(qkv_bias=False)], ids=["layerscale_erf", "tanh", "no_qkv_bias"])
 def test_fused_blocks_give_the_models_answer_to_fp32_rounding(kw: dict) -> None:
     m = _model(**kw)
     before = {k: v.clone() for k, v in m.state_dict().items()}
@@ -68,10 +69,38 @@ def test_the_torch_fp32_predictor_runs_fused_and_other_calls_run_the_block() -> 
         b.block.register_forward_hook(lambda *_: calls.append(1))
     f(x).sum()  # gradients on
     assert len(calls) == 3
-    with torch.inference_mode(), recording_attention(f) as maps:
-        f(x)
+    with torch.inference_mode():
+        maps = f.intermediates(x, attention=True)["attention"]
     assert len(maps) == 3 and len(calls) == 6
     f.set_token_merging(2)
     with torch.inference_mode():
         m.set_token_merging(2)
         torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_only_exactly_known_blocks_are_fused() -> None:
+    """QuickGELU (not oneDNN's GELU), LoRA's LoraLinear (a subclass of nn.Linear) and a block with a hook run as
+    written; a hook registered after fusing (on a part, or a global module hook) is honoured at the call."""
+    assert not any(isinstance(b, FusedBlock) for b in fused_for_cpu(_model(gelu="quick")).modules())
+    lora = _model()
+    apply_lora(lora, LoraConfig(rank=2, targets=("v", "fc2")))
+    assert not any(isinstance(b, FusedBlock) for b in fused_for_cpu(lora).modules())
+    hooked = _model()
+    hooked.blocks[1].mlp.fc1.register_forward_hook(lambda mod, args, out: out * 0)
+    assert [type(b).__name__ for b in fused_for_cpu(hooked).blocks] == ["FusedBlock", "Block", "FusedBlock"]
+    m = _model()
+    f = fused_for_cpu(m)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.inference_mode():
+        f(x)
+        handle = f.blocks[0].block.attn.proj.register_forward_hook(lambda mod, args, out: out * 0)
+        m.blocks[0].attn.proj.register_forward_hook(lambda mod, args, out: out * 0)  # the same parameters
+        torch.testing.assert_close(f(x), m(x))
+        handle.remove()
+        seen = []
+        glob = torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: seen.append(mod))
+        try:
+            f(x)
+        finally:
+            glob.remove()
+    assert any(isinstance(mod, torch.nn.Linear) for mod in seen)

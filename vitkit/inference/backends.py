@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -161,7 +162,16 @@ def check_parity(
     its top-1 agreement says little (its ranges were fitted to data, not to noise)."""
     run = exported_runner(path)
     cfg = model.config
-    model = model.eval()
+    was_training = model.training  # the caller's model compared in eval mode, and given back as it came
+    model.eval()
+    try:
+        return _parity(model, run, cfg, batch_sizes, seed, images, most)
+    finally:
+        model.train(was_training)
+
+
+def _parity(model: nn.Module, run: Runner, cfg: Any, batch_sizes: tuple[int, ...], seed: int,
+            images: torch.Tensor | None, most: int) -> ParityReport:
     if images is None:
         gen = torch.Generator().manual_seed(seed)
         batches = [torch.randn(b, cfg.in_chans, *cfg.img_size, generator=gen) for b in batch_sizes]

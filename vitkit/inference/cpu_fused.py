@@ -4,9 +4,14 @@ Each encoder block (eq. 2-3) runs its four Dense layers as oneDNN matmuls on pre
 fused: the bias; the GELU after fc1 (the model's own form, erf or tanh); the residual add after proj and fc2, with
 LayerScale folded into those two layers' weights. Eager torch runs each as an MKL matmul followed by separate
 passes over the activations (the bias copied in, GELU, LayerScale, the add). The arithmetic is the same up to fp32
-rounding (tested against an fp64 forward); the speed is in BENCHMARKS.md. Blocks it does not cover (Axial-ViT,
-relative positions, QuickGELU's activation is applied apart) and any call with gradients, autocast, another dtype
-or device, or attention being recorded run the block itself.
+rounding (tested against an fp64 forward); the speed is in BENCHMARKS.md.
+
+A transform that keeps semantics or stays away: a block is replaced only where every module in it is exactly the
+type this file computes (`Block`, `Attention`, `Mlp`, `nn.Linear`, `nn.LayerNorm`, `nn.GELU`, LayerScale or none,
+no relative positions) and has no hooks; anything else -- LoRA's `LoraLinear`, a user's subclass, QuickGELU, a
+forward hook -- runs as written. A call runs the block itself where its state asks for more than eq. 2-3 on `x`
+(token merging, recorded attention), with gradients, autocast, another dtype or device, or a hook (also a global
+module hook) registered since.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as torch_module
 
-from vitkit.models.vit import Block, LayerScale
+from vitkit.models.layers import Attention, Block, DropPath, EncodeState, LayerScale, Mlp
 
 
 def available() -> bool:
@@ -33,8 +39,7 @@ class FusedBlock(nn.Module):
     def __init__(self, block: Block) -> None:
         super().__init__()
         self.block = block
-        act = block.mlp.act
-        self.gelu = act.approximate if isinstance(act, nn.GELU) else None  # "none" (erf) / "tanh"; else apart
+        self.gelu = block.mlp.act.approximate  # "none" (erf) / "tanh"
         self._packed: dict[str, Any] | None = None
         self._versions: tuple[int, ...] = ()
 
@@ -61,14 +66,11 @@ class FusedBlock(nn.Module):
             self._versions = versions
         return self._packed
 
-    def merged(self, *args: Any) -> Any:  # token merging runs the block itself
-        return self.block.merged(*args)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: EncodeState | None = None) -> torch.Tensor:
         b = self.block
         if (torch.is_grad_enabled() or self.training or x.dtype != torch.float32 or x.device.type != "cpu"
-                or b.attn.record is not None or torch.is_autocast_enabled("cpu")):
-            return b(x)
+                or (state is not None and not state.plain) or torch.is_autocast_enabled("cpu") or _hooked(b)):
+            return b(x, state)
         p, lin = self._pack(), torch.ops.mkldnn._linear_pointwise
         B, T, C = x.shape
         a = b.attn
@@ -76,13 +78,31 @@ class FusedBlock(nn.Module):
         q, k, v = a.split_heads(qkv)
         out = F.scaled_dot_product_attention(q, k, v, scale=a.sdpa_scale).transpose(1, 2).reshape(B, T, C)
         x = lin.binary(out, x, *p["proj"], "add")  # eq. 2: z' = MSA(LN(z)) + z
-        h = b.norm2(x)
-        h = lin(h, *p["fc1"], "gelu", [], self.gelu) if self.gelu else b.mlp.act(lin(h, *p["fc1"], "none", [], ""))
+        h = lin(b.norm2(x), *p["fc1"], "gelu", [], self.gelu)
         return lin.binary(h, x, *p["fc2"], "add")  # eq. 3: z = MLP(LN(z')) + z'
 
 
+#: each part of a block the fused path computes, and the exact types it computes it for
+_EXACT: dict[str, tuple[type, ...]] = {
+    "": (Block,), "attn": (Attention,), "mlp": (Mlp,), "norm1": (nn.LayerNorm,), "norm2": (nn.LayerNorm,),
+    "attn.qkv": (nn.Linear,), "attn.proj": (nn.Linear,), "mlp.fc1": (nn.Linear,), "mlp.fc2": (nn.Linear,),
+    "mlp.act": (nn.GELU,), "mlp.drop": (nn.Dropout,), "drop": (nn.Dropout,), "drop_path": (DropPath,),
+    "ls1": (LayerScale, nn.Identity), "ls2": (LayerScale, nn.Identity)}
+
+
+def _hooked(block: nn.Module) -> bool:
+    """Whether a hook would see the block's work: one on any of its modules, or a global module hook."""
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in block.modules())
+
+
 def _fusable(block: nn.Module) -> bool:
-    return type(block) is Block and block.attn.rel is None
+    """Whether `block` is exactly what FusedBlock computes: every part of the exact type, nothing more, no hooks."""
+    parts = dict(block.named_modules())
+    if set(parts) != set(_EXACT) or any(type(parts[n]) not in types for n, types in _EXACT.items()):
+        return False
+    return block.attn.rel is None and not _hooked(block)
 
 
 def fused_for_cpu(model: nn.Module) -> nn.Module:

@@ -28,13 +28,15 @@ from vitkit.data.base import FileDataset
 from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.inference.predict import expand_inputs
 from vitkit.inference.runtime import build_predictor
+from vitkit.models.features import check_feature
+from vitkit.models.features import feature as model_feature
 from vitkit.models.preprocess import PreprocessConfig
+from vitkit.models.vit import VisionTransformer
 from vitkit.utils.files import OutputFile, claim_output
 
-# What one image becomes: "pooled" (the family's pooled output, see the module docstring); "cls": the class token
-# after the final LayerNorm; "mean": the mean of the patch tokens after it (registers and class token left out);
-# "cls_mean": both, concatenated (DINOv2's linear evaluation); "pre_logits": the classifier's input; "logits": the
-# head's output; "patch": every patch token after the final LayerNorm (N x P x D).
+# What one image becomes: "pooled" (the family's pooled output, see the module docstring), or one of the model's own
+# features, each defined once in vitkit/models/features.py and read there by few-shot evaluation too: "cls", "mean",
+# "cls_mean", "pre_logits", "logits", "patch" (N x P x D).
 FEATURES = ("pooled", "cls", "mean", "cls_mean", "pre_logits", "logits", "patch")
 EMBED_SUFFIXES = (".npz", ".parquet", ".jsonl")
 CLIP_KINDS = ("clip_vision_model", "clip")
@@ -65,7 +67,9 @@ def _distilled_note(cfg: Any) -> str:
 
 class FeatureNet(nn.Module):
     """`model` returning one feature per image ((B, D), or (B, P, D) for "patch"), L2-normalised if asked. It
-    carries the model's `config` and `preprocess`, so runtimes export it as they export the model."""
+    carries the model's `config` and `preprocess`, so runtimes export it as they export the model. A ViT's features
+    are `vitkit.models.features.feature` of its token record (merged tokens weighted by their sizes); another
+    model (a BiT ResNet) gives its head's input or output."""
 
     def __init__(self, model: nn.Module, feature: str = "pooled", normalize: bool = False) -> None:
         super().__init__()
@@ -76,15 +80,16 @@ class FeatureNet(nn.Module):
         # note: how the file decided the feature, where it did (for the log)
         self.feature, self.note = default_feature(model) if feature == "pooled" else (
             feature, _distilled_note(cfg) if feature == "pre_logits" else "")
-        # timm's pre-logits of a distilled ViT: the mean of its two tokens (the two heads' inputs)
-        self.two_tokens = self.feature == "pre_logits" and bool(_distilled_note(cfg))
-        if not hasattr(cfg, "num_prefix_tokens") and self.feature not in ("pre_logits", "logits"):
+        if self.feature == "logits" and cfg.num_classes == 0:
+            raise ValueError(f"--pool {feature}: this model has no head (num_classes = 0)")
+        if isinstance(model, VisionTransformer):
+            try:
+                check_feature(model, self.feature)
+            except ValueError as e:
+                raise ValueError(f"--pool {feature}: {e}") from None
+        elif self.feature not in ("pre_logits", "logits"):
             raise ValueError(f"--pool {feature}: a {type(model).__name__} has no tokens; use pooled, pre_logits or "
                              "logits")
-        if self.feature in ("cls", "cls_mean") and cfg.num_class_tokens == 0:
-            raise ValueError(f"--pool {feature}: this model has no class token (pooling {cfg.pooling!r}); use mean")
-        if self.feature == "logits" and cfg.num_classes == 0:
-            raise ValueError("--pool logits: this model has no head (num_classes = 0)")
 
     @property
     def config(self) -> Any:
@@ -99,16 +104,10 @@ class FeatureNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         m, f = self.model, self.feature
-        if f == "logits":
-            z = m(x)  # eval mode: a distilled model's two heads averaged
+        if isinstance(m, VisionTransformer):
+            z = model_feature(m, m.tokens(x), f)
         else:
-            tokens = m.forward_features(x)
-            if f == "pre_logits":
-                z = (tokens[:, 0] + tokens[:, 1]) / 2 if self.two_tokens else m.forward_head(tokens, pre_logits=True)
-            else:
-                patches = tokens[:, m.config.num_prefix_tokens:]
-                z = {"cls": lambda: tokens[:, 0], "mean": lambda: patches.mean(1), "patch": lambda: patches,
-                     "cls_mean": lambda: torch.cat([tokens[:, 0], patches.mean(1)], -1)}[f]()
+            z = m(x) if f == "logits" else m.forward_head(m.forward_features(x), pre_logits=True)
         return torch.nn.functional.normalize(z, dim=-1) if self.normalize else z
 
 
@@ -203,7 +202,7 @@ def embed(model: nn.Module | str | Path, images: list[str] | str | Path, feature
         raise TypeError(f"vitkit.embed takes image file paths, folders or list files (str or Path), got "
                         f"{type(bad[0]).__module__}.{type(bad[0]).__name__}: save in-memory images to files first")
     paths = expand_inputs([str(i) for i in items])
-    fnet = FeatureNet(model.eval(), feature, normalize)
+    fnet = FeatureNet(model, feature, normalize)  # the predictor runs a snapshot in eval mode
     if fnet.note and log is not None:
         log(fnet.note)
     net = build_predictor(fnet, precision, runtime, False, device, threads, log=log, n_images=len(paths))

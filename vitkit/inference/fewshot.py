@@ -38,7 +38,9 @@ def extract_features(model: nn.Module, loader, representation: str = "pre_logits
     in `skipped` (when given).
 
     `pre_logits`: the input of the classification head (after the pre-training tanh layer when the
-    model has one); `token`: the pooled final tokens, as `pooled_words` says (class token, GAP or MAP)."""
+    model has one); `token`: the pooled final tokens, as `pooled_words` says (class token, GAP or MAP). Both are
+    the model's features of those names (vitkit/models/features.py, as `vitkit embed` computes them; under token
+    merging the merged tokens weighted by their sizes)."""
     if representation not in REPRESENTATIONS:
         raise ValueError(f"unknown representation {representation!r}; choose {REPRESENTATIONS}")
     model.eval()
@@ -61,6 +63,9 @@ def describe_representation(model: nn.Module, representation: str) -> str:
     if isinstance(model, ResNetV2):  # the BiT ResNet: its head sees the averaged final feature map
         return "globally average-pooled final feature map features (the head's input)"
     pooled, left = pooled_words(model.config)
+    if representation == "pre_logits" and model.config.distill_token and not model.config.representation_size:
+        return ("the mean of the final class and distillation tokens (a distilled DeiT's head input, timm's "
+                f"pre_logits; models/features.py){left}")
     if representation == "pre_logits" and model.config.representation_size:
         return f"pre_logits features (the {model.config.representation_size}-d tanh layer on the {pooled}){left}"
     if representation == "pre_logits":

@@ -13,6 +13,7 @@ choice is logged with its reason. The optional runtimes are extras: `pip install
 
 from __future__ import annotations
 
+import copy
 import tempfile
 import time
 from collections.abc import Callable
@@ -77,15 +78,33 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
     return runtime, "asked for"
 
 
+def snapshot(model: nn.Module, weights: torch.dtype = torch.float32, log: Callable[[str], None] | None = None
+             ) -> nn.Module:
+    """A copy of `model` with all its state (weights, buffers, inference options such as token merging, hooks) in
+    eval mode with `weights`-typed floating-point parameters: what a predictor runs, so that nothing done to the
+    caller's model afterwards changes it, and nothing it does changes the caller's model. A cast of other weights
+    to fp32 (a bf16 model into an fp32 predictor) is told to `log`."""
+    snap = copy.deepcopy(model).eval()
+    other = sorted({str(p.dtype).removeprefix("torch.") for p in snap.parameters() if p.is_floating_point()
+                    and p.dtype != weights})
+    if other and weights == torch.float32 and log is not None:
+        log(f"note: the model's weights are {', '.join(other)}; this fp32 predictor runs an fp32 copy of them")
+    return snap.to(weights) if other else snap
+
+
 def inference_model(model: nn.Module, precision: str | precision_mod.Precision = "fp32",
-                    compile: bool = False, fused: bool = True) -> nn.Module:
-    """`model` ready to predict in torch: eval mode, bf16 weights for "bf16", optionally compiled by inductor
-    with the weights frozen as constants (folded and prepacked for oneDNN; valid under no_grad / inference);
-    fp32 on the CPU uncompiled runs its blocks with oneDNN's fused matmuls (`fused`, inference/cpu_fused.py).
-    Feed it inputs of `input_dtype(precision)` (and run it under the precision's autocast context). The caller's
-    model is left as it was (bf16 and the fused blocks go to a copy sharing its parameters)."""
+                    compile: bool = False, fused: bool = True, device: str | torch.device | None = None,
+                    log: Callable[[str], None] | None = None) -> nn.Module:
+    """A snapshot of `model` (`snapshot`: the caller's model is left as it was, and later changes to it do not
+    reach this one) ready to predict in torch: eval mode, on `device`, the precision's weights (bf16 for "bf16",
+    fp32 otherwise), optionally compiled by inductor with the weights frozen as constants (folded and prepacked for
+    oneDNN; valid under no_grad / inference); fp32 on the CPU uncompiled runs its plain blocks with oneDNN's fused
+    matmuls (`fused`, inference/cpu_fused.py). Feed it inputs of `input_dtype(precision)` (and run it under the
+    precision's autocast context)."""
     prec = precision_mod.get(precision)
-    model = prec.cast(model.eval())
+    model = snapshot(model, prec.weights, log)
+    if device is not None:
+        model = model.to(device)
     if compile:
         return torch.compile(model, options={"freezing": True})
     on_cpu = all(p.device.type == "cpu" for p in model.parameters())
@@ -108,9 +127,10 @@ class Predictor(nn.Module):
         return self.fn(x)
 
 
-def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: str | torch.device) -> Predictor:
+def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: str | torch.device,
+                     say: Callable[[str], None]) -> Predictor:
     prec = precision_mod.get(precision)  # looked up once; the model and its inputs follow it
-    net = inference_model(model.to(device), prec, compile)
+    net = inference_model(model, prec, compile, device=device, log=say)
 
     def run(x: torch.Tensor) -> torch.Tensor:
         with prec.context(device):
@@ -131,7 +151,9 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     asked for by name is refused with the reason. onnxruntime and OpenVINO run an ONNX export of `model` (fixed
     resolution, any batch) written to a temporary folder. `threads`: intra-op threads (default: torch's).
     `compile` applies to the torch runtime only. `log` is told every choice and why. `calibration` (normalised
-    images of the user's data) makes int8 static, calibrated on them (`quantize_static_int8`), instead of dynamic."""
+    images of the user's data) makes int8 static, calibrated on them (`quantize_static_int8`), instead of dynamic.
+    Every path runs a snapshot of `model` (`snapshot`): the caller's model is not changed (not even put in eval
+    mode), and nothing done to it afterwards (weights, `set_token_merging`, hooks) changes the predictor."""
     say = log or (lambda _m: None)
     precision, why = precision_mod.resolve(precision, device)
     asked = runtime or ("auto" if precision == "int8" else "torch")
@@ -160,13 +182,13 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
 def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device: str | torch.device,
            threads: int | None, say: Callable[[str], None], calibration: torch.Tensor | None = None) -> Predictor:
     if runtime == "torch":
-        return _torch_predictor(model, precision, compile, device)
+        return _torch_predictor(model, precision, compile, device, say)
     if compile:
         raise ValueError(f"--compile applies to the torch runtime; {runtime} compiles the graph itself")
     t0 = time.perf_counter()
     backend = BACKENDS[runtime]
     with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
-        path = backend.export(model, Path(tmp) / f"model{backend.suffix}", 17)  # exports an fp32 copy
+        path = backend.export(snapshot(model, torch.float32, say), Path(tmp) / f"model{backend.suffix}", 17)
         if precision == "int8" and calibration is not None:
             path = quantize_static_int8(path, Path(tmp) / "model.int8.onnx", calibration)
         elif precision == "int8":

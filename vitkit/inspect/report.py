@@ -151,8 +151,14 @@ class AttentionStats:
 def collect_attention(
     model: VisionTransformer, images: Sequence[InspectImage], batch_size: int = 16, progress: bool = True
 ) -> AttentionStats:
-    """Run the model on `images` once, keeping the per-layer attention it computes on the way."""
+    """Run the model on `images` once, keeping the per-layer attention it computes on the way. Refused under token
+    merging: attention distance and rollout are maps over every patch of the grid, which merged layers no longer
+    have."""
     cfg = model.config
+    if model.merging:
+        raise ValueError("inspect's attention maps (distance, rollout) need every patch token in every layer: this "
+                         "model merges tokens (token merging, set_token_merging); turn merging off with "
+                         "set_token_merging(0)")
     pre = model_preprocess(model)
     s, p = cfg.total_stride, cfg.num_prefix_tokens
     x = torch.stack([im.pixels for im in images])

@@ -1,5 +1,5 @@
-"""Model definitions: the ViT (vit.py), position-embedding resampling (posemb.py), the registry,
-the BiT ResNets and hybrid stem (resnet.py)."""
+"""Model definitions: the ViT (vit.py; its config in config.py, its layers in layers.py, its features in
+features.py), position-embedding resampling (posemb.py), the registry, the BiT ResNets and hybrid stem (resnet.py)."""
 
 from vitkit.models.posemb import resample_posemb
 from vitkit.models.pretrained_tags import list_pretrained

@@ -12,6 +12,7 @@ representation is the average of the patch tokens (GAP).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,11 +42,13 @@ class AxialBlock(nn.Module):
             full[:, :, :, idx, :, idx] = a.permute(2, 0, 1, 3, 4)
         return full.view(B, h, gh * gw, gh * gw)
 
-    def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        """x: (B, N, D) patch tokens in raster order; the row step, then the column step."""
+    def forward(self, x: torch.Tensor, state: Any) -> torch.Tensor:
+        """x: (B, N, D) patch tokens in raster order; the row step, then the column step, each an encoder block
+        called with `state` (an `EncodeState`: its grid, and the list that records attention, row maps then column
+        maps)."""
         B, N, D = x.shape
-        gh, gw = grid
-        rows = self.row(x.reshape(B * gh, gw, D))  # every row is a sequence of gw patches
+        gh, gw = state.grid
+        rows = self.row(x.reshape(B * gh, gw, D), state)  # every row is a sequence of gw patches
         cols = rows.reshape(B, gh, gw, D).transpose(1, 2).reshape(B * gw, gh, D)  # every column: gh patches
-        cols = self.col(cols)
+        cols = self.col(cols, state)
         return cols.reshape(B, gw, gh, D).transpose(1, 2).reshape(B, N, D)

@@ -39,7 +39,7 @@ def take_indices(depth: int, indices: int | list[int] | tuple[int, ...] | None) 
 
 
 class TimmApi:
-    """timm's ViT methods; the host provides `config`, `intermediates`, `blocks`, `norm`, `head`, `set_img_size`."""
+    """timm's ViT methods; the host provides `config`, `intermediates`, `merging`, `blocks`, `norm`, `head`, `set_img_size`."""
 
     @property
     def num_features(self) -> int:
@@ -91,13 +91,17 @@ class TimmApi:
     ) -> Any:
         """timm's intermediates: the outputs of the blocks picked by `indices` (None: all; n: the last n; a list),
         through the final LayerNorm if `norm`, prefix tokens removed (returned beside each if
-        `return_prefix_tokens`), as (B, D, H, W) maps ("NCHW") or (B, N, D) tokens ("NLC"). Returns the list, or
+        `return_prefix_tokens`), as (B, D, H, W) maps ("NCHW"; refused under token merging, whose tokens are no grid) or (B, N, D) tokens
+        ("NLC"). Returns the list, or
         (LN(z_L), list) unless `intermediates_only` (with `stop_early`, blocks after the last picked one are
         skipped)."""
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        if output_fmt == "NCHW" and self.merging:
+            raise ValueError("forward_intermediates(output_fmt='NCHW'): this model merges tokens (token merging, "
+                             "set_token_merging), so its blocks' outputs are no longer a patch grid; use "
+                             "output_fmt='NLC', or set_token_merging(0)")
         take = take_indices(len(self.blocks), indices)
-        grid = self._check_input(x)
         last = max(take) if (stop_early and intermediates_only) else None
         inter = self.intermediates(x, last_block=last)
         out = [self.norm(inter["blocks"][i]) if norm else inter["blocks"][i] for i in take]
@@ -105,6 +109,7 @@ class TimmApi:
         prefix = [y[:, :n] for y in out]
         out = [y[:, n:] for y in out]
         if output_fmt == "NCHW":
+            grid = inter["tokens"].grid
             out = [y.reshape(y.shape[0], *grid, -1).permute(0, 3, 1, 2).contiguous() for y in out]
         result: list[Any] = list(zip(out, prefix)) if return_prefix_tokens else out
         if intermediates_only:

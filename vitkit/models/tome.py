@@ -17,6 +17,7 @@ int per layer, so a traced or compiled graph has static shapes in every layer (O
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -37,6 +38,22 @@ def merge_schedule(r: int | Sequence[int], depth: int, tokens: int, prefix: int)
         out.append(v)
         n -= v
     return tuple(out)
+
+
+def check_merging(cfg: Any, r: int | Sequence[int]) -> int | tuple[int, ...]:
+    """`r` (one value for every layer or one per layer) as a ViT with config `cfg` keeps it, or a ValueError: a
+    negative r or a schedule of the wrong length; any merging where positions must stay a full grid after the first
+    block (Axial-ViT, relative or per-layer position embeddings)."""
+    merge_schedule(r, cfg.depth, cfg.num_prefix_tokens + cfg.num_patches, cfg.num_prefix_tokens)  # checks r
+    if any(v > 0 for v in ([r] if isinstance(r, int) else r)):
+        if cfg.block == "axial":
+            raise ValueError("token merging needs the global block: Axial-ViT's row / column attention needs the "
+                             "full patch grid in every block")
+        if cfg.posemb == "relative" or cfg.posemb_placement != "input":
+            raise ValueError(f"token merging needs position embeddings added once at the input; this model has "
+                             f"posemb={cfg.posemb!r}, posemb_placement={cfg.posemb_placement!r}, which need the "
+                             "full patch grid in every block")
+    return r if isinstance(r, int) else tuple(int(v) for v in r)
 
 
 def size_bias(size: torch.Tensor | None) -> torch.Tensor | None:
