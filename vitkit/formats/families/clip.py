@@ -42,6 +42,12 @@ class CLIP(Family):
     timm_builder_args = (("_quickgelu_", {"act_layer": "quick_gelu"}),)
     hf_shapes = {"clip_vision_model": {"pre_norm": True, "patch_bias": False, "qkv_bias": True}}
 
+    def option_parts(self, cfg: ViTConfig) -> list[str]:
+        parts = ["pre_norm=True (a LayerNorm before the first block)"] if cfg.pre_norm else []
+        if not cfg.patch_bias:
+            parts.append("patch_bias=False (a patch embedding without bias)")
+        return parts + (["gelu='quick' (QuickGELU)"] if cfg.gelu == "quick" else [])
+
     def timm_architecture(self, cfg: ViTConfig) -> str | None:
         if not cfg.pre_norm or cfg.pooling == "map":  # a pre-norm MAP tower is written as SigLIP's builder
             return None
@@ -50,6 +56,19 @@ class CLIP(Family):
     def timm_ln_eps(self, arch: str, args: dict[str, Any], pre_norm: bool) -> float | None:
         # timm's *_clip_* builders (and a pre-norm model_args) use nn.LayerNorm's own eps
         return 1e-5 if pre_norm and ("clip" in arch or args.get("pre_norm")) else None
+
+    def timm_defaults(self, parts: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+        if not parts.get("pre_norm"):
+            return {}
+        return {"ln_eps": (1e-5, "a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)"),
+                "gelu": ("exact", "timm's ViT uses nn.GELU, the exact erf form (OpenAI's CLIP weights need "
+                                  "gelu='quick')")}
+
+    def timm_write_problems(self, cfg: ViTConfig) -> list[str]:
+        if cfg.pre_norm != cfg.patch_bias:
+            return []
+        return [f"pre_norm={cfg.pre_norm} with patch_bias={cfg.patch_bias} (timm's patch embedding has a bias "
+                "exactly when there is no pre-norm)"]
 
     # --- its own layout
     def is_own_layout(self, state: dict[str, torch.Tensor]) -> bool:

@@ -34,6 +34,9 @@ class SigLIP(Family):
     hf_model_types = ("siglip_vision_model", "siglip")
     hf_shapes = {"siglip_vision_model": {"pooling": "map", "class_token": False, "qkv_bias": True, "num_classes": 0}}
 
+    def option_parts(self, cfg: ViTConfig) -> list[str]:
+        return ["pooling='map' (attention pooling head)"] if cfg.pooling == "map" else []
+
     def timm_architecture(self, cfg: ViTConfig) -> str | None:
         return "vit_base_patch16_siglip_224" if cfg.pooling == "map" else None
 
