@@ -157,17 +157,12 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
                          f"fused qkv weights do not record it; Table 1's width-{D} model has {table} heads" if table
                          else f"fused qkv weights do not record it, and width {D} is none of Table 1's")
     token = "cls_token" in state
-    attn_pool = "attn_pool.latent" in state  # SigLIP's image towers: multi-head attention pooling, no class token
-    if attn_pool and (token or tuple(state["attn_pool.latent"].shape) != (1, 1, D)):
-        raise ValueError(f"{path}: attention pooling with a class token or a latent of shape "
-                         f"{tuple(state['attn_pool.latent'].shape)} is not a model vitkit builds (it pools patches with "
-                         "one query)")
     args_act = args.get("act_layer")
     if args_act is not None and args_act not in TIMM_ACTS:
         raise ValueError(f"{path}: act_layer {args_act!r} is not a GELU vitkit builds ({', '.join(TIMM_ACTS)})")
     # what each family's parts in the file determine (DeiT's distillation token, LayerScale's init, ...)
     fields = {k: v for fam in families.FAMILIES for k, v in fam.timm_fields(state, args, path, choices).items()}
-    distilled = bool(fields.get("distill_token"))
+    distilled, attn_pool = bool(fields.get("distill_token")), fields.get("pooling") == "map"
     registers = require(state, "reg_token", path, 3).shape[1] if "reg_token" in state else 0
     fc_norm = "fc_norm.weight" in state
     pre_norm = "norm_pre.weight" in state

@@ -39,6 +39,12 @@ def variant_parts(cfg: Any) -> list[str]:
     return appendix_parts(cfg) + [p for f in FAMILIES for p in f.option_parts(cfg)]
 
 
+def pooled_feature(cfg: Any) -> tuple[str, str] | None:
+    """The feature a model's family calls its pooled output, and a note on how the file decided it
+    (`Family.pooled_feature`: CLIP's projected embedding, DeiT's pooler or class token); None: the head's input."""
+    return next((found for f in FAMILIES if (found := f.pooled_feature(cfg)) is not None), None)
+
+
 def readme_table() -> str:
     """README's family table (section "Checkpoints"), rendered from the registry."""
     rows = ["| family | its file | marked by (`ViTConfig`) | timm names | transformers model_type | own layout |",

@@ -38,9 +38,14 @@ class CLIP(Family):
     marks = "`pre_norm`, `patch_bias=False`, `gelu=\"quick\"`"
     timm_names = "`*_clip_*`, `*_clip_quickgelu_*`"
     own_layout = "OpenAI's / OpenCLIP's state dicts (`visual.conv1`, `visual.transformer.resblocks.N`)"
+    hf_bases = ("vision_model.",)  # CLIPModel's and CLIPVisionModel's image tower
     hf_model_types = ("clip_vision_model", "clip")
     timm_builder_args = (("_quickgelu_", {"act_layer": "quick_gelu"}),)
     hf_shapes = {"clip_vision_model": {"pre_norm": True, "patch_bias": False, "qkv_bias": True}}
+
+    def pooled_feature(self, cfg: Any) -> tuple[str, str] | None:
+        """CLIP with its projection (a transformers CLIP file's head): the projected image embedding, its logits."""
+        return ("logits", "") if getattr(cfg, "name", "") in self.hf_model_types and cfg.num_classes > 0 else None
 
     def option_parts(self, cfg: ViTConfig) -> list[str]:
         parts = ["pre_norm=True (a LayerNorm before the first block)"] if cfg.pre_norm else []
@@ -109,7 +114,7 @@ class CLIP(Family):
 
     def hf_read(self, kind: str, vc: dict[str, Any], src: dict[str, torch.Tensor], common: dict[str, Any],
                 choices: Choices, wpath: Path) -> HFRead:
-        base, depth, ignore = tower_read(src, ("text_model.", "text_projection.", "logit_scale"))
+        base, depth, ignore = tower_read(src, self.hf_bases, ("text_model.", "text_projection.", "logit_scale"))
         e = f"{base}embeddings."
         src[f"{e}class_embedding"] = src[f"{e}class_embedding"].reshape(1, 1, -1)
         classes = 0
@@ -135,7 +140,7 @@ class CLIP(Family):
         return "CLIPVisionModelWithProjection" if cfg.num_classes else "CLIPVisionModel"
 
     def hf_write_base(self, kind: str, cfg: ViTConfig) -> str:
-        return "vision_model."
+        return self.hf_bases[0]
 
     def hf_problems(self, kind: str, model: VisionTransformer) -> list[str]:
         if model.config.num_classes and bool(model.head.bias.detach().any()):

@@ -30,6 +30,18 @@ class DeiT(Family):
     hf_shapes = {"deit": {"distill_token": True}}
     hf_square_only = False  # DeiTConfig's image_size may be [h, w]
 
+    def pooled_feature(self, cfg: Any) -> tuple[str, str] | None:
+        """transformers' DeiTModel pooler_output where the model has the pooler's weights, else, for a transformers
+        file, the class token; timm's files: the head's input (None)."""
+        if not getattr(cfg, "distill_token", False):
+            return None
+        if cfg.representation_size:
+            return "pre_logits", "DeiT: transformers' DeiTModel pooler_output (dense + tanh on the class token)"
+        if getattr(cfg, "name", "") in self.hf_model_types:
+            return "cls", ("DeiT: the file has no DeiTModel pooler weights, so the pooled feature is the class token "
+                           "after the final LayerNorm")
+        return None
+
     def option_parts(self, cfg: ViTConfig) -> list[str]:
         return ["distill_token=True (DeiT's distillation token and head)"] if cfg.distill_token else []
 
@@ -95,7 +107,7 @@ class DeiT(Family):
         return "DeiTForImageClassificationWithTeacher" if cfg.num_classes else "DeiTModel"
 
     def hf_write_base(self, kind: str, cfg: ViTConfig) -> str:
-        return "deit." if cfg.num_classes else ""
+        return self.hf_bases[0] if cfg.num_classes else ""
 
     def hf_config(self, kind: str, model: VisionTransformer) -> dict[str, Any]:
         cfg = model.config

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from vitkit.formats.common import HF_ACTS, Choices, KeyTable, config_count
+from vitkit.models.timm_families import BY_FAMILY
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 ACTS = {**HF_ACTS, "quick_gelu": "quick"}  # a family's hidden_act -> vitkit's GELU (CLIP's QuickGELU too)
@@ -63,12 +64,29 @@ class Family:
     # model_type -> the option values transformers' class holds beside PLAIN's (None: any value)
     hf_shapes: ClassVar[dict[str, dict[str, Any]]] = {}
     hf_square_only: ClassVar[bool] = True  # whether the class's config.json holds a square image_size only
-    # where its transformers task classes keep the backbone (DeiTForImageClassificationWithTeacher's `deit.`)
+    # where its transformers classes keep the image model: a task class's backbone (DeiTForImageClassification-
+    # WithTeacher's `deit.`), a dual encoder's image tower (CLIPModel's `vision_model.`); a bare model's is the top
     hf_bases: ClassVar[tuple[str, ...]] = ()
 
     def option_parts(self, cfg: ViTConfig) -> list[str]:
         """The family's options `cfg` has, as a writer that cannot hold them names them (empty: none)."""
         return []
+
+    @property
+    def key(self) -> str:
+        """The family's name in code: its file's ("dinov2"), which keys its timm names in the model layer."""
+        return type(self).__module__.rsplit(".", 1)[1]
+
+    @property
+    def timm_specs(self) -> dict[str, Any]:
+        """timm's names of the family's checkpoints that vitkit builds: {name: (ViTConfig fields, pretrained
+        config)}, the family's section of models/timm_families.py."""
+        return BY_FAMILY.get(self.key, {})
+
+    def pooled_feature(self, cfg: Any) -> tuple[str, str] | None:
+        """The feature (vitkit.inference.features.FEATURES) the family's own library calls a model's pooled output,
+        with a note on how the file decided it, where that is not the head's input (None: it is)."""
+        return None
 
     @property
     def file(self) -> str:
@@ -224,9 +242,10 @@ def vision_tower_config(doc: dict[str, Any], dual: str) -> dict[str, Any]:
     return doc
 
 
-def tower_read(src: dict[str, torch.Tensor], text: tuple[str, ...]) -> tuple[str, int, set[str]]:
+def tower_read(src: dict[str, torch.Tensor], bases: tuple[str, ...], text: tuple[str, ...]
+               ) -> tuple[str, int, set[str]]:
     """(base, depth, text-tower keys to ignore) of a CLIP-style vision tower, its E_pos given vitkit's batch axis."""
-    base = find_base(src, ("vision_model.", ""))
+    base = find_base(src, (*bases, ""))
     src[f"{base}embeddings.position_embedding.weight"] = src[f"{base}embeddings.position_embedding.weight"][None]
     return base, count_layers(src, f"{base}encoder.layers."), {k for k in src if k.startswith(text)}
 
