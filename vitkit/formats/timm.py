@@ -160,10 +160,10 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     args_act = args.get("act_layer")
     if args_act is not None and args_act not in TIMM_ACTS:
         raise ValueError(f"{path}: act_layer {args_act!r} is not a GELU vitkit builds ({', '.join(TIMM_ACTS)})")
-    # what each family's parts in the file determine (DeiT's distillation token, LayerScale's init, ...)
+    # what each family's parts in the file determine (DeiT's distillation token, registers, LayerScale's init, ...)
     fields = {k: v for fam in families.FAMILIES for k, v in fam.timm_fields(state, args, path, choices).items()}
     distilled, attn_pool = bool(fields.get("distill_token")), fields.get("pooling") == "map"
-    registers = require(state, "reg_token", path, 3).shape[1] if "reg_token" in state else 0
+    registers = fields.get("num_registers", 0)
     fc_norm = "fc_norm.weight" in state
     pre_norm = "norm_pre.weight" in state
     layers: tuple[int, ...] | None = None
@@ -174,9 +174,6 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         layers = units_per_stage(state, lambda s: f"patch_embed.backbone.stages.{s}.blocks.", ".conv1.weight")
         stride = P * hybrid_stride(layers)
     pos = require(state, "pos_embed", path, 3)
-    if registers and square_side(pos.shape[1]) is None and not (token and square_side(pos.shape[1] - 1)):
-        raise ValueError(f"{path}: register tokens with a position-embedding table of {pos.shape[1]} rows: not "
-                         "the patches (no_embed_class), nor the class token and the patches")
     n = pos.shape[1] - (2 if distilled else int(token and not _no_embed_class(pos.shape[1], token)))
     img = args.get("img_size")
     if img is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from vitkit.formats.common import Choices, KeyTable, config_count
+from vitkit.formats.common import Choices, KeyTable, config_count, require
 from vitkit.formats.families.family import (
     Family,
     HFRead,
@@ -22,6 +22,7 @@ from vitkit.formats.families.family import (
     vit_style_embeddings,
     vit_style_read,
 )
+from vitkit.models.posemb import square_side
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # transformers' Dinov2 block names (relative to the block prefix) -> vitkit's
@@ -57,13 +58,21 @@ class DINOv2(Family):
 
     def timm_fields(self, state: dict[str, torch.Tensor], args: dict[str, Any], path: Path, choices: Choices
                     ) -> dict[str, Any]:
-        """LayerScale's gammas (`ls1`, `ls2`): its initial value from the builder (DeiT III's names say 1e-6,
-        `timm_builder_args`), else timm's DINOv2 builders' 1e-5, assumed."""
-        if "blocks.0.ls1.gamma" not in state:
-            return {}
-        return {"layer_scale": choices.pick("layer_scale", args.get("init_values"), LAYER_SCALE_INIT,
-                                            "LayerScale's initial value is not in the file (its gammas are trained); "
-                                            "it matters only when the model is re-initialised")}
+        """Register tokens (`reg_token`; E_pos for the patches, or the class token and the patches: no rows of
+        their own, see formats/timm.py), and LayerScale's gammas (`ls1`, `ls2`): its initial value from the builder
+        (DeiT III's names say 1e-6, `timm_builder_args`), else timm's DINOv2 builders' 1e-5, assumed."""
+        out: dict[str, Any] = {}
+        if "reg_token" in state:
+            out["num_registers"] = require(state, "reg_token", path, 3).shape[1]
+            rows = require(state, "pos_embed", path, 3).shape[1]
+            if square_side(rows) is None and not ("cls_token" in state and square_side(rows - 1)):
+                raise ValueError(f"{path}: register tokens with a position-embedding table of {rows} rows: not the "
+                                 "patches (no_embed_class), nor the class token and the patches")
+        if "blocks.0.ls1.gamma" in state:
+            out["layer_scale"] = choices.pick("layer_scale", args.get("init_values"), LAYER_SCALE_INIT,
+                                              "LayerScale's initial value is not in the file (its gammas are "
+                                              "trained); it matters only when the model is re-initialised")
+        return out
 
     def timm_ln_eps(self, arch: str, args: dict[str, Any], pre_norm: bool) -> float | None:
         # a file in DINOv2's own layout (`from_own_layout` names its architecture "dinov2"): LayerNorm(eps=1e-6)
