@@ -135,6 +135,9 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit",
     "vitkit" and "hf" write a folder, its weights sharded above `max_shard_size` as transformers does (default
     transformers' 50GB; formats/sharded.py); "npz" writes `out` if it ends in .npz, else `out/model.npz`
     (released key names); "timm" writes `out` if it ends in .safetensors, else a timm hub folder.
+    Every format: a model with unmerged LoRA adapters is written merged (a merged copy; logged, and recorded in the
+    written config as "merged_lora"), and a tensor of the model's state dict that the format's key table does not
+    write is refused by name, nothing written (formats/writable.py).
     """
     if format not in SAVERS:
         raise ValueError(f"unknown checkpoint format {format!r}; choose one of {sorted(SAVERS)}")

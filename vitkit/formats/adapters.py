@@ -30,8 +30,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from vitkit.formats import families
 from vitkit.formats.common import read_safetensors
-from vitkit.formats.families.dinov2 import DINO_BLOCK
 from vitkit.formats.hf import BLOCK_KEYS, vit_to_hf_config
 from vitkit.formats.hf_families import family_problems, hf_family
 from vitkit.models.lora import TARGETS, LoraConfig, apply_lora, base_fingerprint, lora_state
@@ -46,9 +46,9 @@ CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 FORMAT_TAG = "vitkit-lora"
 LAYOUTS = ("classic", "current")
-# vitkit's block module -> transformers' DINOv2 module (transformers 5 names its attention as ViT's current layout)
-DINO_CURRENT = {"q": "attention.q_proj", "k": "attention.k_proj", "v": "attention.v_proj", "attn.proj": "attention.o_proj",
-                "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+BLOCK_LINEARS = ("q", "k", "v", "attn.proj", "mlp.fc1", "mlp.fc2")  # the block modules LoRA adapts (models/lora.py)
+# the families whose transformers class peft's adapters are written for and read on (their `peft_modules`)
+PEFT_FAMILIES = tuple(f for f in families.FAMILIES if any(f.peft_modules(k, "classic") for k in f.hf_model_types))
 
 
 def _lora_of(model: nn.Module) -> LoraConfig:
@@ -201,16 +201,18 @@ def _hf_modules(model: VisionTransformer, layout: str) -> tuple[str, dict[str, s
         vit_to_hf_config(model)  # raises naming what a transformers ViT cannot hold
         names = BLOCK_KEYS[layout]
         base = "vit." if cfg.num_classes > 0 else ""
-        return base + names["prefix"], {k: names[k] for k in ("q", "k", "v", "attn.proj", "mlp.fc1", "mlp.fc2")}, \
-            "classifier"
-    if not kind.startswith("dinov2"):
-        raise ValueError(f"peft adapters are written for models that save as transformers' ViT or DINOv2; this one "
-                         f"saves as {kind!r}: merge the adapters (merge_lora) or save them in vitkit's layout")
+        return base + names["prefix"], {k: names[k] for k in BLOCK_LINEARS}, "classifier"
+    fam = families.family_of_hf_type(kind)
+    found = fam.peft_modules(kind, layout) if fam is not None else None
+    if fam is None or found is None:
+        raise ValueError(f"peft adapters are written for models that save as transformers' "
+                         f"{' or '.join(['ViT', *(f.name for f in PEFT_FAMILIES)])}; this one saves as {kind!r}: merge "
+                         "the adapters (merge_lora) or save them in vitkit's layout")
     problems = family_problems(kind, model)
     if problems:
-        raise ValueError("cannot save as a Hugging Face DINOv2: " + "; ".join(problems))
-    names = DINO_CURRENT if layout == "current" else {v: k for k, v in DINO_BLOCK.items()}
-    return "encoder.layer.{i}.", {k: names[k] for k in ("q", "k", "v", "attn.proj", "mlp.fc1", "mlp.fc2")}, ""
+        raise ValueError(f"cannot save as a Hugging Face {fam.name}: " + "; ".join(problems))
+    prefix, names = found
+    return prefix, {k: names[k] for k in BLOCK_LINEARS}, ""
 
 
 def peft_adapters(model: VisionTransformer, layout: str | None = None, base: str = ""
@@ -253,7 +255,8 @@ def peft_adapters(model: VisionTransformer, layout: str | None = None, base: str
 # peft's LoRA options vitkit's LoraLinear cannot hold, with the value that it can
 PEFT_PLAIN = {"use_dora": False, "fan_in_fan_out": False, "bias": "none"}
 PEFT_KEY = re.compile(r"^base_model\.model\.(?P<module>.+?)\.(?P<part>lora_A|lora_B)\.weight$")
-HF_BASES = ("vit.", "dinov2.")  # a *ForImageClassification's backbone attribute (peft on it prefixes its names)
+# a *ForImageClassification's backbone attribute (peft on it prefixes its names): ViT's, and the families'
+HF_BASES = ("vit.", *(b for f in PEFT_FAMILIES for b in f.hf_bases))
 
 
 def _peft_config(folder: Path) -> dict[str, Any] | None:
@@ -399,7 +402,7 @@ def load_peft_adapters(folder: str | Path, base: str | Path | nn.Module | None =
 
 
 def _strip_backbone(name: str) -> str:
-    """A module name without a *ForImageClassification's backbone prefix (vit., dinov2.)."""
+    """A module name without a *ForImageClassification's backbone prefix (`HF_BASES`: vit., dinov2., ...)."""
     for b in HF_BASES:
         if name.startswith(b):
             return name[len(b):]

@@ -47,31 +47,13 @@ def square_grid(num_patches: int, source: Path, key: str) -> tuple[int, int]:
 
 
 def appendix_parts(cfg: Any) -> list[str]:
-    """The variants of a ViT config (appendix D's, registers, MAP pooling) that the foreign formats (npz, timm,
-    HF) cannot hold."""
+    """The paper's appendix D variants of a ViT config that the foreign formats (npz, timm, HF) cannot hold; the
+    families' options are theirs to name (`families.variant_parts`)."""
     parts = []
     if cfg.posemb_placement != "input":
         parts.append(f"posemb_placement={cfg.posemb_placement!r} (position embeddings added at every layer)")
     if cfg.block != "global":
         parts.append(f"block={cfg.block!r} (Axial-ViT's row and column blocks)")
-    if cfg.num_registers:
-        parts.append(f"num_registers={cfg.num_registers} (register tokens)")
-    if cfg.pooling == "map":
-        parts.append("pooling='map' (attention pooling head)")
-    if cfg.distill_token:
-        parts.append("distill_token=True (DeiT's distillation token and head)")
-    if cfg.class_token and cfg.pooling != "token":
-        parts.append("class_token=True with pooling='gap' (a class token that is not pooled)")
-    if cfg.fc_norm:
-        parts.append("fc_norm=True (the final LayerNorm after pooling)")
-    if cfg.layer_scale is not None:
-        parts.append(f"layer_scale={cfg.layer_scale:g} (LayerScale)")
-    if cfg.pre_norm:
-        parts.append("pre_norm=True (a LayerNorm before the first block)")
-    if not cfg.patch_bias:
-        parts.append("patch_bias=False (a patch embedding without bias)")
-    if cfg.gelu == "quick":
-        parts.append("gelu='quick' (QuickGELU)")
     return parts
 
 

@@ -25,7 +25,6 @@ from vitkit.formats.common import (
     HF_ACTS,
     Choices,
     KeyTable,
-    appendix_parts,
     check_config_numbers,
     config_count,
     gather_state,
@@ -37,7 +36,7 @@ from vitkit.formats.common import (
     split_chunks,
     torch_load_weights,
 )
-from vitkit.formats.families import HF_FAMILY_TYPES
+from vitkit.formats.families import HF_FAMILY_TYPES, variant_parts
 from vitkit.formats.families.family import VIT_BLOCK, VIT_BLOCK_CURRENT
 from vitkit.formats.hf_families import hf_family, is_family, load_hf_family, write_family
 from vitkit.formats.sharded import (
@@ -49,6 +48,7 @@ from vitkit.formats.sharded import (
     read_sharded,
     write_weights,
 )
+from vitkit.formats.writable import MERGED_KEY, check_consumed, table_keys, writable
 from vitkit.models.preprocess import PreprocessConfig, exact_crop_pct
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
@@ -342,7 +342,7 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
         problems.append("GAP pooling (HF's ViT classifies from the class token)")
     if cfg.posemb != "learn1d":
         problems.append(f"posemb={cfg.posemb!r} (HF has learned 1D position embeddings)")
-    problems += appendix_parts(cfg)
+    problems += variant_parts(cfg)
     if cfg.resnet_layers is not None:
         problems.append("a hybrid ResNet stem")
     if cfg.representation_size and cfg.num_classes > 0:
@@ -380,7 +380,10 @@ def save_hf(model: VisionTransformer, out: Path, max_shard_size: int | str | Non
     formats/sharded.py), preprocessor_config.json. A model
     of a family transformers has its own class for (LayerScale: Dinov2[WithRegisters]Model, a distillation token:
     DeiT, pre_norm: CLIP's vision tower, MAP pooling: SigLIP's) is written as that class (formats/families/), the
-    others as `ViT[Model|ForImageClassification]`; a model neither holds is refused, naming what does not fit."""
+    others as `ViT[Model|ForImageClassification]`; a model neither holds is refused, naming what does not fit.
+    Unmerged LoRA adapters are written merged (said in the log and in config.json's "vitkit_merged_lora"); a
+    tensor the class's key table does not write is refused by name (formats/writable.py)."""
+    model = writable(model, "hf")
     cfg = model.config
     if hf_family(cfg) is not None:
         doc, tensors = write_family(model)
@@ -388,8 +391,12 @@ def save_hf(model: VisionTransformer, out: Path, max_shard_size: int | str | Non
         doc = vit_to_hf_config(model)
         own = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         base = "vit." if cfg.num_classes > 0 else ""
-        tensors = {k: v.contiguous() for k, v in split_chunks(own, key_table(cfg, "classic", base)).items()}
+        table = key_table(cfg, "classic", base)
+        check_consumed(model, table_keys(table), "hf")
+        tensors = {k: v.contiguous() for k, v in split_chunks(own, table).items()}
         resample_warning(cfg, "bicubic", f"transformers' {doc['architectures'][0]}")
+    if MERGED_KEY in cfg.extra:
+        doc["vitkit_" + MERGED_KEY] = cfg.extra[MERGED_KEY]
     out.mkdir(parents=True, exist_ok=True)
     doc[FINGERPRINT_KEY] = fingerprint(write_weights(out, tensors, {"format": "pt"}, max_shard_size))
     atomic_write_text(out / CONFIG_NAME, json.dumps(doc, indent=2) + "\n")

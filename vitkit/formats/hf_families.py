@@ -30,6 +30,7 @@ from vitkit.formats.common import (
     split_chunks,
 )
 from vitkit.formats.families.family import ACTS, PLAIN, Family
+from vitkit.formats.writable import check_consumed, table_keys
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils import to_pair
 
@@ -76,8 +77,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     for what, suffixes, want in (("hidden_size", ("patch_embeddings.projection.weight", "patch_embedding.weight"),
                                   cfg.width),
                                  ("intermediate_size", (".0.mlp.fc1.weight", ".0.intermediate.dense.weight"), cfg.mlp_dim)):
-        found = next((t for k, t in src.items() if k.endswith(suffixes) and "decoder" not in k and "text" not in k),
-                     None)
+        found = next((t for k, t in src.items() if k.endswith(suffixes) and k not in read.ignore), None)
         if found is not None and found.shape[0] != want:
             raise ValueError(f"{wpath}: {what} is {want} but the weights are {found.shape[0]} wide")
     choices.pick("pooling", cfg.pooling)
@@ -142,7 +142,9 @@ def write_family(model: VisionTransformer) -> tuple[dict[str, Any], dict[str, to
                          f"this model's family): " + "; ".join(problems))
     base = fam.hf_write_base(kind, cfg)
     own = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    out = split_chunks(own, fam.hf_table(kind, cfg, base))
+    table = fam.hf_table(kind, cfg, base)
+    check_consumed(model, table_keys(table), "hf")
+    out = split_chunks(own, table)
     fam.hf_tensors(kind, cfg, base, out)
     resample_warning(cfg, fam.hf_resample(kind), f"transformers' {fam.hf_class_name(kind, cfg)}")
     return family_config(kind, model), {k: v.contiguous() for k, v in out.items()}

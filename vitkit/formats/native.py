@@ -24,6 +24,7 @@ from vitkit.formats.sharded import (
     weight_files,
     write_weights,
 )
+from vitkit.formats.writable import check_architecture, writable
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import BiTConfig, ResNetV2
 from vitkit.models.vit import VisionTransformer, ViTConfig
@@ -58,9 +59,12 @@ def arch_of(model: nn.Module) -> str:
 def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | None = None,
                 max_shard_size: int | str | None = None) -> Path:
     """Write `model` (weights, config and its `preprocess`) to `out_dir`, each file atomically; the weights sharded
-    above `max_shard_size` (formats/sharded.py)."""
+    above `max_shard_size` (formats/sharded.py). Unmerged LoRA adapters are written merged (said in the log and
+    kept in config.json's model "extra"); a tensor the model its config describes does not have is refused by name
+    (formats/writable.py)."""
     out = Path(out_dir)
-    arch_of(model)
+    model = writable(model, FORMAT_TAG)
+    check_architecture(model, ARCHS[arch_of(model)][0], FORMAT_TAG)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     written = write_weights(out, tensors, {"format": "pt"}, max_shard_size)

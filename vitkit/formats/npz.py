@@ -25,7 +25,6 @@ import torch
 from vitkit.formats.common import (
     Choices,
     KeyTable,
-    appendix_parts,
     expect_shape,
     file_sha256,
     gather_state,
@@ -36,6 +35,8 @@ from vitkit.formats.common import (
     square_grid,
     units_per_stage,
 )
+from vitkit.formats.families import variant_parts
+from vitkit.formats.writable import MERGED_KEY, check_consumed, table_keys, writable
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
@@ -358,9 +359,9 @@ def load_npz(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTra
 def model_to_npz(model: VisionTransformer) -> dict[str, np.ndarray]:
     """The model's weights as released-style npz arrays (float32)."""
     cfg = model.config
-    if cfg.posemb != "learn1d" or appendix_parts(cfg):
+    if cfg.posemb != "learn1d" or variant_parts(cfg):
         raise ValueError("the .npz format stores a plain ViT with learned 1D position embeddings at the input; this "
-                         f"model has {'; '.join([f'posemb={cfg.posemb!r}'] + appendix_parts(cfg))}: save it in vitkit's format")
+                         f"model has {'; '.join([f'posemb={cfg.posemb!r}'] + variant_parts(cfg))}: save it in vitkit's format")
     if cfg.gelu != "tanh" or cfg.ln_eps != 1e-6:
         raise ValueError(
             f"the .npz format implies the original numerics (tanh GELU, LayerNorm eps 1e-6); this model uses "
@@ -370,15 +371,20 @@ def model_to_npz(model: VisionTransformer) -> dict[str, np.ndarray]:
         raise ValueError("the .npz format has q/k/v biases; this model was built with qkv_bias=False")
     own = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
     table = key_table(cfg)
+    check_consumed(model, table_keys(table), "npz")
     kinds = {nkey: kind for _, nkey, kind in table}
     tensors = split_chunks(own, table)
     return {k: np.ascontiguousarray(_to_npz(kinds[k], t.numpy(), cfg.num_heads)) for k, t in tensors.items()}
 
 
 def save_npz(model: VisionTransformer, out: Path) -> Path:
-    """Write `out` (a `.npz` path) or `out/model.npz` with the released files' key names."""
+    """Write `out` (a `.npz` path) or `out/model.npz` with the released files' key names. Unmerged LoRA adapters
+    are written merged (said in the log and in the sidecar's "merged_lora"); a tensor the key table does not write
+    is refused by name (formats/writable.py)."""
     file = out if out.suffix == ".npz" else out / NPZ_NAME
+    model = writable(model, "npz")
     arrays = model_to_npz(model)
+    merged = {MERGED_KEY: model.config.extra[MERGED_KEY]} if MERGED_KEY in model.config.extra else {}
 
     digest = ""
 
@@ -391,7 +397,7 @@ def save_npz(model: VisionTransformer, out: Path) -> Path:
     atomic_write_with(file, write)
     # the sidecar names the .npz it belongs to: a kill between the two writes leaves a pair the reader refuses
     atomic_write_text(sidecar_path(file), json.dumps({"format": SIDECAR_FORMAT, "npz_sha256": digest,
-                                                      "preprocess": model.preprocess.to_dict()}, indent=2) + "\n")
+                                                      "preprocess": model.preprocess.to_dict(), **merged}, indent=2) + "\n")
     return file
 
 

@@ -43,6 +43,7 @@ from vitkit.formats.common import (
     units_per_stage,
 )
 from vitkit.formats.sharded import FINGERPRINT_KEY, SAVE_ID_KEY, WEIGHTS_NAME, check_fingerprint, fingerprint
+from vitkit.formats.writable import check_architecture, writable
 from vitkit.models.posemb import square_side
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
@@ -71,7 +72,10 @@ UNSUPPORTED = {
     "attn_pool.q_norm.weight": "qk-norm in the attention pooling",
     "attn_pool.pos_embed": "position embeddings in the attention pooling",
 }
-LAYER_SCALE_INIT = 1e-5  # timm's DINOv2 / DeiT III init_values: used only to re-initialise, the file holds gamma
+# what timm's ViT builder takes in code where a file does not say; a family's builders may differ
+# (`Family.timm_defaults`: CLIP's pre-norm models)
+TIMM_DEFAULTS = {"ln_eps": (1e-6, "timm's ViT LayerNorm eps"), "gelu": ("exact", "timm's ViT uses nn.GELU, the exact erf "
+                                                                          "form")}
 
 
 def key_table(state_keys: list[str]) -> KeyTable:
@@ -153,18 +157,13 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
                          f"fused qkv weights do not record it; Table 1's width-{D} model has {table} heads" if table
                          else f"fused qkv weights do not record it, and width {D} is none of Table 1's")
     token = "cls_token" in state
-    attn_pool = "attn_pool.latent" in state  # SigLIP's image towers: multi-head attention pooling, no class token
-    if attn_pool and (token or tuple(state["attn_pool.latent"].shape) != (1, 1, D)):
-        raise ValueError(f"{path}: attention pooling with a class token or a latent of shape "
-                         f"{tuple(state['attn_pool.latent'].shape)} is not a model vitkit builds (it pools patches with "
-                         "one query)")
     args_act = args.get("act_layer")
     if args_act is not None and args_act not in TIMM_ACTS:
         raise ValueError(f"{path}: act_layer {args_act!r} is not a GELU vitkit builds ({', '.join(TIMM_ACTS)})")
-    distilled = "dist_token" in state  # DeiT distilled: a second class token with its own head, averaged at inference
-    if distilled and not (token and "head_dist.weight" in state):
-        raise ValueError(f"{path}: a dist_token needs a cls_token and head_dist (DeiT's distilled ViT)")
-    registers = require(state, "reg_token", path, 3).shape[1] if "reg_token" in state else 0
+    # what each family's parts in the file determine (DeiT's distillation token, registers, LayerScale's init, ...)
+    fields = {k: v for fam in families.FAMILIES for k, v in fam.timm_fields(state, args, path, choices).items()}
+    distilled, attn_pool = bool(fields.get("distill_token")), fields.get("pooling") == "map"
+    registers = fields.get("num_registers", 0)
     fc_norm = "fc_norm.weight" in state
     pre_norm = "norm_pre.weight" in state
     layers: tuple[int, ...] | None = None
@@ -175,12 +174,6 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         layers = units_per_stage(state, lambda s: f"patch_embed.backbone.stages.{s}.blocks.", ".conv1.weight")
         stride = P * hybrid_stride(layers)
     pos = require(state, "pos_embed", path, 3)
-    if registers and square_side(pos.shape[1]) is None and not (token and square_side(pos.shape[1] - 1)):
-        raise ValueError(f"{path}: register tokens with a position-embedding table of {pos.shape[1]} rows: not "
-                         "the patches (no_embed_class), nor the class token and the patches")
-    if distilled and square_side(pos.shape[1]) is not None:
-        raise ValueError(f"{path}: DeiT's distillation token with position embeddings for the patches only "
-                         "(no_embed_class) is not a model vitkit builds")
     n = pos.shape[1] - (2 if distilled else int(token and not _no_embed_class(pos.shape[1], token)))
     img = args.get("img_size")
     if img is None:
@@ -189,8 +182,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
     # the LayerNorm eps a family's builder sets in code (CLIP's nn.LayerNorm 1e-5, DINOv2's own 1e-6)
     eps_file = next((e for fam in families.FAMILIES if (e := fam.timm_ln_eps(arch, args, pre_norm)) is not None),
                     None)
-    eps_rule = "" if eps_file is not None else (
-        "a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)" if pre_norm else "timm's ViT LayerNorm eps")
+    defaults = timm_defaults({"pre_norm": pre_norm})
     return ViTConfig(
         img_size=img,
         patch_size=P,
@@ -203,9 +195,7 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         pooling=_pooling(meta, token, attn_pool, fc_norm, choices),
         class_token=token,
         fc_norm=fc_norm,
-        layer_scale=(choices.pick("layer_scale", args.get("init_values"), LAYER_SCALE_INIT,
-                                  "LayerScale's initial value is not in the file (its gammas are trained); it matters "
-                                  "only when the model is re-initialised") if "blocks.0.ls1.gamma" in state else None),
+        layer_scale=fields.get("layer_scale"),
         pre_norm=pre_norm,
         patch_bias="patch_embed.proj.bias" in state,
         num_registers=registers,
@@ -213,13 +203,20 @@ def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Pat
         distill_token=distilled,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
         posemb_resample="bicubic_antialias",  # timm's resample_abs_pos_embed
-        ln_eps=choices.pick("ln_eps", eps_file, 1e-5 if pre_norm else 1e-6, eps_rule),
-        gelu=choices.pick("gelu", TIMM_ACTS.get(args_act) if args_act else None, "exact",
-                          "timm's ViT uses nn.GELU, the exact erf form" + (
-                              " (OpenAI's CLIP weights need gelu='quick')" if pre_norm else "")),
+        ln_eps=choices.pick("ln_eps", eps_file, *defaults["ln_eps"]),
+        gelu=choices.pick("gelu", TIMM_ACTS.get(args_act) if args_act else None, *defaults["gelu"]),
         resnet_layers=layers,
         resnet_width=width_factor,
     )
+
+
+def timm_defaults(parts: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """{hint: (value, why)} timm takes in code for a model with `parts` (ViTConfig fields read from the tensors):
+    timm's ViT builder's `TIMM_DEFAULTS`, or its family's builder's (`Family.timm_defaults`)."""
+    out = dict(TIMM_DEFAULTS)
+    for fam in families.FAMILIES:
+        out.update(fam.timm_defaults(parts))
+    return out
 
 
 def _pooling(meta: dict[str, Any], token: bool, attn_pool: bool, fc_norm: bool, choices: Choices) -> str:
@@ -323,24 +320,15 @@ def _timm_state(model: VisionTransformer, bare: bool) -> dict[str, torch.Tensor]
     """The timm state dict of `model`; warns where timm, building the model from what is written (a hub folder's
     model_args, or for a `bare` file its own defaults), would compute something slightly different."""
     cfg = model.config
-    # what timm's VisionTransformer also builds: DeiT's distilled ViT, SigLIP's attention pooling, a class token
-    # beside average pooling, fc_norm, LayerScale, CLIP's pre-norm (with its bias-free patch embedding), QuickGELU
-    held = ("distill_token", "pooling='map'", "class_token", "fc_norm", "layer_scale", "pre_norm", "patch_bias",
-            "gelu=")
-    parts = [p for p in appendix_parts(cfg) if not p.startswith(held) and not p.startswith("num_registers")]
-    if cfg.num_registers and cfg.distill_token:
-        parts.append(f"num_registers={cfg.num_registers} beside DeiT's distillation token")
-    if cfg.representation_size and cfg.distill_token:
-        parts.append("a representation layer (transformers' DeiTModel pooler) beside DeiT's distillation token")
+    # timm's VisionTransformer also builds every family's options (families/), but some together (`timm_write_problems`)
+    parts = appendix_parts(cfg)
     if cfg.posemb != "learn1d":
         parts.insert(0, f"posemb={cfg.posemb!r}")
-    if cfg.pre_norm == cfg.patch_bias:
-        parts.append(f"pre_norm={cfg.pre_norm} with patch_bias={cfg.patch_bias} (timm's patch embedding has a bias "
-                     "exactly when there is no pre-norm)")
+    parts += [p for fam in families.FAMILIES for p in fam.timm_write_problems(cfg)]
     if parts:
         raise ValueError("timm's ViT has learned 1D position embeddings at the input and global attention; this "
                          f"model has {'; '.join(parts)}: save it in vitkit's format")
-    timm_eps = 1e-5 if cfg.pre_norm else 1e-6  # nn.LayerNorm's in timm's CLIP builders, else timm's ViT's
+    timm_eps = timm_defaults({"pre_norm": cfg.pre_norm})["ln_eps"][0]  # timm's ViT's, or a family builder's
     if cfg.ln_eps != timm_eps or (bare and cfg.gelu != "exact"):
         warnings.warn(
             f"this model uses {cfg.gelu} GELU and LayerNorm eps {cfg.ln_eps:g}; timm's VisionTransformer runs "
@@ -380,8 +368,12 @@ def _architecture(cfg: ViTConfig) -> str:
 def save_timm(model: VisionTransformer, out: Path) -> Path:
     """Write `out` (a `.safetensors` file) or a timm hub folder `out/{config.json, model.safetensors}`.
 
-    vitkit's full config rides along (safetensors metadata, config.json "vitkit") so a reload is exact.
+    vitkit's full config rides along (safetensors metadata, config.json "vitkit") so a reload is exact. Unmerged
+    LoRA adapters are written merged (said in the log and kept in that config's "extra"); a tensor the model its
+    config describes does not have is refused by name (formats/writable.py).
     """
+    model = writable(model, "timm")
+    check_architecture(model, VisionTransformer, "timm")
     cfg = model.config
     file = out if out.suffix == ".safetensors" else out / WEIGHTS_NAME
     tensors = _timm_state(model, bare=file == out)

@@ -10,6 +10,10 @@ pretrained config, which timm's `create_model(name)` takes its `num_classes` and
 `create_model(name)` holds the weights of that name as vitkit loads them (`load_pretrained`), state dict for state
 dict (tests/models/test_timm_family_names.py). Names whose architecture vitkit does not build (DINOv2 giant's
 SwiGLU MLP) are refused by name (`REFUSED`).
+
+The data is kept per family (`BY_FAMILY`, keyed by the family's `key` in formats/families/, whose registry joins
+a family's key maps to its names here; "vit" is the paper's own hybrids): a family's timm names are its section
+of this file. The model layer builds them (models/registry.py) and imports nothing from formats.
 """
 
 from __future__ import annotations
@@ -23,22 +27,22 @@ OPENAI_CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.2
 # name -> (ViTConfig fields, default pretrained config: num_classes, mean / std, crop_pct, crop_mode); every
 # entry runs timm's bicubic resize, and timm resamples E_pos with antialiased bicubic (`posemb_resample`)
 Spec = tuple[dict[str, Any], dict[str, Any]]
-SPECS: dict[str, Spec] = {}
+BY_FAMILY: dict[str, dict[str, Spec]] = {}  # family key -> its timm names
 
 
-def _add(name: str, width: int, depth: int, heads: int, patch: int, img: int, classes: int,
+def _add(family: str, name: str, width: int, depth: int, heads: int, patch: int, img: int, classes: int,
          norm: tuple[tuple[float, ...], tuple[float, ...]], crop: float, mode: str = "center", mlp: int | None = None,
          **fields: Any) -> None:
     cfg = {"width": width, "depth": depth, "num_heads": heads, "patch_size": patch, "img_size": (img, img),
            "num_classes": classes, "mlp_dim": mlp or 4 * width, "gelu": "exact", "ln_eps": 1e-6,
            "posemb_resample": "bicubic_antialias", "name": name, **fields}
-    SPECS[name] = (cfg, dict(num_classes=classes, mean=norm[0], std=norm[1], crop_pct=crop, crop_mode=mode))
+    BY_FAMILY.setdefault(family, {})[name] = (cfg, dict(num_classes=classes, mean=norm[0], std=norm[1], crop_pct=crop, crop_mode=mode))
 
 
 # DINOv2 (timm: init_values=1e-5; `reg4`: 4 registers, no_embed_class; pretrained cfg lvd142m: 518 px, no head)
 for _size, (_w, _d, _h) in {"small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16)}.items():
-    _add(f"vit_{_size}_patch14_dinov2", _w, _d, _h, 14, 518, 0, IMAGENET, 1.0, layer_scale=1e-5)
-    _add(f"vit_{_size}_patch14_reg4_dinov2", _w, _d, _h, 14, 518, 0, IMAGENET, 1.0, layer_scale=1e-5,
+    _add("dinov2", f"vit_{_size}_patch14_dinov2", _w, _d, _h, 14, 518, 0, IMAGENET, 1.0, layer_scale=1e-5)
+    _add("dinov2", f"vit_{_size}_patch14_reg4_dinov2", _w, _d, _h, 14, 518, 0, IMAGENET, 1.0, layer_scale=1e-5,
          num_registers=4)
 
 # SigLIP image towers (no class token, attention pooling `attn_pool`; no head; `gelu_tanh` where the builder says)
@@ -51,7 +55,7 @@ _SIGLIP = {  # name: (width, depth, heads, patch, img, mlp, tanh GELU)
     **{f"vit_giantopt_patch16_siglip_{r}": (1536, 40, 16, 16, r, None, True) for r in (256, 384)},
 }
 for _n, (_w, _d, _h, _p, _r, _m, _tanh) in _SIGLIP.items():
-    _add(_n, _w, _d, _h, _p, _r, 0, INCEPTION, 0.9, mlp=_m, pooling="map", class_token=False,
+    _add("siglip", _n, _w, _d, _h, _p, _r, 0, INCEPTION, 0.9, mlp=_m, pooling="map", class_token=False,
          gelu="tanh" if _tanh else "exact")
 
 # CLIP image towers (pre_norm, bias-free patch embedding, nn.LayerNorm eps 1e-5; QuickGELU for *_clip_quickgelu_*):
@@ -85,7 +89,7 @@ _CLIP = {
     "vit_gigantic_patch14_clip_quickgelu_224": (1664, 48, 16, 14, 224, 8192, 1280, OPENAI_CLIP, 1.0, "center"),
 }
 for _n, (_w, _d, _h, _p, _r, _m, _k, _norm, _crop, _mode) in _CLIP.items():
-    _add(_n, _w, _d, _h, _p, _r, _k, _norm, _crop, _mode, mlp=_m, pre_norm=True, patch_bias=False, ln_eps=1e-5,
+    _add("clip", _n, _w, _d, _h, _p, _r, _k, _norm, _crop, _mode, mlp=_m, pre_norm=True, patch_bias=False, ln_eps=1e-5,
          gelu="quick" if "_quickgelu_" in _n else "exact")
 
 # DeiT (plain ViTs; `distilled`: a distillation token and head) and DeiT III (LayerScale 1e-6, no_embed_class:
@@ -102,7 +106,7 @@ for _n in ("deit_tiny_patch16_224", "deit_small_patch16_224", "deit_base_patch16
     _extra: dict[str, Any] = {"distill_token": True} if "_distilled_" in _n else {}
     if _n.startswith("deit3_"):
         _extra["layer_scale"] = 1e-6
-    _add(_n, *_DEIT_SIZES[_parts[1]], _p, _r, 1000, IMAGENET, 0.9 if _r == 224 else 1.0, **_extra)
+    _add("deit3" if _n.startswith("deit3_") else "deit", _n, *_DEIT_SIZES[_parts[1]], _p, _r, 1000, IMAGENET, 0.9 if _r == 224 else 1.0, **_extra)
 
 # The hybrids (vision_transformer_hybrid.py): a ResNet-v2 stem without pre-activation, patch size 1 on its map;
 # r50_s16: stages (3, 4, 9), r50_s32: (3, 4, 6, 3), r26_s32: (2, 2, 2, 2); mean = std = 0.5
@@ -112,14 +116,16 @@ _HYBRID = {"vit_small_r26_s32_224": ("small", (2, 2, 2, 2), 1000), "vit_small_r2
            "vit_large_r50_s32_384": ("large", (3, 4, 6, 3), 1000)}
 for _n, (_size, _layers, _k) in _HYBRID.items():
     _r = int(_n.rsplit("_", 1)[1])
-    _add(_n, *_DEIT_SIZES[_size], 1, _r, _k, INCEPTION, 0.9 if _r == 224 else 1.0, resnet_layers=_layers,
+    _add("vit", _n, *_DEIT_SIZES[_size], 1, _r, _k, INCEPTION, 0.9 if _r == 224 else 1.0, resnet_layers=_layers,
          resnet_width=1)
 
-# timm names of these families whose architecture vitkit does not build, and why
-REFUSED = {
+SPECS: dict[str, Spec] = {n: s for names in BY_FAMILY.values() for n, s in names.items()}  # every family's names
+
+# timm names of these families whose architecture vitkit does not build, and why, by family
+REFUSED_BY_FAMILY: dict[str, dict[str, str]] = {"dinov2": {
     f"vit_giant_patch14{r}_dinov2": "DINOv2 giant's SwiGLU MLP (mlp_layer=SwiGLUPacked, SiLU) is not a part vitkit's "
-                                    "ViT has" for r in ("", "_reg4")
-}
+                                    "ViT has" for r in ("", "_reg4")}}
+REFUSED = {n: why for names in REFUSED_BY_FAMILY.values() for n, why in names.items()}
 
 
 def family_preprocess(name: str) -> dict[str, Any] | None:

@@ -10,6 +10,9 @@ To add a family: write `vitkit/formats/families/<name>.py` with a `Family` subcl
 
 from __future__ import annotations
 
+from typing import Any
+
+from vitkit.formats.common import appendix_parts
 from vitkit.formats.families import clip, deit, deit3, dinov2, mae, siglip
 from vitkit.formats.families.family import Family
 
@@ -28,6 +31,18 @@ HF_FAMILY_TYPES = tuple(t for f in FAMILIES for t in f.hf_model_types)  # transf
 def family_of_hf_type(model_type: object) -> Family | None:
     """The family whose transformers class has config.json `model_type` (None: none of them)."""
     return next((f for f in FAMILIES if model_type in f.hf_model_types), None)
+
+
+def variant_parts(cfg: Any) -> list[str]:
+    """What of a ViT config a plain ViT's file (the .npz, transformers' ViTModel) cannot hold: the paper's appendix
+    variants and each family's options (`Family.option_parts`)."""
+    return appendix_parts(cfg) + [p for f in FAMILIES for p in f.option_parts(cfg)]
+
+
+def pooled_feature(cfg: Any) -> tuple[str, str] | None:
+    """The feature a model's family calls its pooled output, and a note on how the file decided it
+    (`Family.pooled_feature`: CLIP's projected embedding, DeiT's pooler or class token); None: the head's input."""
+    return next((found for f in FAMILIES if (found := f.pooled_feature(cfg)) is not None), None)
 
 
 def readme_table() -> str:

@@ -38,9 +38,20 @@ class CLIP(Family):
     marks = "`pre_norm`, `patch_bias=False`, `gelu=\"quick\"`"
     timm_names = "`*_clip_*`, `*_clip_quickgelu_*`"
     own_layout = "OpenAI's / OpenCLIP's state dicts (`visual.conv1`, `visual.transformer.resblocks.N`)"
+    hf_bases = ("vision_model.",)  # CLIPModel's and CLIPVisionModel's image tower
     hf_model_types = ("clip_vision_model", "clip")
     timm_builder_args = (("_quickgelu_", {"act_layer": "quick_gelu"}),)
     hf_shapes = {"clip_vision_model": {"pre_norm": True, "patch_bias": False, "qkv_bias": True}}
+
+    def pooled_feature(self, cfg: Any) -> tuple[str, str] | None:
+        """CLIP with its projection (a transformers CLIP file's head): the projected image embedding, its logits."""
+        return ("logits", "") if getattr(cfg, "name", "") in self.hf_model_types and cfg.num_classes > 0 else None
+
+    def option_parts(self, cfg: ViTConfig) -> list[str]:
+        parts = ["pre_norm=True (a LayerNorm before the first block)"] if cfg.pre_norm else []
+        if not cfg.patch_bias:
+            parts.append("patch_bias=False (a patch embedding without bias)")
+        return parts + (["gelu='quick' (QuickGELU)"] if cfg.gelu == "quick" else [])
 
     def timm_architecture(self, cfg: ViTConfig) -> str | None:
         if not cfg.pre_norm or cfg.pooling == "map":  # a pre-norm MAP tower is written as SigLIP's builder
@@ -50,6 +61,19 @@ class CLIP(Family):
     def timm_ln_eps(self, arch: str, args: dict[str, Any], pre_norm: bool) -> float | None:
         # timm's *_clip_* builders (and a pre-norm model_args) use nn.LayerNorm's own eps
         return 1e-5 if pre_norm and ("clip" in arch or args.get("pre_norm")) else None
+
+    def timm_defaults(self, parts: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+        if not parts.get("pre_norm"):
+            return {}
+        return {"ln_eps": (1e-5, "a LayerNorm before the blocks is CLIP's (nn.LayerNorm, eps 1e-5)"),
+                "gelu": ("exact", "timm's ViT uses nn.GELU, the exact erf form (OpenAI's CLIP weights need "
+                                  "gelu='quick')")}
+
+    def timm_write_problems(self, cfg: ViTConfig) -> list[str]:
+        if cfg.pre_norm != cfg.patch_bias:
+            return []
+        return [f"pre_norm={cfg.pre_norm} with patch_bias={cfg.patch_bias} (timm's patch embedding has a bias "
+                "exactly when there is no pre-norm)"]
 
     # --- its own layout
     def is_own_layout(self, state: dict[str, torch.Tensor]) -> bool:
@@ -90,7 +114,7 @@ class CLIP(Family):
 
     def hf_read(self, kind: str, vc: dict[str, Any], src: dict[str, torch.Tensor], common: dict[str, Any],
                 choices: Choices, wpath: Path) -> HFRead:
-        base, depth, ignore = tower_read(src, ("text_model.", "text_projection.", "logit_scale"))
+        base, depth, ignore = tower_read(src, self.hf_bases, ("text_model.", "text_projection.", "logit_scale"))
         e = f"{base}embeddings."
         src[f"{e}class_embedding"] = src[f"{e}class_embedding"].reshape(1, 1, -1)
         classes = 0
@@ -116,7 +140,7 @@ class CLIP(Family):
         return "CLIPVisionModelWithProjection" if cfg.num_classes else "CLIPVisionModel"
 
     def hf_write_base(self, kind: str, cfg: ViTConfig) -> str:
-        return "vision_model."
+        return self.hf_bases[0]
 
     def hf_problems(self, kind: str, model: VisionTransformer) -> list[str]:
         if model.config.num_classes and bool(model.head.bias.detach().any()):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from vitkit.formats.common import Choices, KeyTable, config_count
+from vitkit.formats.common import Choices, KeyTable, config_count, require
 from vitkit.formats.families.family import (
     Family,
     HFRead,
@@ -22,12 +22,18 @@ from vitkit.formats.families.family import (
     vit_style_embeddings,
     vit_style_read,
 )
+from vitkit.models.posemb import square_side
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # transformers' Dinov2 block names (relative to the block prefix) -> vitkit's
 DINO_BLOCK = {"norm1": "norm1", "attention.attention.query": "q", "attention.attention.key": "k",
               "attention.attention.value": "v", "attention.output.dense": "attn.proj", "norm2": "norm2",
               "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2", "layer_scale1": "ls1", "layer_scale2": "ls2"}
+# vitkit's block module -> transformers' DINOv2 module as peft names it (transformers 5 names its attention as ViT's
+# current layout; its classic names are DINO_BLOCK's)
+DINO_CURRENT = {"q": "attention.q_proj", "k": "attention.k_proj", "v": "attention.v_proj", "attn.proj": "attention.o_proj",
+                "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+LAYER_SCALE_INIT = 1e-5  # timm's DINOv2 init_values: used only to re-initialise, a file holds the gammas
 # DINOv2's classification evaluation (dinov2/data/transforms.py): bicubic resize to 256, centre crop 224
 # (crop_pct 0.875), ImageNet mean and std -- not in its files
 EVAL_PREPROCESS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
@@ -40,10 +46,33 @@ class DINOv2(Family):
     marks = "`layer_scale`, `num_registers`"
     timm_names = "`*_dinov2`, `*_reg4_dinov2`"
     own_layout = "facebookresearch/dinov2's torch hub `dinov2_*_pretrain.pth`"
+    hf_bases = ("dinov2.", "dinov2_with_registers.")
     hf_model_types = ("dinov2", "dinov2_with_registers")
     timm_builder_args = (("_dinov2", {"init_values": 1e-5}),)
     hf_shapes = {"dinov2": {"layer_scale": None, "num_classes": 0},
                  "dinov2_with_registers": {"layer_scale": None, "num_registers": None, "num_classes": 0}}
+
+    def option_parts(self, cfg: ViTConfig) -> list[str]:
+        parts = [f"num_registers={cfg.num_registers} (register tokens)"] if cfg.num_registers else []
+        return parts + ([f"layer_scale={cfg.layer_scale:g} (LayerScale)"] if cfg.layer_scale is not None else [])
+
+    def timm_fields(self, state: dict[str, torch.Tensor], args: dict[str, Any], path: Path, choices: Choices
+                    ) -> dict[str, Any]:
+        """Register tokens (`reg_token`; E_pos for the patches, or the class token and the patches: no rows of
+        their own, see formats/timm.py), and LayerScale's gammas (`ls1`, `ls2`): its initial value from the builder
+        (DeiT III's names say 1e-6, `timm_builder_args`), else timm's DINOv2 builders' 1e-5, assumed."""
+        out: dict[str, Any] = {}
+        if "reg_token" in state:
+            out["num_registers"] = require(state, "reg_token", path, 3).shape[1]
+            rows = require(state, "pos_embed", path, 3).shape[1]
+            if square_side(rows) is None and not ("cls_token" in state and square_side(rows - 1)):
+                raise ValueError(f"{path}: register tokens with a position-embedding table of {rows} rows: not the "
+                                 "patches (no_embed_class), nor the class token and the patches")
+        if "blocks.0.ls1.gamma" in state:
+            out["layer_scale"] = choices.pick("layer_scale", args.get("init_values"), LAYER_SCALE_INIT,
+                                              "LayerScale's initial value is not in the file (its gammas are "
+                                              "trained); it matters only when the model is re-initialised")
+        return out
 
     def timm_ln_eps(self, arch: str, args: dict[str, Any], pre_norm: bool) -> float | None:
         # a file in DINOv2's own layout (`from_own_layout` names its architecture "dinov2"): LayerNorm(eps=1e-6)
@@ -83,7 +112,7 @@ class DINOv2(Family):
                 choices: Choices, wpath: Path) -> HFRead:
         if vc.get("use_swiglu_ffn"):
             raise ValueError(f"{wpath}: use_swiglu_ffn (a SwiGLU MLP, DINOv2 giant) is not a model vitkit builds")
-        base, _, depth = vit_style_read(src, classic_only=True)
+        base, _, depth = vit_style_read(src, self.hf_bases, classic_only=True)
         if "classifier.weight" in src:
             raise ValueError(f"{wpath}: {kind} image classification's classifier reads [class token, mean of the "
                              "patches] (2 x hidden_size): not a head vitkit's ViT has; load the backbone model")
@@ -132,6 +161,9 @@ class DINOv2(Family):
 
     def hf_resample(self, kind: str) -> str:
         return "bicubic_antialias" if kind == "dinov2_with_registers" else "bicubic"
+
+    def peft_modules(self, kind: str, layout: str) -> tuple[str, dict[str, str]] | None:
+        return "encoder.layer.{i}.", DINO_CURRENT if layout == "current" else {v: k for k, v in DINO_BLOCK.items()}
 
 
 FAMILY = DINOv2()

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from vitkit.formats.common import HF_ACTS, Choices, KeyTable, config_count
+from vitkit.models.timm_families import BY_FAMILY
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 ACTS = {**HF_ACTS, "quick_gelu": "quick"}  # a family's hidden_act -> vitkit's GELU (CLIP's QuickGELU too)
@@ -63,6 +64,29 @@ class Family:
     # model_type -> the option values transformers' class holds beside PLAIN's (None: any value)
     hf_shapes: ClassVar[dict[str, dict[str, Any]]] = {}
     hf_square_only: ClassVar[bool] = True  # whether the class's config.json holds a square image_size only
+    # where its transformers classes keep the image model: a task class's backbone (DeiTForImageClassification-
+    # WithTeacher's `deit.`), a dual encoder's image tower (CLIPModel's `vision_model.`); a bare model's is the top
+    hf_bases: ClassVar[tuple[str, ...]] = ()
+
+    def option_parts(self, cfg: ViTConfig) -> list[str]:
+        """The family's options `cfg` has, as a writer that cannot hold them names them (empty: none)."""
+        return []
+
+    @property
+    def key(self) -> str:
+        """The family's name in code: its file's ("dinov2"), which keys its timm names in the model layer."""
+        return type(self).__module__.rsplit(".", 1)[1]
+
+    @property
+    def timm_specs(self) -> dict[str, Any]:
+        """timm's names of the family's checkpoints that vitkit builds: {name: (ViTConfig fields, pretrained
+        config)}, the family's section of models/timm_families.py."""
+        return BY_FAMILY.get(self.key, {})
+
+    def pooled_feature(self, cfg: Any) -> tuple[str, str] | None:
+        """The feature (vitkit.inference.features.FEATURES) the family's own library calls a model's pooled output,
+        with a note on how the file decided it, where that is not the head's input (None: it is)."""
+        return None
 
     @property
     def file(self) -> str:
@@ -78,6 +102,21 @@ class Family:
         """The LayerNorm eps the family's builder sets in code, for a file of timm architecture `arch` with
         `model_args` `args` (None: not this family's file, or timm's default)."""
         return None
+
+    def timm_fields(self, state: dict[str, torch.Tensor], args: dict[str, Any], path: Path, choices: Choices
+                    ) -> dict[str, Any]:
+        """The ViTConfig fields the family's parts in a timm state dict determine (`args`: the builder's model_args,
+        the file's own first), refused by name where they do not fit; {}: the file has none of its parts."""
+        return {}
+
+    def timm_defaults(self, parts: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+        """{hint: (value, why)} the family's timm builders take in code for a model with `parts` (ViTConfig fields
+        read from the tensors), where a file does not say; {}: not the family's model."""
+        return {}
+
+    def timm_write_problems(self, cfg: ViTConfig) -> list[str]:
+        """What of the family's options timm's VisionTransformer cannot hold in a model of `cfg` (empty: nothing)."""
+        return []
 
     # --- the family's own repository's layout (a state dict read through timm's loader) ---------------------------
     def is_own_layout(self, state: dict[str, torch.Tensor]) -> bool:
@@ -131,6 +170,13 @@ class Family:
         """How transformers' class resamples E_pos to other input sizes (a `posemb_resample` value)."""
         return "bicubic"
 
+    # --- peft's LoRA adapters on the family's transformers class (formats/adapters.py) --------------------------
+    def peft_modules(self, kind: str, layout: str) -> tuple[str, dict[str, str]] | None:
+        """(module prefix of block i, {vitkit block module: transformers module}) of the Linears peft's LoRA names
+        on transformers' class `kind`, in `layout` ("classic": transformers 4's names, "current": 5's); None:
+        vitkit writes and reads no peft adapters for it."""
+        return None
+
 
 # ----------------------------------------------------------------------------- shared by the families' readers
 def block_table(cfg: ViTConfig, prefix: str, names: dict[str, str]) -> KeyTable:
@@ -171,9 +217,11 @@ def vit_style_embeddings(cfg: ViTConfig, base: str) -> list[tuple[str, str]]:
             ("norm.weight", f"{base}layernorm.weight"), ("norm.bias", f"{base}layernorm.bias")]
 
 
-def vit_style_read(src: dict[str, torch.Tensor], classic_only: bool = False) -> tuple[str, bool, int]:
-    """(base, current layout?, depth) of a ViT-style folder; `classic_only`: a class transformers 5 did not rename."""
-    base = find_base(src, ("deit.", "vit.", "dinov2.", "dinov2_with_registers.", ""))
+def vit_style_read(src: dict[str, torch.Tensor], bases: tuple[str, ...], classic_only: bool = False
+                   ) -> tuple[str, bool, int]:
+    """(base, current layout?, depth) of a ViT-style folder whose modules are under one of `bases` (the family's
+    `hf_bases`) or at the top; `classic_only`: a class transformers 5 did not rename."""
+    base = find_base(src, (*bases, ""))
     current = not classic_only and not any(k.startswith(f"{base}encoder.layer.") for k in src)
     return base, current, count_layers(src, f"{base}layers." if current else f"{base}encoder.layer.")
 
@@ -194,9 +242,10 @@ def vision_tower_config(doc: dict[str, Any], dual: str) -> dict[str, Any]:
     return doc
 
 
-def tower_read(src: dict[str, torch.Tensor], text: tuple[str, ...]) -> tuple[str, int, set[str]]:
+def tower_read(src: dict[str, torch.Tensor], bases: tuple[str, ...], text: tuple[str, ...]
+               ) -> tuple[str, int, set[str]]:
     """(base, depth, text-tower keys to ignore) of a CLIP-style vision tower, its E_pos given vitkit's batch axis."""
-    base = find_base(src, ("vision_model.", ""))
+    base = find_base(src, (*bases, ""))
     src[f"{base}embeddings.position_embedding.weight"] = src[f"{base}embeddings.position_embedding.weight"][None]
     return base, count_layers(src, f"{base}encoder.layers."), {k for k in src if k.startswith(text)}
 

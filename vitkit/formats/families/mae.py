@@ -26,11 +26,17 @@ class MAE(Family):
     paper = "He et al. 2022"
     marks = "`pooling=\"gap\"` beside `class_token`, `fc_norm`"
     timm_names = "`global_pool=\"avg\"` beside a class token (MAE, BEiT fine-tuning)"
+    hf_bases = ("vit.",)
     hf_model_types = ("vit_mae",)
+
+    def option_parts(self, cfg: ViTConfig) -> list[str]:
+        parts = ["class_token=True with pooling='gap' (a class token that is not pooled)"] if (
+            cfg.class_token and cfg.pooling != "token") else []
+        return parts + (["fc_norm=True (the final LayerNorm after pooling)"] if cfg.fc_norm else [])
 
     def hf_read(self, kind: str, vc: dict[str, Any], src: dict[str, torch.Tensor], common: dict[str, Any],
                 choices: Choices, wpath: Path) -> HFRead:
-        base, current, depth = vit_style_read(src)
+        base, current, depth = vit_style_read(src, self.hf_bases)
         eps = choices.pick("ln_eps", vc.get("layer_norm_eps"), 1e-12, f"transformers' {kind} config default "
                            "layer_norm_eps")
         cfg = ViTConfig(**common, mlp_dim=intermediate_size(vc, wpath), depth=depth, num_classes=0, pooling="token",

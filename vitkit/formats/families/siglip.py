@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from vitkit.formats.common import Choices, KeyTable
+from vitkit.formats.common import Choices, KeyTable, require
 from vitkit.formats.families.family import (
     Family,
     HFRead,
@@ -31,8 +31,24 @@ class SigLIP(Family):
     marks = "`pooling=\"map\"`, no class token"
     timm_names = "`vit_*_siglip_*`"
     own_layout = "big_vision's `.npz` (`params/img/`; read by formats/npz.py)"
+    hf_bases = ("vision_model.",)  # SiglipModel's and SiglipVisionModel's image tower
     hf_model_types = ("siglip_vision_model", "siglip")
     hf_shapes = {"siglip_vision_model": {"pooling": "map", "class_token": False, "qkv_bias": True, "num_classes": 0}}
+
+    def timm_fields(self, state: dict[str, torch.Tensor], args: dict[str, Any], path: Path, choices: Choices
+                    ) -> dict[str, Any]:
+        """timm's `attn_pool` (the MAP head): one latent query pooling the patches, no class token."""
+        if "attn_pool.latent" not in state:
+            return {}
+        width = require(state, "patch_embed.proj.weight", path, 4).shape[0]
+        if "cls_token" in state or tuple(state["attn_pool.latent"].shape) != (1, 1, width):
+            raise ValueError(f"{path}: attention pooling with a class token or a latent of shape "
+                             f"{tuple(state['attn_pool.latent'].shape)} is not a model vitkit builds (it pools patches "
+                             "with one query)")
+        return {"pooling": "map"}
+
+    def option_parts(self, cfg: ViTConfig) -> list[str]:
+        return ["pooling='map' (attention pooling head)"] if cfg.pooling == "map" else []
 
     def timm_architecture(self, cfg: ViTConfig) -> str | None:
         return "vit_base_patch16_siglip_224" if cfg.pooling == "map" else None
@@ -42,10 +58,10 @@ class SigLIP(Family):
 
     def hf_read(self, kind: str, vc: dict[str, Any], src: dict[str, torch.Tensor], common: dict[str, Any],
                 choices: Choices, wpath: Path) -> HFRead:
-        if f"{find_base(src, ('vision_model.', ''))}head.probe" not in src:
+        if f"{find_base(src, (*self.hf_bases, ''))}head.probe" not in src:
             raise ValueError(f"{wpath}: a SigLIP vision tower without its attention-pooling head (vision_use_head = "
                              "false) has no pooled output vitkit can reproduce")
-        base, depth, ignore = tower_read(src, ("text_model.", "logit_scale", "logit_bias"))
+        base, depth, ignore = tower_read(src, self.hf_bases, ("text_model.", "logit_scale", "logit_bias"))
         width = common["width"]
         w, b = src.pop(f"{base}head.attention.in_proj_weight"), src.pop(f"{base}head.attention.in_proj_bias")
         src.update({f"{base}head.q.weight": w[:width], f"{base}head.kv.weight": w[width:],
@@ -70,7 +86,7 @@ class SigLIP(Family):
         return "SiglipVisionModel"
 
     def hf_write_base(self, kind: str, cfg: ViTConfig) -> str:
-        return "vision_model."
+        return self.hf_bases[0]
 
     def hf_config(self, kind: str, model: VisionTransformer) -> dict[str, Any]:
         return {"intermediate_size": model.config.mlp_dim, "attention_dropout": 0.0, "vision_use_head": True}
