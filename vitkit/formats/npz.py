@@ -37,6 +37,7 @@ from vitkit.formats.common import (
 )
 from vitkit.formats.families import variant_parts
 from vitkit.formats.writable import MERGED_KEY, check_consumed, table_keys, writable
+from vitkit.models.posemb import square_side
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
@@ -302,7 +303,16 @@ def infer_config(
         n = pos.shape[1]
         # big_vision adds E_pos to the patches, then prepends the class token: a square count beside a class token
         patches_only = token and posemb_key == "pos_embedding" and math.isqrt(n) ** 2 == n
-        grid = square_grid(n - int(token and not patches_only), path, posemb_key)
+        stored = _sidecar_img_size(path)
+        if square_side(n - int(token and not patches_only)) is None and stored is not None:
+            # a non-square grid: the file cannot say its shape, vitkit's sidecar does (the size it was saved at)
+            grid = (stored[0] // stride, stored[1] // stride)
+            patches_only = token and posemb_key == "pos_embedding" and n == grid[0] * grid[1]
+            if n - int(token and not patches_only) != grid[0] * grid[1]:
+                raise ValueError(f"{path}: {posemb_key!r} holds {n} positions; its sidecar's {stored[0]}x{stored[1]} px "
+                                 f"is a {grid[0]}x{grid[1]} grid")
+        else:
+            grid = square_grid(n - int(token and not patches_only), path, posemb_key)
         img_size = (grid[0] * stride, grid[1] * stride)
     rep = a["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in a else None
     cfg = ViTConfig(
@@ -408,6 +418,20 @@ SIDECAR_FORMAT = "vitkit-npz-sidecar"
 
 def sidecar_path(file: Path) -> Path:
     return file.with_name(file.stem + ".vitkit.json")
+
+
+def _sidecar_img_size(file: Path) -> tuple[int, int] | None:
+    """The image size vitkit's sidecar records for `file` (None without one, or without a readable size); the
+    sidecar itself is checked in full by `read_sidecar`."""
+    side = sidecar_path(file)
+    if not side.is_file():
+        return None
+    doc = read_json(side, "preprocessing sidecar")
+    size = doc.get("preprocess", {}).get("img_size") if isinstance(doc, dict) and isinstance(doc.get("preprocess"),
+                                                                                             dict) else None
+    if isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size):
+        return size[0], size[1]
+    return None
 
 
 def read_sidecar(file: Path, cfg: ViTConfig, choices: Choices) -> PreprocessConfig:

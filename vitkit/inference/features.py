@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from vitkit.data.base import FileDataset
+from vitkit.formats.families import pooled_feature
 from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.inference.predict import expand_inputs
 from vitkit.inference.runtime import build_predictor
@@ -39,24 +40,14 @@ from vitkit.utils.files import OutputFile, claim_output
 # "cls_mean", "pre_logits", "logits", "patch" (N x P x D).
 FEATURES = ("pooled", "cls", "mean", "cls_mean", "pre_logits", "logits", "patch")
 EMBED_SUFFIXES = (".npz", ".parquet", ".jsonl")
-CLIP_KINDS = ("clip_vision_model", "clip")
 
 
 def default_feature(model: nn.Module) -> tuple[str, str]:
-    """The family's pooled output, and a note where the file decides it: CLIP with its projection gives the
-    projected image embedding (its head here), every other model the head's input (HF's pooler_output; a
-    classifier's pre-logits). DeiT: transformers' DeiTModel's pooler_output where the folder carries the pooler's
-    weights, else (a transformers file) the class token; timm's `forward_head(pre_logits=True)` for timm's files."""
-    cfg = model.config
-    if getattr(cfg, "name", "") in CLIP_KINDS and cfg.num_classes > 0:
-        return "logits", ""
-    if getattr(cfg, "distill_token", False):
-        if cfg.representation_size:
-            return "pre_logits", "DeiT: transformers' DeiTModel pooler_output (dense + tanh on the class token)"
-        if getattr(cfg, "name", "") == "deit":
-            return "cls", ("DeiT: the file has no DeiTModel pooler weights, so the pooled feature is the class token "
-                           "after the final LayerNorm")
-    return "pre_logits", _distilled_note(cfg)
+    """The family's pooled output, and a note where the file decides it (`Family.pooled_feature`, each family's rule
+    in its own file: CLIP with its projection gives the projected image embedding, DeiT its pooler or class token);
+    every other model the head's input (HF's pooler_output; a classifier's pre-logits)."""
+    found = pooled_feature(model.config)
+    return found if found is not None else ("pre_logits", _distilled_note(model.config))
 
 
 def _distilled_note(cfg: Any) -> str:
