@@ -375,13 +375,18 @@ def check_eager(c: Case) -> None:
 
 
 def check_features_head(c: Case) -> None:
-    """timm's split: forward(x) == forward_head(forward_features(x)); pre_logits=True is the head's input."""
+    """timm's split: forward(x) == forward_head(forward_features(x)); pre_logits=True is the head's input (a
+    distilled DeiT: the mean of its two tokens, and the two heads' mean as timm's VisionTransformerDistilled)."""
     m = c.model
-    with torch.no_grad():
-        tokens = m.forward_features(c.x)
-        assert_close(m.forward_head(tokens), c.ref.logits, what="forward_head(forward_features(x))")
-        assert_close(m.forward_head(tokens, pre_logits=True), pre_logits(m, c.ref),
-                     what="forward_head(forward_features(x), pre_logits=True)")
+    try:
+        with torch.no_grad():
+            tokens = m.forward_features(c.x)
+            logits, head_input = m.forward_head(tokens), m.forward_head(tokens, pre_logits=True)
+    except ValueError as e:  # under merging: refused naming it, or right
+        assert is_merged(m) and "merg" in str(e), e
+        return
+    assert_close(logits, c.ref.logits, what="forward_head(forward_features(x))")
+    assert_close(head_input, pre_logits(m, c.ref), what="forward_head(forward_features(x), pre_logits=True)")
 
 
 def check_intermediates(c: Case) -> None:
@@ -572,17 +577,22 @@ def check_attention(c: Case) -> None:
 
 
 def check_inspect_attention(c: Case) -> None:
-    """`inspect`'s collect_attention: refused naming merging under merging (the maps shrink), else right."""
+    """`inspect`'s collect_attention: the mean attention distance of each layer and head and the class
+    probabilities; under merging (the maps shrink block by block) refused naming merging, or computed."""
     m = c.model
     imgs = [InspectImage(str(i), px) for i, px in enumerate(c.pixels)]
-    if is_merged(m):
-        assert_refuses(lambda: collect_attention(m, imgs, progress=False), "merg")
+    try:
+        stats = collect_attention(m, imgs, progress=False)
+    except ValueError as e:
+        assert is_merged(m) and "merg" in str(e), f"collect_attention refused: {e}"
         return
-    stats = collect_attention(m, imgs, progress=False)
+    assert_close(stats.probs, c.ref.logits.softmax(-1), what="inspect's probabilities")
+    if is_merged(m):
+        assert stats.distance.shape == (len(imgs), m.config.depth, m.config.num_heads)
+        return
     s, p = m.config.total_stride, m.config.num_prefix_tokens
     want = torch.stack([mean_attention_distance(a, m.config.grid_size, s, p) for a in c.ref.attention], 1)
     assert_close(stats.distance, want, what="mean attention distance")
-    assert_close(stats.probs, c.ref.logits.softmax(-1), what="inspect's probabilities")
 
 
 # What each format cannot hold, refused by its saver naming the option (measured; issue 49 item 4 adds LoRA).
@@ -716,7 +726,8 @@ PATHS: dict[str, PathSpec] = {
     "export_onnx_int8": PathSpec(exported("onnx", int8=True), on("lora")),
 }
 
-# The six rows of issue 49's table, each a named case: today's main fails every one of them.
+# The six rows of issue 49's table, each a named case. On the main of 2026-11-27 (73e3cd0) every cell here fails
+# except row6's embed_pre_logits, which already is timm's definition (the one the other three consumers miss).
 ROWS: dict[str, list[tuple[str, str]]] = {
     "row1_lora_predictor_embed_adapters": [("lora", "predictor_torch_fp32"), ("lora", "embed_pooled"),
                                            ("lora", "embed_mean"), ("lora", "adapters_vitkit"),
