@@ -733,7 +733,8 @@ PATHS: dict[str, PathSpec] = {
 }
 
 # The six rows of issue 49's table, each a named case. On the main of 2026-11-27 (73e3cd0) every cell here fails
-# except row6's embed_pre_logits, which already is timm's definition (the one the other three consumers miss).
+# but two: row6's embed_pre_logits, already timm's definition (the one the other three consumers miss), and row1's
+# LoRA + merging predictor (merged blocks run the Block itself, so the fused path's blindness to LoRA is bypassed).
 ROWS: dict[str, list[tuple[str, str]]] = {
     "row1_lora_predictor_embed_adapters": [("lora", "predictor_torch_fp32"), ("lora", "embed_pooled"),
                                            ("lora", "embed_mean"), ("lora", "adapters_vitkit"),
