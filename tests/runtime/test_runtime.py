@@ -184,7 +184,7 @@ def test_auto_falls_back_to_torch_when_a_runtime_refuses_the_model(tmp_path: Pat
     monkeypatch.setattr(vitkit.inference.backends, "export_onnx", refuse)
     monkeypatch.setattr(vitkit.inference.runtime, "runtime_available", lambda name: True)
     base = ["predict", str(tmp_path / "imgs"), "--model", str(tmp_path / "m"), "--no-progress",
-            "--output", str(tmp_path / "p.csv")]
+            "--output", str(tmp_path / "p.csv"), "--overwrite"]  # each call replaces the last table
     assert main([*base, "--precision", "fp32"]) == 0
     err = capsys.readouterr().err
     assert "could not run this model (Exporting the operator 'aten::made_up'" in err
