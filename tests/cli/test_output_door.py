@@ -147,3 +147,29 @@ def test_inspect_images_takes_a_folder(ckpt: Path, tmp_path: Path) -> None:
     model = vitkit.load_pretrained(ckpt / "m")
     got = load_images([str(ckpt / "imgs")], model.preprocess, warn=pytest.fail)
     assert [i.name for i in got] == ["0.png", "1.png", "2.png"]
+
+
+def test_a_run_folder_and_an_adapter_folder_say_what_to_load(ckpt: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ckpt / "m", run / "model")
+    with pytest.raises(ValueError, match=f"{run}: a run folder, not a checkpoint: its model is {run / 'model'}"):
+        vitkit.load_pretrained(run)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with pytest.raises(ValueError, match="a LoRA adapter folder, not a checkpoint: .*load_adapters"):
+        vitkit.load_pretrained(adapter)
+
+
+def test_a_backbone_gets_a_head_added_not_a_0_way_head_replaced(tmp_path: Path) -> None:
+    from vitkit.train.config import load_config
+    from vitkit.train.run import build_model
+
+    save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32, num_classes=0), tmp_path / "b")
+    ft = load_config("digits_finetune", [f"model.pretrained='{tmp_path / 'b'}'"])
+    notes: list[str] = []
+    build_model(ft.model, [str(i) for i in range(10)], 1, ft.data, notes)
+    assert "added: a new zero-initialised 10-way head (the checkpoint has none: a backbone)" in notes
+    assert not any("the 0-way head" in n for n in notes), notes

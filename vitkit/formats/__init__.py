@@ -68,6 +68,11 @@ def detect_format(path: str | Path) -> str:
     if isinstance(doc, dict) and isinstance(doc.get("model_type"), str):  # a transformers folder of another model
         raise ValueError(f"{p}: a transformers {doc['model_type']!r} model, which vitkit does not build; it reads the "
                          f"ViT families {', '.join(HF_MODEL_TYPES)} (README \"Checkpoints\")")
+    if p.is_dir() and (p / "model").is_dir() and any(detect(p / "model") for _, detect, _ in LOADERS):
+        raise ValueError(f"{p}: a run folder, not a checkpoint: its model is {p / 'model'} (use OUT/model)")
+    if p.is_dir() and (p / "adapter_config.json").is_file():
+        raise ValueError(f"{p}: a LoRA adapter folder, not a checkpoint: put the adapters back on their base with "
+                         f"vitkit.formats.adapters.load_adapters({str(p)!r}), or use the run's merged OUT/model")
     raise ValueError(f"{p}: not a checkpoint format vitkit can read (known: {[n for n, _, _ in LOADERS]})")
 
 

@@ -102,7 +102,9 @@ def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataCo
             if vit and grid != model.config.grid_size:
                 (gh, gw), (nh, nw) = grid, model.config.grid_size
                 notes.append(f"resampled: E_pos {gh}x{gw} -> {nh}x{nw} (paper §3.2)")
-            notes.append(f"replaced: the {classes_before}-way head by a new zero-initialised {k}-way head")
+            notes.append(f"replaced: the {classes_before}-way head by a new zero-initialised {k}-way head"
+                         if classes_before else f"added: a new zero-initialised {k}-way head (the checkpoint has "
+                         "none: a backbone)")
         mean, std = model.preprocess.mean, model.preprocess.std  # the checkpoint's own normalisation
         geometry = _checkpoint_geometry(model, dcfg, notes)
     else:
