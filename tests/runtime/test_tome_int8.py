@@ -71,6 +71,8 @@ def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, sa
     assert agree >= 0.98 and drop <= 0.02, (agree, drop)
     with pytest.raises(ValueError, match="at least 8 calibration images"):
         quantize_static_int8(tmp_path / "m.onnx", tmp_path / "x.onnx", calib[:3])
+    with pytest.warns(UserWarning, match="static int8 calibrated on 10 images: .* a few hundred"):
+        quantize_static_int8(tmp_path / "m.onnx", tmp_path / "x.onnx", calib[:10])  # taken, but said
 
 
 def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:

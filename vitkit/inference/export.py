@@ -297,6 +297,8 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
 
 #: the fewest calibration images `quantize_static_int8` takes: activation ranges from fewer are a guess
 MIN_CALIBRATION = 8
+#: fewer calibration images than this are taken with a warning
+FEW_CALIBRATION = 64
 
 
 #: calibration images whose activations onnxruntime's calibrator holds at once: it keeps every calibrated tensor of
@@ -346,6 +348,10 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     if calibration.ndim != 4 or len(calibration) < MIN_CALIBRATION:
         raise ValueError(f"static int8 needs at least {MIN_CALIBRATION} calibration images (N, C, H, W), got "
                          f"{tuple(calibration.shape)}: give a few hundred of your own images with --calibrate")
+    if len(calibration) < FEW_CALIBRATION:
+        warnings.warn(f"static int8 calibrated on {len(calibration)} images: activation ranges from so few are a thin "
+                      f"sample; give a few hundred of your own images (--calibrate reads up to 512)", UserWarning,
+                      stacklevel=2)
     dst = Path(dst)
     pre = dst.with_name(dst.stem + ".pre.onnx")
     root = logging.getLogger()
