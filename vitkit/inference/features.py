@@ -187,11 +187,11 @@ def embed(model: nn.Module | str | Path, images: list[str] | str | Path, feature
         from vitkit.formats import load_pretrained  # noqa: PLC0415 - formats sits below; loaded only for a path
 
         model = load_pretrained(model)
-    items = [images] if isinstance(images, (str, Path)) else list(images) if isinstance(images, (list, tuple)) else None
-    bad = [i for i in items or [images] if not isinstance(i, (str, Path))]
-    if items is None or bad:
+    items = list(images) if isinstance(images, (list, tuple)) else [images]
+    bad = next((i for i in items if not isinstance(i, (str, Path))), None)
+    if bad is not None:
         raise TypeError(f"vitkit.embed takes image file paths, folders or list files (str or Path), got "
-                        f"{type(bad[0]).__module__}.{type(bad[0]).__name__}: save in-memory images to files first")
+                        f"{type(bad).__module__}.{type(bad).__name__}: save in-memory images to files first")
     paths = expand_inputs([str(i) for i in items])
     fnet = FeatureNet(model, feature, normalize)  # the predictor runs a snapshot in eval mode
     if fnet.note and log is not None:

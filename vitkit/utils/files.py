@@ -105,6 +105,13 @@ def _lock_file(path: Path, subject: str) -> int:
     return fd
 
 
+def _unlock(fd: int | None) -> None:
+    """Release and close a lock taken by `_lock_file` (nothing for None); returns None for the holder's field."""
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 class FolderLock:
     """An exclusive advisory lock (flock) on `folder/.vitkit.lock`, held until `release()` or process exit.
 
@@ -118,10 +125,7 @@ class FolderLock:
         self._fd: int | None = _lock_file(self.path, f"{what} {self.folder}")
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._fd = _unlock(self._fd)
 
     def __enter__(self) -> FolderLock:
         return self
@@ -174,10 +178,8 @@ class OutputFile:
     def release(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.lock)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+                os.unlink(self.lock)  # while still held: a newcomer's open of the old inode is retried
+        self._fd = _unlock(self._fd)
 
     def __enter__(self) -> OutputFile:
         return self
