@@ -9,7 +9,7 @@ TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,5 +37,9 @@ test: $(VENV)/.test
 bench: $(VENV)/.test
 	$(BIN)/vitkit bench
 
+# the docs site into site/, strict (a broken link or reference fails); the test extra includes the docs extra
+docs: $(VENV)/.test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs site .pytest_cache

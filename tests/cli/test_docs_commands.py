@@ -146,9 +146,10 @@ def _complete(argv: list[str]) -> bool:
     return True
 
 
-RUNNABLE = sorted({(w, c) for w, c, whole in COMMANDS if (a := _argv(c)) and a and RUN.get(a[0]) is not None
-                   and not PLACEHOLDER.search(c) and c.startswith("vitkit") and "/data/" not in c
-                   and "/shared/" not in c and (whole or _complete(a))})
+# each command once, under the first page that shows it (README and a docs page may show the same line)
+RUNNABLE = sorted({c: (w, c) for w, c, whole in reversed(COMMANDS) if (a := _argv(c)) and a
+                   and RUN.get(a[0]) is not None and not PLACEHOLDER.search(c) and c.startswith("vitkit")
+                   and "/data/" not in c and "/shared/" not in c and (whole or _complete(a))}.values())
 
 
 @pytest.mark.parametrize("where,command", RUNNABLE, ids=[f"{w}:{c[:60]}" for w, c in RUNNABLE])

@@ -4,7 +4,10 @@ recipe, with errors that name the option and the value; convert's old `H W` stil
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -124,3 +127,33 @@ def test_bench_names_its_rows_of_merge_rates_apart_from_merge(capsys) -> None:  
     with pytest.raises(SystemExit) as e:
         main(["bench", "--merge-rows", "0"])
     assert e.value.code == 2 and "argument --merge-rows: expected R1,R2,... (one row per rate" in capsys.readouterr().err
+
+
+def _load_hook(name: str) -> ModuleType:
+    """A build hook of the docs site (docs/_hooks/NAME.py), imported by its path (docs/ is not a package)."""
+    path = Path(__file__).resolve().parents[2] / "docs" / "_hooks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"docs_hooks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cli_reference = _load_hook("cli_reference")  # the one walk over the parser (the docs' CLI reference uses it too)
+# what a help text must not carry: a date or a time of day, a measured speed, size, time, ratio or share (those live
+# in BENCHMARKS.md and the docs pages, which the help points to); paper citations (a year) and sizes a user types
+# (384x512, 1,000 images) are not measurements
+MEASURED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* 20\d\d"
+                      r"|\d\s*(?:img/s|images?/s|it/s|ms|s/step|[GMKT]i?B|GFLOP/s|TFLOP/s)\b|\d(?:\.\d+)?\s*%"
+                      r"|\d(?:\.\d+)?\s*[×x](?![\d])|\b(?:about|under|several|~)\s*(?:an?|\d+|a few)?\s*(?:hours?|minutes?)\b"
+                      r"|\b(?:faster|slower) than\b", re.I)
+
+
+def test_help_texts_carry_no_measured_figures_or_dates() -> None:
+    """Every description, summary and option help of every (sub)command says what it does, never a measured figure
+    or a date: figures change with machines and releases (two commits had to correct them); the docs hold them."""
+    texts = list(cli_reference.help_texts(build_parser()))
+    assert len(texts) > 200 and any(w == "--grad-checkpoint" for _, w, _ in texts)  # the walk reaches every option
+    found = [f"{prog} {what}: {m.group(0)!r} in {text!r}" for prog, what, text in texts if (m := MEASURED.search(text))]
+    assert not found, "\n".join(found)
+    assert MEASURED.search("about 1.1-1.4x slower (2026-11-26)") and MEASURED.search("peak 5.42 GiB")
+    assert not MEASURED.search("--img-size 384x512 (Dosovitskiy et al. 2021), 1,000 images")

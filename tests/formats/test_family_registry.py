@@ -1,4 +1,4 @@
-"""The checkpoint-family registry (vitkit/formats/families/): README's family table is rendered from it, every
+"""The checkpoint-family registry (vitkit/formats/families/): docs/checkpoints.md's family table is rendered from it, every
 family file is registered, and the option that marks each family picks that family's class when writing."""
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ FOLDER = ROOT / "vitkit" / "formats" / "families"
 
 
 def _readme_table(header: str) -> list[str]:
-    """The lines of README's table whose first line is `header`."""
-    lines = (ROOT / "README.md").read_text().splitlines()
-    assert header in lines, f"README has no table headed {header!r}"
+    """The lines of docs/checkpoints.md's table whose first line is `header`."""
+    lines = (ROOT / "docs" / "checkpoints.md").read_text().splitlines()
+    assert header in lines, f"docs/checkpoints.md has no table headed {header!r}"
     start = lines.index(header)
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return lines[start:end]
@@ -35,7 +35,7 @@ def _readme_table(header: str) -> list[str]:
 
 def test_readme_family_table_is_the_registry() -> None:
     want = readme_table().splitlines()
-    assert _readme_table(want[0]) == want, "README's family table differs from the registry: paste readme_table()"
+    assert _readme_table(want[0]) == want, "docs/checkpoints.md's family table differs from the registry: paste readme_table()"
 
 
 def test_every_family_file_is_registered_once() -> None:

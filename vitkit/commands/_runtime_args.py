@@ -20,7 +20,7 @@ def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | Non
                    help=precision_help(PRECISION_CHOICES, default_precision or INFERENCE_PRECISION))
     p.add_argument("--runtime", default=default_runtime, choices=RUNTIMES,
                    help="torch, onnxruntime or openvino; auto: the fastest installed CPU runtime for the precision "
-                   "(BENCHMARKS.md), torch for small jobs and on a GPU (default: "
+                   "(docs/serving.md), torch for small jobs and on a GPU (default: "
                    f"{default_runtime or 'torch; onnxruntime for int8'})")
     p.add_argument("--compile", action="store_true",
                    help="torch runtime: torch.compile with inductor, weights frozen (seconds to compile)")

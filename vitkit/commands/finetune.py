@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated parts trained beside the adapters: head, norm, bias (default: head)")
     p.add_argument("--grad-checkpoint", action="store_true",
                    help="gradient checkpointing: recompute each block's activations in the backward pass, and fix glibc's "
-                   "mmap threshold so that freed activations leave the process (less memory; about one more forward "
-                   "pass of time, and ~1.1-1.4x for the allocator on ViT-B/16: BENCHMARKS.md)")
+                   "mmap threshold so that freed activations leave the process (less memory, more time "
+                   "per step; what it saves and costs: docs/finetuning.md)")
     p.add_argument("--precision", choices=("auto", *TRAIN_PRECISIONS), default=None,
                    help=precision_help(("auto", *TRAIN_PRECISIONS), "the recipe's train.precision"))
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")

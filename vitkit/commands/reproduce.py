@@ -3,7 +3,7 @@ downloaded), transfer to real images no run trains on (scikit-learn's digits, sc
 ResNet (BiT) vs hybrid.
 
 Experiments: fig4 (pre-training data size, Fig. 3-4), size (model size x data, Fig. 3), fig5 (pre-training
-compute, hybrids included, Fig. 5), fig7 (what the ViT learns, Fig. 7), hires (fine-tuning at 2x the resolution,
+compute, hybrids included, Fig. 5), fig7 (what the ViT learns, Fig. 7), hires (fine-tuning at twice the resolution,
 §3.2), posemb (position-embedding variants, appendix D.4), mpp (masked patch prediction, §4.6), pooling (class
 token vs global average pooling, appendix D.3), optim (Adam vs SGD for the ResNet, appendix D.1), crossover (where
 the ViT overtakes the ResNet as data and compute grow, at matched steps and matched FLOPs). Each writes
@@ -26,7 +26,7 @@ HELP = f"re-run the paper's experiments at laptop scale ({' '.join(NAMES)}, or -
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT", help=f"one or more of {', '.join(NAMES)}")
     p.add_argument("--all", action="store_true", help="run every experiment (laptop scale, 3 seeds at every point a "
-                   "verdict reads: under an hour on 2 quiet CPU cores; see REPRODUCTION.md for the measured time)")
+                   "verdict reads; run times: REPRODUCTION.md)")
     p.add_argument("--out", default="runs/reproduce", help="output folder; an interrupted run resumes from it "
                    "(default: runs/reproduce, runs/reproduce-smoke with --smoke)")
     p.add_argument("--smoke", action="store_true", help="a small version that checks the plumbing, not the "
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="laptop (default: 20,000 images, 500 steps; the crossover on up to 40,000 images at 300, "
                    "600 and 1,200 steps; 3 seeds everywhere, every learning rate a verdict needs tuned on a bracketed "
                    "grid) or long (100,000 images, 1,000 steps, ViT-L at full width; the crossover on a 10^6-image "
-                   "stream at 1,000 to 12,000 steps; several hours on 2 cores)")
+                   "stream at 1,000 to 12,000 steps; run times: REPRODUCTION.md)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (every run; a folder holds runs of one kind)")
     p.add_argument("--jobs", type=int, default=1, help="training runs at once, in worker processes: the rate "
                    "sweeps' rounds, the planned pre-training runs and fine-tunes, and the crossover's (small models "

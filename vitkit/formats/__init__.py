@@ -2,7 +2,7 @@
 
 Each container format lives in its own file: native.py (vitkit's folder format), hf.py (Hugging Face
 folders), timm.py (timm state dicts), npz.py (the original vit_jax / big_vision files), bit.py (the
-BiT baseline's released .npz). README "Checkpoints" says what each reads and what it assumes.
+BiT baseline's released .npz). docs/checkpoints.md says what each reads and what it assumes.
 Loaders register in `LOADERS` as (name, detector, loader), tried in order; savers in `SAVERS`.
 The checkpoint families beyond the plain ViT (DeiT, DINOv2, CLIP, SigLIP, ...) are one file each in
 families/, whose `__init__.py` is their registry: a new family is added there, not here.
@@ -67,7 +67,7 @@ def detect_format(path: str | Path) -> str:
                                 "model.safetensors, pytorch_model.bin or a sharded save's index): only its config")
     if isinstance(doc, dict) and isinstance(doc.get("model_type"), str):  # a transformers folder of another model
         raise ValueError(f"{p}: a transformers {doc['model_type']!r} model, which vitkit does not build; it reads the "
-                         f"ViT families {', '.join(HF_MODEL_TYPES)} (README \"Checkpoints\")")
+                         f"ViT families {', '.join(HF_MODEL_TYPES)} (docs/checkpoints.md)")
     if p.is_dir() and (p / "model").is_dir() and any(detect(p / "model") for _, detect, _ in LOADERS):
         raise ValueError(f"{p}: a run folder, not a checkpoint: its model is {p / 'model'} (use OUT/model)")
     if p.is_dir() and (p / "adapter_config.json").is_file():
@@ -100,7 +100,7 @@ def load_pretrained(
     was pooled; a big_vision `.npz` with fixed sin-cos position embeddings stores neither them nor its image size:
     `posemb="sincos2d_big_vision", img_size=...`); a value the file does record must agree with it. What
     neither the file nor these give takes the format's documented default, logged and kept in
-    `model.config.extra["assumed"]`, or is refused with a message naming it (README "Checkpoints").
+    `model.config.extra["assumed"]`, or is refused with a message naming it (docs/checkpoints.md).
     """
     p = resolve_checkpoint(path, revision, allow_pickle)
     fmt = detect_format(p)

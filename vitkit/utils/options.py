@@ -142,7 +142,7 @@ def precision_list_arg(text: str) -> list[str]:
 MERGE_METAVAR = "R|R1,R2,..."
 MERGE_HELP = ("token merging (ToMe): merge R patch tokens in every block (or R_i in block i), by bipartite matching of "
               "the attention keys, with proportional attention; fewer tokens, faster, at a small accuracy cost "
-              "(README 'Token merging and calibrated int8'); 0: off (default)")
+              "(docs/serving.md); 0: off (default)")
 
 
 def merge_arg(text: str) -> int | list[int]:

@@ -46,7 +46,7 @@ def pooled_feature(cfg: Any) -> tuple[str, str] | None:
 
 
 def readme_table() -> str:
-    """README's family table (section "Checkpoints"), rendered from the registry."""
+    """The family table of docs/checkpoints.md, rendered from the registry."""
     rows = ["| family | its file | marked by (`ViTConfig`) | timm names | transformers model_type | own layout |",
             "|---|---|---|---|---|---|"]
     for f in FAMILIES:
