@@ -100,12 +100,12 @@ PRECISION_MEANING = {
     "auto": "bf16 where the hardware multiplies bf16 natively (a CPU with AVX512_BF16 / AMX, a GPU that supports "
             "it), else fp32",
 }
-#: what a faster precision costs against fp32, said when `auto` picks it (BENCHMARKS.md, "bf16 accuracy")
+#: what a faster precision costs against fp32, said when `auto` picks it (the measured figures: docs/serving.md)
 PRECISION_COST = {
-    "bf16": "answers are no longer fp32's: on the demo model logits moved by up to 0.11 (mean 0.004), top-1 kept; "
-            "--precision fp32 gives the checkpoint's own answer",
-    "bf16-autocast": "answers are no longer fp32's: on the demo model logits moved by up to 0.06 (mean 0.003), top-1 "
-                     "kept; --precision fp32 gives the checkpoint's own answer",
+    "bf16": "answers are no longer fp32's: bf16 weights move the logits slightly and can change a close top-1 "
+            "(docs/serving.md); --precision fp32 gives the checkpoint's own answer",
+    "bf16-autocast": "answers are no longer fp32's: bf16 matmuls move the logits slightly and can change a close "
+                     "top-1 (docs/serving.md); --precision fp32 gives the checkpoint's own answer",
 }
 #: the default of every command that answers with a model (predict, eval, embed): the reference answer
 INFERENCE_PRECISION = "fp32"

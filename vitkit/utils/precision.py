@@ -11,8 +11,8 @@
 | `int8`          | int8    | int8 (dynamic quantisation)| inference on onnxruntime                             |
 
 `auto` resolves to bf16 only where the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with
-AVX512_BF16 or AMX, read from its flags), else fp32, and says what it costs (`options.PRECISION_COST`): elsewhere oneDNN emulates bf16 and it runs about 2x slower
-than fp32 (BENCHMARKS.md). int8 is never picked for you (it changes the numbers). `resolve` returns the choice
+AVX512_BF16 or AMX, read from its flags), else fp32, and says what it costs (`options.PRECISION_COST`): elsewhere oneDNN emulates bf16 and it runs slower
+than fp32 (docs/serving.md). int8 is never picked for you (it changes the numbers). `resolve` returns the choice
 with its reason, for the caller to print.
 """
 
