@@ -155,5 +155,8 @@ def test_help_texts_carry_no_measured_figures_or_dates() -> None:
     assert len(texts) > 200 and any(w == "--grad-checkpoint" for _, w, _ in texts)  # the walk reaches every option
     found = [f"{prog} {what}: {m.group(0)!r} in {text!r}" for prog, what, text in texts if (m := MEASURED.search(text))]
     assert not found, "\n".join(found)
+    root = Path(__file__).resolve().parents[2]
+    pages = {page for _, _, text in texts for page in re.findall(r"docs/[\w/-]+\.md", text)}
+    assert pages and all((root / page).is_file() for page in pages), pages  # where a help text sends the reader
     assert MEASURED.search("about 1.1-1.4x slower (2026-11-26)") and MEASURED.search("peak 5.42 GiB")
     assert not MEASURED.search("--img-size 384x512 (Dosovitskiy et al. 2021), 1,000 images")
