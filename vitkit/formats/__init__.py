@@ -119,7 +119,7 @@ def load_pretrained(
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
     if p != Path(path) and isinstance(getattr(model.config, "extra", None), dict):  # from the hub: its repo, commit
-        model.config.extra.setdefault("pretrained", {"hf_hub_id": str(path), "revision": p.name})
+        model.config.extra["pretrained"] = {"hf_hub_id": str(path), "revision": p.name}  # (not a saved record's)
     return adapt(model, num_classes, img_size).eval()
 
 
