@@ -14,7 +14,7 @@ HELP = "upload a checkpoint folder to a Hugging Face hub repo (with a model card
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", help="checkpoint folder to upload (vitkit, hf or timm format)")
     parser.add_argument("repo_id", help="hub repo to upload to, written org/name (created when missing)")
-    parser.add_argument("--revision", "--branch", dest="revision", default=None,
+    parser.add_argument("--revision", "--branch", dest="revision", default=None, metavar="BRANCH",
                         help="branch to commit to (default: main); created from main when missing")
     parser.add_argument("--private", action="store_true", help="create the repo private (a repo that exists keeps "
                         "its visibility)")
