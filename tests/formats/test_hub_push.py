@@ -53,6 +53,8 @@ def test_push_a_model_then_load_it_by_hub_id_from_a_fresh_cache(hub: FakeHub, tm
     torch.testing.assert_close(logits(back), logits(m), rtol=0, atol=0)
     assert back.config.extra["pretrained"] == {"hf_hub_id": "me/tiny", "revision": commit}
     assert (cache / "models--me--tiny" / "snapshots" / commit / "model.safetensors").is_file()
+    copied = back.push_to_hub("me/copy", format="timm")  # weights that came by hub id: the card names their repo
+    assert 'base_model: "me/tiny"' in hub.repos["me/copy"][copied]["README.md"].decode()
     # a second push (another model, hf format) is a new commit on main; the first stays loadable by its commit
     other = tiny(seed=1)
     second = vitkit.push_to_hub(other, "me/tiny", format="hf", commit_message="retrain")
@@ -129,6 +131,12 @@ def test_push_refuses_a_bad_repo_id_no_token_and_a_folder_that_is_not_a_save(
         with pytest.raises((ValueError, NotADirectoryError), match=why):
             vitkit.push_to_hub(path, "me/tiny")
     assert hub.commits == []
+    dead = FakeHub()  # bound, then closed: its port refuses connections
+    dead.server.server_close()
+    monkeypatch.setattr(constants, "ENDPOINT", dead.url)
+    with pytest.raises(ConnectionError, match=rf"^me/tiny \(branch main\): {dead.url} could not be reached \(.*"
+                                              r"nothing was committed$"):
+        vitkit.push_to_hub(folder, "me/tiny")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ConnectionError, match=r"^me/tiny \(branch main\): HF_HUB_OFFLINE=1 forbids uploading"):
         vitkit.push_to_hub(folder, "me/tiny")
