@@ -16,17 +16,24 @@ from vitkit.utils.hardware import fused_adam_ok
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _steps(model: torch.nn.Module, opt: torch.optim.Optimizer, n: int = 3) -> dict[str, torch.Tensor]:
-    """`n` AdamW steps of `model` on the same random batches (seeded); the weights after them."""
-    dev = next(model.parameters()).device
+def _steps(pairs: list[tuple[torch.nn.Module, torch.optim.Optimizer]], n: int = 3) -> list[dict[str, torch.Tensor]]:
+    """`n` steps of each (model, optimizer) pair, every pair given the first model's gradient on the same seeded
+    batches (so that the optimisers alone differ: a gradient that is zero but for rounding, as the key bias's,
+    would otherwise decide the sign of a whole Adam step); the weights after them."""
+    first = pairs[0][0]
+    dev = next(first.parameters()).device
     g = torch.Generator().manual_seed(0)
     for _ in range(n):
         x = torch.randn(8, 1, 16, 16, generator=g).to(dev)
         y = torch.randint(0, 10, (8,), generator=g).to(dev)
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        first.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(first(x), y).backward()
+        grads = [p.grad.clone() for p in first.parameters()]
+        for model, opt in pairs:
+            for p, grad in zip(model.parameters(), grads):
+                p.grad = grad.clone()
+            opt.step()
+    return [{k: v.detach().cpu() for k, v in model.state_dict().items()} for model, _ in pairs]
 
 
 def _model() -> torch.nn.Module:
@@ -43,7 +50,7 @@ def test_adamw_on_the_cpu_is_torchs_default_update() -> None:
     opt = build_optimizer(param_groups(a, 0.05), "adamw", 1e-3, 0.05)
     assert not opt.defaults.get("fused") and not fused_adam_ok(a.parameters())
     ref = torch.optim.AdamW(param_groups(b, 0.05), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
-    got, want = _steps(a, opt), _steps(b, ref)
+    got, want = _steps([(a, opt), (b, ref)])
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert not build_optimizer(_model().parameters(), "adam", 1e-3).defaults.get("fused")
 
@@ -51,14 +58,14 @@ def test_adamw_on_the_cpu_is_torchs_default_update() -> None:
 @cuda
 @pytest.mark.cuda
 def test_adamw_on_cuda_is_fused_and_updates_as_the_default() -> None:
-    """All parameters on the GPU: the fused kernel, whose three steps land within float32 rounding of torch's default
-    (for-each) AdamW on the same GPU; one parameter left on the CPU, or an FSDP-like mix: not fused."""
+    """All parameters on the GPU: the fused kernel, whose three steps on the same gradients land within float32
+    rounding of torch's default (for-each) AdamW on the same GPU; one parameter left on the CPU: not fused."""
     a = _model().cuda()
     b = copy.deepcopy(a)
     opt = build_optimizer(param_groups(a, 0.05), "adamw", 1e-3, 0.05)
     assert opt.defaults["fused"] is True
     ref = torch.optim.AdamW(param_groups(b, 0.05), lr=1e-3, weight_decay=0.05, foreach=True)
-    got, want = _steps(a, opt), _steps(b, ref)
+    got, want = _steps([(a, opt), (b, ref)])
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
     assert build_optimizer(a.parameters(), "adam", 1e-3).defaults["fused"] is True
