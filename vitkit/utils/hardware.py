@@ -6,11 +6,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import torch
-
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-#: the parameter dtypes torch's fused Adam(W) kernel updates (one CUDA kernel for all of a group's parameters)
-FUSED_ADAM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def cpu_flags() -> set[str]:
@@ -47,6 +43,9 @@ def set_threads(n: int | None, flag: str = "--threads") -> None:
 
 def fused_adam_ok(params: Iterable) -> bool:
     """Whether torch's fused Adam(W) can update `params` (tensors, or param groups {"params": [...]}): every one a
-    plain tensor (not an FSDP DTensor shard) on a CUDA device, of a dtype in `FUSED_ADAM_DTYPES`."""
+    plain tensor (not an FSDP DTensor shard) on a CUDA device, of a floating dtype the fused kernel updates."""
+    import torch  # as set_threads: this module is read before torch is needed
+
+    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
-    return bool(flat) and all(type(p.data) is torch.Tensor and p.is_cuda and p.dtype in FUSED_ADAM_DTYPES for p in flat)
+    return bool(flat) and all(type(p.data) is torch.Tensor and p.is_cuda and p.dtype in dtypes for p in flat)
