@@ -10,12 +10,20 @@ huggingface_hub does not follow for metadata, as it does not follow the hub's CD
 EntryNotFound); a private repo answers 401 without the right token; `drop` names files whose body is cut off mid-way
 (a dropped connection). Every request is recorded in `requests` (method, path).
 
+Uploads take the calls huggingface_hub's `create_repo` / `create_branch` / `create_commit` make (read in the venv's
+hf_api.py and _commit_api.py): `POST /api/repos/create` (409 with the repo's `url` when it exists), `POST
+/api/validate-yaml` (a README.md's metadata: its front matter must open and close with `---`), `POST
+/api/models/{repo}/branch/{branch}`, `POST /api/models/{repo}/preupload/{rev}` (every file "regular", so no LFS
+transfer follows) and `POST /api/models/{repo}/commit/{rev}` (NDJSON: a header, then each file base64), which makes a
+new commit on the branch. Writing needs a token in `writers` (else 401, as the hub answers a missing token).
+
 `hub_cache` writes a repo into a cache folder in huggingface_hub's own layout
 (`models--org--name/{refs,snapshots,blobs}`, snapshot files symlinked to their blobs), as a download leaves it.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -79,6 +87,8 @@ class FakeHub:
         self.refs: dict[str, dict[str, str]] = {}  # repo -> branch / tag -> commit
         self.private: dict[str, str] = {}  # repo -> the token that may read it
         self.drop: set[str] = set()  # file names whose body is cut off mid-way
+        self.writers: set[str] = {"hf_writer"}  # tokens that may create repos and commit
+        self.commits: list[dict[str, object]] = []  # each commit's header (summary, ...), repo, branch and files
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -122,6 +132,72 @@ class FakeHub:
 
             def do_GET(self) -> None:  # noqa: N802
                 self._serve(body=True)
+
+            def do_POST(self) -> None:  # noqa: N802
+                path = unquote(urlsplit(self.path).path)
+                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with hub._lock:
+                    hub.requests.append((self.command, path))
+                if path == "/api/validate-yaml":  # a README.md's metadata, checked before anything is uploaded
+                    text = json.loads(data)["content"]
+                    ok = not text.startswith("---") or "\n---\n" in text[3:]
+                    self._send(200 if ok else 400, {"Content-Type": "application/json"}, json.dumps(
+                        {"errors": [] if ok else [{"message": "unclosed metadata"}], "warnings": []}).encode())
+                    return
+                token = (self.headers.get("authorization") or "").removeprefix("Bearer ")
+                if token not in hub.writers:
+                    self._error(401, "Unauthorized")  # the hub's answer to a write without a (write) token
+                    return
+                if path == "/api/repos/create":
+                    doc = json.loads(data)
+                    repo_id = f"{doc['organization']}/{doc['name']}"
+                    url = f"{hub.url}/{repo_id}"
+                    if repo_id in hub.repos:
+                        self._send(409, {"Content-Type": "application/json"}, json.dumps(
+                            {"error": "You already created this model repo", "url": url}).encode())
+                        return
+                    hub.add(repo_id, {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"})
+                    if doc.get("visibility") == "private" or doc.get("private"):
+                        hub.private[repo_id] = token
+                    self._send(200, {"Content-Type": "application/json"}, json.dumps({"url": url}).encode())
+                    return
+                m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/(branch|preupload|commit)/(.+)", path)
+                if not m:
+                    self._error(404, "NotFound")
+                    return
+                repo_id, what, rev = m.groups()
+                found = self._repo(repo_id, "main" if what == "branch" else rev)
+                if not found:
+                    return
+                if what == "branch":
+                    if rev in hub.refs[repo_id]:
+                        self._error(409, "Conflict")
+                        return
+                    start = json.loads(data or b"{}").get("startingPoint") or "main"
+                    hub.refs[repo_id][rev] = hub.refs[repo_id].get(start, start)
+                    self._send(200, {"Content-Type": "application/json"}, b"{}")
+                elif what == "preupload":  # every file a regular git file: its bytes come in the commit itself
+                    files = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                             for f in json.loads(data)["files"]]
+                    self._send(200, {"Content-Type": "application/json"}, json.dumps({"files": files}).encode())
+                else:
+                    if rev not in hub.refs[repo_id]:  # a commit goes onto a branch
+                        self._error(404, "RevisionNotFound")
+                        return
+                    parent, files = found
+                    lines = [json.loads(line) for line in data.splitlines() if line.strip()]
+                    added = {d["value"]["path"]: base64.b64decode(d["value"]["content"]) for d in lines
+                             if d["key"] == "file"}
+                    if any(d["key"] not in ("header", "file") for d in lines):
+                        self._error(400, "BadRequest")  # LFS pointers or deletions: never asked for here
+                        return
+                    with hub._lock:
+                        commit = hub.add(repo_id, {**files, **added}, ref=rev, salt=parent)
+                        hub.commits.append({"repo": repo_id, "branch": rev, "files": sorted(added),
+                                            **lines[0]["value"]})
+                    self._send(200, {"Content-Type": "application/json"}, json.dumps(
+                        {"commitUrl": f"{hub.url}/{repo_id}/commit/{commit}", "commitOid": commit,
+                         "success": True}).encode())
 
             def _send(self, code: int, headers: dict[str, str], data: bytes = b"", body: bool = True) -> None:
                 self.send_response(code)

@@ -1,6 +1,6 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., 2021)."""
 
-from vitkit.formats import load_pretrained, save_pretrained
+from vitkit.formats import load_pretrained, push_to_hub, save_pretrained
 from vitkit.inference.features import embed
 from vitkit.inference.runtime import Predictor, build_predictor
 from vitkit.models import (
@@ -27,6 +27,7 @@ __all__ = [
     "list_models",
     "list_pretrained",
     "load_pretrained",
+    "push_to_hub",
     "register_model",
     "resample_posemb",
     "save_pretrained",

@@ -181,3 +181,18 @@ def test_profile_groups_kernels_by_name() -> None:
         "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float>": "other",
     }
     assert {name: mod.group_of(name) for name in seen} == seen
+
+
+def test_checks_script_reads_the_suites_counts_and_failures() -> None:
+    """benchmarks/gpu_checks.py reads pytest's last line (plain, or between '=' as pytest-xdist's -ra run ends it) and
+    the ids of failed and erroring tests, which it runs again alone with and without CUDA."""
+    spec = importlib.util.spec_from_file_location("gpu_checks", SCRIPT.with_name("gpu_checks.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    log = ("FAILED tests/train/test_optim.py::test_adamw_on_cuda - AssertionError: Tensor-likes are not close!\n"
+           "ERROR tests/x/test_y.py::test_z[fp32-4] - RuntimeError: boom\n"
+           "7 failed, 1390 passed, 14 skipped, 89 warnings in 210.13s (0:03:30)\n")
+    assert mod.SUMMARY.findall(log) == [("7 failed, 1390 passed, 14 skipped, 89 warnings", "210.13")]
+    assert mod.SUMMARY.findall("==== 1 failed, 2 passed, 7 deselected in 10.13s ====")[0][0].startswith("1 failed")
+    assert mod.FAILED.findall(log) == ["tests/train/test_optim.py::test_adamw_on_cuda", "tests/x/test_y.py::test_z[fp32-4]"]
+    assert mod.SUMMARY.findall("collected 0 items\n") == []

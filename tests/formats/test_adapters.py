@@ -190,8 +190,8 @@ def test_a_peft_folder_refuses_a_base_or_options_that_do_not_fit(tmp_path: Path)
     for key, value, message in (("use_dora", True, "use_dora = True; vitkit's LoRA reads only use_dora = False"),
                                 ("rank_pattern", {"q_proj": 4}, "rank_pattern .* their own rank"),
                                 ("peft_type", "IA3", "peft_type 'IA3'"),
-                                ("base_model_name_or_path", "google/vit-base-patch16-224",
-                                 "'google/vit-base-patch16-224', not a checkpoint here: pass base=")):
+                                ("base_model_name_or_path", "/no/such/vit-base-patch16-224",
+                                 "'/no/such/vit-base-patch16-224', not a checkpoint here nor a hub id: pass base=")):
         (tmp_path / "peft" / "adapter_config.json").write_text(json.dumps({**doc, key: value}))
         with pytest.raises(ValueError, match=message):
             load_adapters(tmp_path / "peft", base=None if key == "base_model_name_or_path" else tmp_path / "hf")

@@ -261,3 +261,66 @@ def test_a_run_may_name_a_hub_id_as_its_pretrained_weights_or_teacher() -> None:
     check_config(load_config("digits_demo", ["train.distill=hard", "train.teacher=org/teacher"]))
     with pytest.raises(FileNotFoundError, match="model.pretrained: no checkpoint at /no/such/model"):
         check_config(load_config("digits_demo", ["model.pretrained=/no/such/model"]))
+
+
+def _tuned_lora(base: torch.nn.Module) -> torch.nn.Module:
+    """LoRA on `base`, every trainable tensor drawn (a stand-in for a fine-tune: B is zero at init)."""
+    from vitkit.models.lora import LoraConfig, apply_lora
+
+    apply_lora(base, LoraConfig(rank=2, alpha=4.0, targets=("q", "v"), train=("head",)))
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in base.parameters():
+            if p.requires_grad:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return base.eval()
+
+
+def test_adapters_record_a_hub_base_by_id_and_commit_and_load_it_back(hub: FakeHub, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An adapter folder (vitkit's and peft's layout) whose base came from the hub names the repo and the commit it
+    was loaded at, not a cache path; loading it fetches that commit even after the branch moved on."""
+    import json
+
+    from huggingface_hub import constants
+
+    from vitkit.formats.adapters import load_adapters, save_adapters
+
+    _, files = tiny(tmp_path, seed=0)
+    commit = hub.add("org/base", files, ref="v1")
+    hub.refs["org/base"]["main"] = commit
+    model = _tuned_lora(vitkit.load_pretrained("org/base", revision="v1"))
+    want = logits(model)
+    vit = save_adapters(model, tmp_path / "vitkit", base="org/base")
+    peft = save_adapters(model, tmp_path / "peft", format="peft", layout="classic")  # base: the model's record
+    doc = json.loads((vit / "adapter_config.json").read_text())
+    assert (doc["base_model"], doc["base_revision"]) == ("org/base", commit)
+    doc = json.loads((peft / "adapter_config.json").read_text())
+    assert (doc["base_model_name_or_path"], doc["revision"]) == ("org/base", commit)
+    _, other = tiny(tmp_path, seed=1, name="other")
+    hub.add("org/base", other, ref="main")  # main moves on: the adapters still get their own base
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "fresh-cache"))
+    for folder in (vit, peft):
+        got = load_adapters(folder)
+        torch.testing.assert_close(logits(got), want, rtol=1e-5, atol=1e-5)
+    assert {p for _, p in hub.requests if "/resolve/" in p} <= {f"/org/base/resolve/{commit}/{n}" for n in files}
+    # the base named by a hub id the model was not loaded from, or a path that is not there: refused by name
+    with pytest.raises(ValueError, match=r"base 'org/else': a hub id, but this model's weights are not recorded as "
+                                         r"loaded from it \(they came from org/base\)"):
+        save_adapters(model, tmp_path / "x", base="org/else")
+    with pytest.raises(FileNotFoundError, match="base 'gone/base.npz': no checkpoint at that path"):
+        save_adapters(model, tmp_path / "x", base="gone/base.npz")
+
+
+def test_adapters_record_a_local_base_by_its_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from vitkit.formats.adapters import load_adapters, save_adapters
+
+    tiny(tmp_path, seed=0, name="work/base")
+    monkeypatch.chdir(tmp_path / "work")
+    model = _tuned_lora(vitkit.load_pretrained("base"))  # typed relative to the working folder
+    folder = save_adapters(model, tmp_path / "adapter", base="base")
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model"] == str(tmp_path / "work" / "base")
+    monkeypatch.chdir(tmp_path)  # elsewhere: the recorded path still finds it
+    torch.testing.assert_close(logits(load_adapters(folder)), logits(model), rtol=1e-5, atol=1e-5)

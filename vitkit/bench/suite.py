@@ -23,6 +23,7 @@ from vitkit.bench.timing import MAX_SPREAD, peak_memory, time_interleaved
 from vitkit.models.flops import vit_flops
 from vitkit.models.registry import canonical_name, vit_config
 from vitkit.models.vit import ViTConfig
+from vitkit.utils.hardware import fused_adam_ok
 from vitkit.utils.precision import autocast, get, input_dtype
 
 VITKIT = "vitkit"
@@ -182,7 +183,8 @@ def make_step(
     model.train()
     y = torch.randint(0, num_classes, (case.batch,), generator=gen).to(device)
     # on CUDA the fused AdamW (one kernel for every parameter's update); elsewhere torch's default (foreach)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=torch.device(device).type == "cuda" or None)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=fused_adam_ok(params) or None)
 
     def train() -> Any:
         opt.zero_grad(set_to_none=True)

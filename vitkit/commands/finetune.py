@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     hints = {k: v for k, v in load_hints(args).items() if v is not None}
     source = load_pretrained(args.model, **hints)  # read once: its channels decide the data's, then it is trained
     values = {"model.pretrained": args.model, "data.channels": source.config.in_chans,
-              **{f"model.{k}": v for k, v in hints.items() if k not in ("revision", "allow_pickle")}}
+              **{f"model.{k}": v for k, v in hints.items() if k != "allow_pickle"}}  # model.revision: a hub id's
     if args.data:
         named = args.data in ("digits", "lfw")
         values.update({"data.name": args.data if named else "auto", "data.path": "" if named else args.data})

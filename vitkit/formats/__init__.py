@@ -10,6 +10,7 @@ families/, whose `__init__.py` is their registry: a new family is added there, n
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ from torch import nn
 
 from vitkit.formats.bit import is_bit_npz, load_bit_npz
 from vitkit.formats.hf import HF_MODEL_TYPES, is_hf_dir, load_hf, save_hf
-from vitkit.formats.hub import resolve_checkpoint
-from vitkit.formats.model_card import write_card
+from vitkit.formats.hub import push_folder, resolve_checkpoint
+from vitkit.formats.model_card import CARD_NAME, model_card, write_card
 from vitkit.formats.native import is_native_dir, load_native, save_native
 from vitkit.formats.npz import is_npz, load_npz, save_npz
 from vitkit.formats.sharded import is_weights_file
@@ -118,7 +119,7 @@ def load_pretrained(
     if pooling is not None and pooling != model.config.pooling:
         raise ValueError(f"{p}: the checkpoint uses {model.config.pooling!r} pooling, {pooling!r} was asked for")
     if p != Path(path) and isinstance(getattr(model.config, "extra", None), dict):  # from the hub: its repo, commit
-        model.config.extra.setdefault("pretrained", {"hf_hub_id": str(path), "revision": p.name})
+        model.config.extra["pretrained"] = {"hf_hub_id": str(path), "revision": p.name}  # (not a saved record's)
     return adapt(model, num_classes, img_size).eval()
 
 
@@ -164,6 +165,38 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit",
         return written
 
     return replace_folder(out, write)
+
+
+# The folder formats a hub id loads back (formats/hub.py fetches config.json, preprocessor_config.json, the weights)
+PUSHED_FORMATS = ("vitkit", "hf", "timm")
+
+
+def push_to_hub(model: nn.Module | str | Path, repo_id: str, *, format: str = "vitkit", revision: str | None = None,
+                private: bool = False, commit_message: str | None = None) -> str:
+    """Publish a model, or a checkpoint folder saved in the vitkit, hf or timm format, to the Hugging Face hub repo
+    `repo_id` ("org/name"; created when missing, `private` then), on branch `revision` (default main), with a model
+    card (formats/model_card.py) unless the folder keeps a README.md; returns the commit id. A folder is loaded
+    first, by the same checks as any checkpoint, so broken weights are never published; a model is saved in
+    `format` into a temporary folder and that is pushed. `load_pretrained(repo_id, revision=...)` reads it back."""
+    if isinstance(model, (str, Path)):
+        folder = Path(model)
+        if not folder.is_dir():
+            raise NotADirectoryError(20, "push takes a checkpoint folder (save_pretrained's, in the vitkit, hf or "
+                                     "timm format)", str(folder))
+        fmt = detect_format(folder)
+        if fmt not in PUSHED_FORMATS:
+            raise ValueError(f"{folder}: a {fmt} checkpoint; push takes a folder in the {', '.join(PUSHED_FORMATS)} "
+                             "format (a hub id loads those back): convert it first (vitkit convert --to hf)")
+        loaded = load_pretrained(folder)
+        card = None if (folder / CARD_NAME).exists() else model_card(loaded, fmt)
+        return push_folder(folder, repo_id, card=card, revision=revision, private=private,
+                           commit_message=commit_message)
+    if format not in PUSHED_FORMATS:
+        raise ValueError(f"push_to_hub: format {format!r}; a hub id loads back the {', '.join(PUSHED_FORMATS)} formats")
+    with tempfile.TemporaryDirectory(prefix="vitkit-push-") as tmp:
+        out = save_pretrained(model, Path(tmp) / repo_id.rsplit("/", 1)[-1], format=format)
+        return push_folder(out, repo_id, card=model_card(model, format), revision=revision, private=private,
+                           commit_message=commit_message)
 
 
 # The files a checkpoint folder of any format holds: the only ones `replace_folder` may replace.
@@ -256,4 +289,4 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
     return out / written.relative_to(tmp) if written != tmp else out
 
 
-set_checkpoint_io(load_pretrained, save_pretrained)  # Model.from_pretrained / model.save_pretrained call these
+set_checkpoint_io(load_pretrained, save_pretrained, push_to_hub)  # Model.from_pretrained / model.save_pretrained call these

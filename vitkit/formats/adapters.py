@@ -3,8 +3,9 @@
 Two layouts, each a folder of `adapter_config.json` + `adapter_model.safetensors`:
 
 * vitkit's ("format": "vitkit-lora"): every trainable tensor by vitkit key (LoRA's A and B, and the classifier /
-  norms / biases trained beside them), the LoRA config, the fine-tuned model's config and preprocessing, the base
-  checkpoint's path as given and its identity, `base_fingerprint` (a hash of its weights, any format). `load_adapters`
+  norms / biases trained beside them), the LoRA config, the fine-tuned model's config and preprocessing, where the
+  base is found again (`base_record`: its hub id and commit when it came from the Hugging Face hub, else its absolute
+  path) and its identity, `base_fingerprint` (a hash of its weights, any format). `load_adapters`
   reads the base, refuses one whose weights hash otherwise, re-does the fine-tune's head and resolution change
   (§3.2) and puts the adapters on.
 * peft's (`PeftModel.from_pretrained(transformers_model, folder)`), for a model that saves as transformers' ViT
@@ -14,7 +15,8 @@ Two layouts, each a folder of `adapter_config.json` + `adapter_model.safetensors
   "classic") and 5 (`layers.N.attention.q_proj`, "current"); `layout` picks, by default the installed
   transformers' (logged). `load_adapters` also reads a folder peft wrote for a transformers ViT / DINOv2 (either
   layout, told by its module names) onto the matching vitkit model (`load_peft_adapters`); peft records no
-  identity of its base, so a base is refused when its shapes, depth or modules do not fit the adapters.
+  identity of its base, so a base is refused when its shapes, depth or modules do not fit the adapters. Its
+  `base_model_name_or_path` and `revision` are written and read as vitkit's record is (a hub id: formats/hub.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from vitkit.formats import families
 from vitkit.formats.common import read_safetensors
 from vitkit.formats.hf import BLOCK_KEYS, vit_to_hf_config
 from vitkit.formats.hf_families import family_problems, hf_family
+from vitkit.formats.hub import is_hub_id
 from vitkit.models.lora import TARGETS, LoraConfig, apply_lora, base_fingerprint, lora_state
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer, ViTConfig
@@ -75,17 +78,41 @@ def _write(out: Path, doc: dict[str, Any], tensors: dict[str, torch.Tensor]) -> 
     return out
 
 
-def save_adapters(model: VisionTransformer, out: str | Path, base: str = "", *, format: str = "vitkit",
+def base_record(model: nn.Module, base: str | Path = "") -> dict[str, str]:
+    """Where `load_adapters` finds the base of `model`'s adapters again: {"base_model": hub id, "base_revision":
+    commit} when `base` is (or, left empty, the model records) the Hugging Face hub repo its weights came from
+    (`config.extra["pretrained"]`, set by load_pretrained), else {"base_model": the absolute path of `base`}; an
+    empty `base` of a model from elsewhere records none. A `base` that is neither is refused, by name."""
+    known = (getattr(getattr(model, "config", None), "extra", None) or {}).get("pretrained") or {}
+    hub_id, commit = known.get("hf_hub_id"), known.get("revision")
+    text = str(base)
+    if hub_id and commit and text in ("", hub_id):
+        return {"base_model": hub_id, "base_revision": commit}
+    if not text:
+        return {"base_model": ""}
+    if Path(text).exists():
+        return {"base_model": str(Path(text).resolve())}
+    if is_hub_id(text):
+        raise ValueError(f"base {text!r}: a hub id, but this model's weights are not recorded as loaded from it "
+                         f"({'they came from ' + hub_id if hub_id else 'no hub repo is recorded'}): load the base "
+                         f"with vitkit.load_pretrained({text!r}), which records its commit")
+    raise FileNotFoundError(f"base {text!r}: no checkpoint at that path (the adapters record where their base is "
+                            "found again): give the base's folder or file, or its hub id")
+
+
+def save_adapters(model: VisionTransformer, out: str | Path, base: str | Path = "", *, format: str = "vitkit",
                   layout: str | None = None, overwrite: bool = False) -> Path:
     """Write `model`'s adapters (not its base weights) to the folder `out`: vitkit's layout, or (`format="peft"`)
     peft's for transformers' ViT / DINOv2 classes (`layout`: "classic" or "current" module names). `base` is the
-    base checkpoint's path, recorded for `load_adapters` (vitkit's layout)."""
+    base checkpoint (a path, or the hub id it was loaded by), recorded for `load_adapters` (`base_record`)."""
     cfg = _lora_of(model)
     out = Path(out)
+    record = base_record(model, base)
     if format == "peft":
-        doc, tensors = peft_adapters(model, layout, base)
+        doc, tensors = peft_adapters(model, layout, record["base_model"])
+        doc["revision"] = record.get("base_revision")
     elif format == "vitkit":
-        doc = {"format": FORMAT_TAG, "lora": cfg.to_dict(), "base_model": str(base),
+        doc = {"format": FORMAT_TAG, "lora": cfg.to_dict(), **record,
                "base_fingerprint": model.lora_base_hash, "model": model.config.to_dict(),
                "preprocess": model.preprocess.to_dict()}
         tensors = lora_state(model)
@@ -135,12 +162,13 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
         pre = PreprocessConfig.from_dict(doc["preprocess"])
     except (ValueError, TypeError) as e:
         raise ValueError(f"{folder / CONFIG_NAME}: {e}") from e
+    revision = None
     if base is None:
-        base = doc.get("base_model") or None
+        base, revision = doc.get("base_model") or None, doc.get("base_revision") or None
         if base is None:
             raise ValueError(f"{folder / CONFIG_NAME} records no base checkpoint: pass base=")
     hints = {k: getattr(tuned, k) for k in ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")}
-    model, where = _base_model(base, hints)
+    model, where = _base_model(base, {**hints, **({"revision": revision} if revision else {})})
     found = base_fingerprint(model)
     if found != doc["base_fingerprint"]:
         raise ValueError(f"{where} is not the base these adapters were trained on: its weights hash to "
@@ -165,13 +193,16 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
 
 
 def _base_model(base: str | Path | nn.Module, hints: dict[str, Any] | None = None) -> tuple[VisionTransformer, str]:
-    """(the base ViT, how to name it in a message): `base` itself, or the checkpoint at that path."""
+    """(the base ViT, how to name it in a message): `base` itself, or the checkpoint at that path or hub id
+    (`hints`: load_pretrained's keywords, a hub id's `revision` among them)."""
     from vitkit.formats import load_pretrained
 
     if isinstance(base, nn.Module):
         model, where = base, "the base model given"
     else:
         model, where = load_pretrained(base, **(hints or {})), str(base)
+        if (hints or {}).get("revision"):
+            where += f" (revision {hints['revision']})"
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"{where}: LoRA adapters go on a ViT, got a {type(model).__name__}")
     return model, where
@@ -326,13 +357,14 @@ def load_peft_adapters(folder: str | Path, base: str | Path | nn.Module | None =
         other = [n.name for n in folder.glob("adapter_model.*")]
         raise FileNotFoundError(f"no {WEIGHTS_NAME} in {folder}" + (f" (found {other}: vitkit never unpickles a .bin; "
                                                                     "re-save with safe_serialization=True)" if other else ""))
+    revision = None
     if base is None:
         recorded = doc.get("base_model_name_or_path")
-        if not recorded or not Path(recorded).exists():
-            raise ValueError(f"{path} names its base as {recorded!r}, not a checkpoint here: pass base= (the "
-                             "transformers ViT / DINOv2 checkpoint the adapters were trained on)")
-        base = recorded
-    model, where = _base_model(base)
+        if not recorded or not (Path(recorded).exists() or is_hub_id(recorded)):
+            raise ValueError(f"{path} names its base as {recorded!r}, not a checkpoint here nor a hub id: pass base= "
+                             "(the transformers ViT / DINOv2 checkpoint the adapters were trained on)")
+        base, revision = recorded, doc.get("revision") or None
+    model, where = _base_model(base, {"revision": revision} if revision else None)
     state = read_safetensors(weights)
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     saved: dict[str, torch.Tensor] = {}

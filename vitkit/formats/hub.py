@@ -11,7 +11,10 @@ cache fails as a tampered folder does.
 
 A local path that exists always wins over a hub id of the same spelling (said in the log); a path whose first
 component is a local folder, or that names a checkpoint file (.npz, .safetensors, ...), is never sent to the hub.
-Each failure is one line naming the repo, the revision and what to do (README "Pretrained weights by name").
+Each failure is one line naming the repo, the revision and what to do (docs/hub.md).
+
+Publishing (`push_folder`) is huggingface_hub's too: `HfApi.create_repo` (exist_ok), `create_branch` for a branch
+other than main, one `create_commit` of the folder's files (and its model card); the token is huggingface_hub's.
 """
 
 from __future__ import annotations
@@ -33,10 +36,15 @@ PICKLE_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch
 FILE_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".json")
 
 
+def spelled_as_repo_id(text: str) -> bool:
+    """Whether `text` is spelled as huggingface_hub spells a repo id ("org/name"; see `HUB_ID`)."""
+    return bool(HUB_ID.fullmatch(text)) and "--" not in text and ".." not in text and not text.endswith((".", "-"))
+
+
 def is_hub_id(path: str | Path) -> bool:
     """Whether `path` is spelled as a hub repo id ("org/name") that is not a local path (see the module's rules)."""
     text = str(path)
-    if not HUB_ID.fullmatch(text) or "--" in text or ".." in text or text.endswith((".", "-")):
+    if not spelled_as_repo_id(text):
         return False
     if text.lower().endswith(FILE_SUFFIXES):
         return False
@@ -136,14 +144,69 @@ def _cause(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:160]}"
 
 
-def _token_note() -> str:
+def _token_note(write: bool = False) -> str:
     from huggingface_hub import get_token
 
     try:
         token = get_token()
     except Exception:  # noqa: BLE001 - an unreadable token store is the same as none, for this message
         token = None
+    if write:
+        return ("a token is set (HF_TOKEN or hf auth login): check that it may write to the repo's namespace"
+                if token else "no token is set: log in (hf auth login) or set HF_TOKEN to a token with write access")
     if token:
         return "a token is set (HF_TOKEN or hf auth login): check the repo id and that the token can read it"
     return "no token is set: check the repo id, or log in (hf auth login, or HF_TOKEN) for a private or gated repo"
 
+
+
+def push_folder(folder: str | Path, repo_id: str, *, card: str | None = None, revision: str | None = None,
+                private: bool = False, commit_message: str | None = None) -> str:
+    """Upload the files of the checkpoint folder `folder` (and `card` as its README.md when it keeps none) to the
+    hub repo `repo_id` on branch `revision` (default main; created from main when missing), creating the repo
+    (`private`) when missing; returns the new commit's id. Hidden files (an interrupted write's `.*.tmp`) stay
+    behind; a symbolic link is refused (it could publish a file from outside the folder)."""
+    import huggingface_hub
+    from huggingface_hub import CommitOperationAdd, constants, errors
+
+    if not spelled_as_repo_id(repo_id):
+        raise ValueError(f"{repo_id!r}: not a hub repo id; write it org/name (your user or organization, a slash, "
+                         "the repo's name: letters, digits, '-', '_', '.')")
+    folder = Path(folder)
+    files: list[Path] = []
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        if f.is_symlink():
+            raise ValueError(f"{f}: a symbolic link; push uploads the folder's own files: copy the file in instead")
+        if f.is_file():
+            files.append(rel)
+    branch = revision or constants.DEFAULT_REVISION
+    where = f"{repo_id} (branch {branch})"
+    if constants.HF_HUB_OFFLINE:
+        raise ConnectionError(f"{where}: HF_HUB_OFFLINE=1 forbids uploading; unset it to push")
+    ops = [CommitOperationAdd(path_in_repo=rel.as_posix(), path_or_fileobj=str(folder / rel)) for rel in files]
+    if card is not None and Path("README.md") not in files:
+        ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode("utf-8")))
+    message = commit_message or f"Upload {folder.name} with vitkit"
+    api = huggingface_hub.HfApi(library_name="vitkit")
+    try:
+        api.create_repo(repo_id, private=private or None, exist_ok=True)
+        if branch != constants.DEFAULT_REVISION:
+            api.create_branch(repo_id, branch=branch, exist_ok=True)
+        info = api.create_commit(repo_id, ops, commit_message=message, revision=revision)
+    except errors.HfHubHTTPError as e:
+        code = e.response.status_code if e.response is not None else None
+        if code in (401, 403):
+            raise ValueError(f"{where}: {constants.ENDPOINT} refused the upload (HTTP {code}); "
+                             f"{_token_note(write=True)}") from e
+        raise ConnectionError(f"{where}: {constants.ENDPOINT} answered HTTP {code} to the upload "
+                              f"({_cause(e)}); nothing was committed") from e
+    except Exception as e:  # an unreachable endpoint (httpx's errors are not OSErrors)
+        if not isinstance(e, OSError) and not type(e).__module__.startswith("httpx"):
+            raise
+        raise ConnectionError(f"{where}: {constants.ENDPOINT} could not be reached ({_cause(e)}); nothing was "
+                              "committed") from e
+    log.info("%s: %d files committed as %s (%s)", where, len(ops), info.oid, info.commit_url)
+    return str(info.oid)

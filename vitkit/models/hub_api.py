@@ -1,5 +1,5 @@
 """The habits of Hugging Face and timm users on vitkit's models (a mixin): `Model.from_pretrained(path)`,
-`model.save_pretrained(dir)` and timm's `pretrained_cfg` / `default_cfg` view.
+`model.save_pretrained(dir)`, `model.push_to_hub(repo_id)` and timm's `pretrained_cfg` / `default_cfg` view.
 
 The model layer imports nothing but utils, so loading and saving are not implemented here: vitkit.formats, the one
 implementation of every checkpoint format, registers its `load_pretrained` / `save_pretrained` with
@@ -16,9 +16,10 @@ from typing import Any
 _IO: dict[str, Callable[..., Any]] = {}
 
 
-def set_checkpoint_io(load: Callable[..., Any], save: Callable[..., Any]) -> None:
-    """Register the checkpoint loader and saver (vitkit.formats' `load_pretrained` / `save_pretrained`)."""
-    _IO.update(load=load, save=save)
+def set_checkpoint_io(load: Callable[..., Any], save: Callable[..., Any], push: Callable[..., Any]) -> None:
+    """Register the checkpoint loader, saver and publisher (vitkit.formats' `load_pretrained`, `save_pretrained`,
+    `push_to_hub`)."""
+    _IO.update(load=load, save=save, push=push)
 
 
 def load_checkpoint(path: str | Path, **kwargs: Any) -> Any:
@@ -43,6 +44,12 @@ class HubApi:
         """Write the model as vitkit.save_pretrained does (`format`: "vitkit", "hf", "timm" or "npz"; its keywords,
         e.g. `max_shard_size`, mean the same) and return the path written."""
         return _IO["save"](self, save_directory, format=format, **kwargs)
+
+    def push_to_hub(self, repo_id: str, format: str = "vitkit", **kwargs: Any) -> str:
+        """Publish the model to the Hugging Face hub repo `repo_id` as vitkit.formats.push_to_hub does (saved in
+        `format` with a model card; its keywords `revision`, `private`, `commit_message` mean the same); returns the
+        commit id."""
+        return _IO["push"](self, repo_id, format=format, **kwargs)
 
     @property
     def pretrained_cfg(self) -> dict[str, Any]:

@@ -207,7 +207,10 @@ class ModelSpec(RecipeSection):
     ln_eps)."""
 
     name: str = key("model.name", "vit_b16", "registry name used when training from scratch")
-    pretrained: str = key("model.pretrained", "", "checkpoint to fine-tune (any format vitkit reads)")
+    pretrained: str = key("model.pretrained", "", "checkpoint to fine-tune (any format vitkit reads, or a Hugging "
+                          "Face hub id)")
+    revision: str = key("model.revision", "", "with a hub id as model.pretrained: its branch, tag or commit (default "
+                        "main); a run records here the commit it loaded")
     img_size: Any = key("model.img_size", None, "S, [H, W] or \"HxW\"; default: the size the name implies (a timm name's "
                         "resolution: vit_base_patch16_384 -> 384; else 224), or model.pretrained's own")
     num_classes: int = key("model.num_classes", 0, "0: the number of classes of the data")
@@ -220,9 +223,12 @@ class ModelSpec(RecipeSection):
     HINTS = ("num_heads", "gelu", "ln_eps", "pooling", "layer_scale")  # what a checkpoint file may not record
 
     def __post_init__(self) -> None:
-        for k in ("name", "pretrained"):
+        for k in ("name", "pretrained", "revision"):
             if not isinstance(getattr(self, k), str):
                 raise ValueError(f"model.{k} must be a string, got {getattr(self, k)!r}")
+        if self.revision and not self.pretrained:
+            raise ValueError(f"model.revision = {self.revision!r} names a version of model.pretrained's hub repo, and "
+                             "model.pretrained is not set")
         if isinstance(self.img_size, str):
             self.img_size = parse_img_size(self.img_size, "model.img_size")
         if self.img_size is None and not self.pretrained:

@@ -93,6 +93,9 @@ class Trainer:
             param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas,
             cfg.momentum
         )
+        if self.is_main and self.opt.defaults.get("fused"):  # CUDA: said once, so a run's log shows which update ran
+            tqdm.write(f"optimizer: {type(self.opt).__name__} with torch's fused CUDA kernel (every parameter on "
+                       f"{cfg.device})")
         self.ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
         self.step = 0
         self.lr = 0.0

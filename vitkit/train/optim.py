@@ -14,6 +14,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from vitkit.utils.hardware import fused_adam_ok
+
 _BLOCK = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 _EMBED = re.compile(r"(?:^|\.)(?:patch_embed|cls_token|pos_embed|mask_token)")
 
@@ -79,12 +81,15 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.999),
     momentum: float = 0.9,
 ) -> torch.optim.Optimizer:
-    """`adamw` (decoupled decay), `adam` (L2 folded into the gradient, as the paper's Adam) or `sgd`."""
+    """`adamw` (decoupled decay), `adam` (L2 folded into the gradient, as the paper's Adam) or `sgd`. Adam(W) on
+    parameters all on a CUDA device runs torch's fused kernel (`fused=True`: a few kernel launches update every
+    parameter and its moments; `optimizer.defaults["fused"]` says so); elsewhere torch's default update, as before."""
     name = name.lower()
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=betas, weight_decay=weight_decay)
+    params = list(params)
+    if name in ("adamw", "adam"):
+        fused = True if fused_adam_ok(params) else None  # None: torch's default, exactly as before on the CPU
+        kind = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+        return kind(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; choose adamw, adam or sgd")

@@ -69,6 +69,9 @@ def check_config(cfg: RunConfig) -> None:
     if spec.pretrained:
         if not Path(spec.pretrained).exists() and not is_hub_id(spec.pretrained):
             raise FileNotFoundError(f"model.pretrained: no checkpoint at {spec.pretrained}")
+        if spec.revision and Path(spec.pretrained).exists():
+            raise ValueError(f"model.revision = {spec.revision!r} names a version of a hub repo, and model.pretrained "
+                             f"{spec.pretrained} is a local path (it wins over a hub id of the same spelling)")
         return
     try:
         with torch.device("meta"):  # builds the architecture without allocating its weights
@@ -91,7 +94,8 @@ def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataCo
                          "data's count")
     size = spec.size
     if spec.pretrained:
-        model = source if source is not None else load_pretrained(spec.pretrained, **spec.hints)
+        revision = {"revision": spec.revision} if spec.revision else {}
+        model = source if source is not None else load_pretrained(spec.pretrained, **spec.hints, **revision)
         vit = isinstance(model, VisionTransformer)
         grid, classes_before = model.config.grid_size if vit else None, model.config.num_classes
         model = adapt(model, num_classes=k, img_size=size).train()
@@ -220,7 +224,7 @@ RUN_FILES = ("metrics.jsonl", "train_state.pt", "run_config.json", "train_config
              "curves.png", "model", "tb", "adapter")
 # Keys that may differ when a run is resumed without changing what it computes: the engine's own (as recipe
 # keys) and the data loading's.
-RESUME_FREE = {"description", "data.num_workers", "data.eval_batch_size", "data.max_pixels"} | {
+RESUME_FREE = {"description", "data.num_workers", "data.eval_batch_size", "data.max_pixels", "model.revision"} | {
     ".".join(key) for name, key in TrainConfig.recipe_fields().items() if name in Trainer.RESUME_FREE}
 
 
@@ -300,6 +304,13 @@ def _written_by_vitkit(out: Path, present: list[str]) -> list[Path]:
     return doomed
 
 
+def hub_commit(model: nn.Module, spec: ModelSpec) -> str | None:
+    """The commit of model.pretrained's hub repo that `model` was loaded at (load_pretrained records it), or None
+    when model.pretrained is not a hub id the model came from."""
+    known = (getattr(model.config, "extra", None) or {}).get("pretrained") or {}
+    return known.get("revision") if spec.pretrained and known.get("hf_hub_id") == spec.pretrained else None
+
+
 def default_run_dir(cfg_ref: str | None, kind: str = "train") -> Path:
     """runs/<recipe>-<date>-<time>: a new folder per run, named after what it ran."""
     stem = Path(cfg_ref).stem if cfg_ref else kind
@@ -319,6 +330,8 @@ def describe_run(model: nn.Module, splits: dict[str, Dataset], cfg: RunConfig, n
     sizes = ", ".join(f"{len(ds)} {name}" for name, ds in splits.items())
     t = cfg.train
     src = cfg.model.pretrained or "random init"
+    if cfg.model.revision:
+        src += f" (Hugging Face hub, commit {cfg.model.revision})"
     lines = [f"model: {arch}, {n_params / 1e6:.2f}M parameters, from {src}",
              ("data: synthetic images (a dry run; the recipe's data is not read)" if dry_run else
               f"data: {cfg.data.name} {cfg.data.path}".rstrip()) + f" ({sizes} images, "
@@ -409,6 +422,9 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     train = splits["train"]
     notes: list[str] = []
     model = build_model(cfg.model, train.classes, train.channels, cfg.data, notes, source=source)
+    commit = hub_commit(model, cfg.model)
+    if commit and commit != cfg.model.revision:  # the run's record (run_config.json) names the weights it started
+        cfg = cfg.updated({"model.revision": commit})  # from: the hub id and its commit, not a branch nor a cache path
     splits = {k: match_channels(v, model.config.in_chans, f"{k} data", notes.append if k == "train" else None)
               for k, v in splits.items()}  # grey data on an RGB checkpoint: converted as PIL's convert("RGB")
     train = splits["train"]

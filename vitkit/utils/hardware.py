@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -38,3 +39,13 @@ def set_threads(n: int | None, flag: str = "--threads") -> None:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
         raise ValueError(f"{flag} must be a whole number from 1 to {cores} (this machine's cores), got {n!r}")
     torch.set_num_threads(n)
+
+
+def fused_adam_ok(params: Iterable) -> bool:
+    """Whether torch's fused Adam(W) can update `params` (tensors, or param groups {"params": [...]}): every one a
+    plain tensor (not an FSDP DTensor shard) on a CUDA device, of a floating dtype the fused kernel updates."""
+    import torch  # as set_threads: this module is read before torch is needed
+
+    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+    return bool(flat) and all(type(p.data) is torch.Tensor and p.is_cuda and p.dtype in dtypes for p in flat)
