@@ -5,7 +5,7 @@ for it, its key maps for the layouts it ships in (timm's, transformers', its own
 defaults and its writers. formats/timm.py, formats/hf_families.py and formats/hf.py ask this registry.
 
 To add a family: write `vitkit/formats/families/<name>.py` with a `Family` subclass and `FAMILY = <it>()`, and add
-`<name>.FAMILY` to `FAMILIES` below; README's family table is `readme_table()` (a test checks they agree).
+`<name>.FAMILY` to `FAMILIES` below; the family table of docs/checkpoints.md is `readme_table()` (a test checks they agree).
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class Family:
 
     @property
     def file(self) -> str:
-        """The family's file, relative to the repository root (the README's family table names it)."""
+        """The family's file, relative to the repository root (the family table of docs/checkpoints.md names it)."""
         return type(self).__module__.replace(".", "/") + ".py"
 
     # --- timm's layout ----------------------------------------------------------------------------------------
