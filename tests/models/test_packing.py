@@ -192,7 +192,8 @@ def test_patchify_is_the_patch_embedding() -> None:
 def test_native_grid_keeps_the_aspect_under_the_budget(h: int, w: int, n: int) -> None:
     gh, gw = native_grid(h, w, 8, n)
     assert gh * gw <= n
-    assert (gh + 1) * math.ceil((gh + 1) * w / h) > n or (gh + 1) * gw > n  # the next larger grid would not fit
+    s_top = min(gh / h, gw / w) * (1 + 1e-9)  # just past the largest scale (in patches per px) giving this grid
+    assert math.ceil(s_top * h) * math.ceil(s_top * w) > n  # any larger scale exceeds the budget
     # one scale s gives both sides, each rounded up to whole patches: s h / 8 in (gh - 1, gh], s w / 8 in (gw - 1, gw]
     assert (gw - 1) / gh < w / h < (gw / (gh - 1) if gh > 1 else math.inf)
     with pytest.raises(ValueError, match="max_patches"):

@@ -21,7 +21,6 @@ gathers each image's tokens back (`Layout.unpack`) so that pooling and the heads
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,24 +30,23 @@ import torch
 def native_grid(height: int, width: int, patch: int, max_patches: int) -> tuple[int, int]:
     """The (gh, gw) patch grid an image of `height` x `width` pixels is resized to: the largest scale s for which
     ceil(s * height / patch) * ceil(s * width / patch) <= `max_patches` (the aspect ratio kept up to rounding to
-    whole patches; at least one patch a side), as timm's NaFlex `get_image_size_for_seq` finds it."""
+    whole patches; at least one patch a side), the size timm's NaFlex `get_image_size_for_seq` searches for, found here
+    exactly in integers."""
     for name, v in (("height", height), ("width", width), ("patch", patch), ("max_patches", max_patches)):
         if int(v) != v or v < 1:
             raise ValueError(f"native_grid: {name} must be a positive integer, got {v!r}")
 
-    def grid(s: float) -> tuple[int, int]:
-        return max(1, math.ceil(s * height / patch - 1e-9)), max(1, math.ceil(s * width / patch - 1e-9))
-
-    lo, hi = 0.0, float(max_patches) * patch  # at `hi` either side alone is already max_patches patches or more
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        gh, gw = grid(mid)
-        lo, hi = (mid, hi) if gh * gw <= max_patches else (lo, mid)
-    gh, gw = grid(lo)
-    if gh * gw > max_patches:  # a side of one patch and the other longer than max_patches (an extreme strip)
+    # ceil(s h / P) and ceil(s w / P) change only where s h / P or s w / P is a whole number k, so the largest
+    # feasible s is one of those breakpoints: there one side is exactly k patches, the other ceil(k w / h) (integers)
+    best: tuple[int, int, int, int] | None = None  # (gh, gw, k, side): s = P k / side
+    for k in range(1, max_patches + 1):
+        for gh, gw, side in ((k, -(-k * width // height), height), (-(-k * height // width), k, width)):
+            if gh * gw <= max_patches and (best is None or k * best[3] > best[2] * side):
+                best = (gh, gw, k, side)
+    if best is None:  # a side of one patch and the other longer than max_patches (an extreme strip)
         raise ValueError(f"an image of {height}x{width} px does not fit {max_patches} patches of {patch} px at its "
                          "aspect ratio (one side would be under one patch); raise --max-patches")
-    return gh, gw
+    return best[0], best[1]
 
 
 def patchify(image: torch.Tensor, patch: int) -> torch.Tensor:
