@@ -8,7 +8,8 @@ unreadable file is named and skipped, the others still run, and the exit code is
 CSV or JSONL table (path, top-k labels, probabilities). The default precision is fp32, the checkpoint's own
 answer; `--precision auto` runs bf16 where the hardware multiplies bf16 natively and says what that costs;
 `--runtime auto` (the default) runs the fastest installed CPU runtime for the precision
-(`vitkit.inference.runtime`); both say what they chose.
+(`vitkit.inference.runtime`); both say what they chose. `--native` keeps each image's aspect ratio (NaViT): resized
+to at most `--max-patches` patches, no crop, packed with the others (torch only: an exported graph has one size).
 """
 
 from __future__ import annotations
@@ -40,6 +41,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_arguments(p, img_size=True)
     add_merge_argument(p)
+    p.add_argument("--native", action="store_true",
+                   help="native resolution: keep each image's aspect ratio, resized to at most --max-patches patches, "
+                   "no crop; images packed together (NaViT; torch runtime)")
+    p.add_argument("--max-patches", type=int, default=None,
+                   help="with --native: at most this many patches per image (default: the model's own patch count)")
+
+
+def check_native(args: argparse.Namespace) -> None:
+    """--native's option checks, before any work: --max-patches only with --native; the torch runtime only."""
+    from vitkit.utils import check_int
+
+    if not getattr(args, "native", False):
+        if getattr(args, "max_patches", None) is not None:
+            raise ValueError("--max-patches applies to --native (native resolution)")
+        return
+    if args.max_patches is not None:
+        check_int("--max-patches", args.max_patches)
+    if args.runtime not in (None, "auto", "torch"):
+        raise ValueError(f"--native runs in torch: an exported {args.runtime} graph has one fixed input size, not "
+                         "packed images of their own sizes; use --runtime torch")
+    if args.compile:
+        raise ValueError("--native with --compile: every packed batch has its own shape (a recompile each); "
+                         "leave out --compile")
+    if getattr(args, "calibrate", None) or args.precision == "int8":
+        raise ValueError("--native runs in torch (fp32 / bf16); int8 runs in onnxruntime at a fixed input size")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
+    check_native(args)
     max_image_pixels(args.max_pixels)  # --max-pixels 0 or a bad $VITKIT_MAX_IMAGE_PIXELS: refused before any work
     if not args.output:
         return _predict(args, None)
@@ -75,9 +102,23 @@ def _predict(args: argparse.Namespace, claim: OutputFile | None) -> int:
     if k < args.topk:
         print(f"note: {args.model} predicts {k} classes; showing {k}", file=sys.stderr)
     paths = expand_inputs(args.images)
-    net = predictor_for(model, args, n_images=len(paths))
     rows: list[dict] = []
     failed: list[str] = []
+    if args.native:
+        from vitkit.inference.predict import predict_native
+        from vitkit.utils.precision import resolve
+
+        model.check_packable()  # refused by name before any image is read
+        precision, why = resolve(args.precision, args.device)
+        n = args.max_patches or model.config.num_patches
+        print(f"native resolution: at most {n} patches per image, no crop; precision {precision} ({why}); runtime "
+              "torch (packed images)", file=sys.stderr)
+        make = lambda done: predict_native(model, paths, n, k, args.batch_size, precision, args.device,  # noqa: E731
+                                           args.max_pixels, skipped=failed, progress=done)
+    else:
+        net = predictor_for(model, args, n_images=len(paths))
+        make = lambda done: predict_files(net, model.preprocess, paths, k, args.batch_size, args.workers,  # noqa: E731
+                                          args.max_pixels, skipped=failed, progress=done)
     show = not args.no_progress and len(paths) > args.batch_size
     with tqdm(total=len(paths), desc="predict", unit="img", disable=not show, file=sys.stderr) as bar:
 
@@ -89,8 +130,7 @@ def _predict(args: argparse.Namespace, claim: OutputFile | None) -> int:
             said[0] = len(failed)
             bar.update(n)
 
-        for row in predict_files(net, model.preprocess, paths, k, args.batch_size, args.workers, args.max_pixels,
-                                 skipped=failed, progress=done):
+        for row in make(done):
             rows.append(row)
             if not args.output:
                 print(f"{row['path']}: " + ", ".join(f"{lab} ({100 * p:.1f}%)" for lab, p in zip(row["labels"],
