@@ -13,38 +13,18 @@ import torch
 from PIL import Image
 
 import vitkit
+from tests.helpers import NATIVE_SIZES, native_images, tiny_labelled_vit
 from vitkit.cli import main
 from vitkit.data.preprocess import read_image
 from vitkit.models.packing import native_grid
-from vitkit.models.preprocess import PreprocessConfig
-from vitkit.models.vit import VisionTransformer, ViTConfig
-
-# a 4:1 strip, a 1:3 portrait, a square, one smaller than a patch grid of 16
-SIZES = [(40, 160), (90, 30), (50, 50), (12, 20)]
-
-
-def _model() -> VisionTransformer:
-    """A tiny ordinary ViT (32 px, fixed size), every parameter random, with labels in its preprocessing."""
-    m = VisionTransformer(ViTConfig(img_size=32, patch_size=8, width=32, depth=2, num_heads=2, mlp_dim=64,
-                                    num_classes=5, num_registers=1))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    m.preprocess = PreprocessConfig(img_size=(32, 32), labels=list("abcde"))
-    return m.eval()
 
 
 def test_predict_native_runs_each_image_at_its_own_aspect(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """The top-k of each image is the model's answer on that image resized (aspect kept, no crop) to its native
     grid under --max-patches, the model moved to that size by the §3.2 resampling (`set_img_size`)."""
-    m = _model()
+    m = tiny_labelled_vit()
     vitkit.save_pretrained(m, tmp_path / "m")
-    rng = np.random.default_rng(0)
-    files = []
-    for i, (h, w) in enumerate(SIZES):
-        files.append(tmp_path / f"{i}.png")
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(files[-1])
+    files = native_images(tmp_path)
     out = tmp_path / "p.jsonl"
     assert main(["predict", *map(str, files), "--model", str(tmp_path / "m"), "--native", "--max-patches", "16",
                  "--topk", "5", "--batch-size", "3", "--output", str(out), "--no-progress"]) == 0
@@ -52,7 +32,7 @@ def test_predict_native_runs_each_image_at_its_own_aspect(tmp_path: Path, capsys
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["path"] for r in rows] == list(map(str, files))
     assert native_grid(40, 160, 8, 16) == (2, 8)  # the 4:1 strip keeps its aspect: 2 x 8 patches
-    for f, (h, w), r in zip(files, SIZES, rows):
+    for f, (h, w), r in zip(files, NATIVE_SIZES, rows):
         x = m.preprocess.native(read_image(str(f), 3)[None], 8, 16)
         gh, gw = native_grid(h, w, 8, 16)
         assert x.shape[-2:] == (8 * gh, 8 * gw)
@@ -74,7 +54,7 @@ def test_predict_native_runs_each_image_at_its_own_aspect(tmp_path: Path, capsys
 ])
 def test_predict_native_refuses_what_cannot_run_packed(tmp_path: Path, capsys, extra: list[str],  # noqa: ANN001
                                                        pattern: str) -> None:
-    vitkit.save_pretrained(_model(), tmp_path / "m")
+    vitkit.save_pretrained(tiny_labelled_vit(), tmp_path / "m")
     f = tmp_path / "a.png"
     Image.fromarray(np.zeros((40, 160, 3), dtype=np.uint8)).save(f)
     assert main(["predict", str(f), "--model", str(tmp_path / "m"), *extra]) == 2

@@ -19,7 +19,13 @@ import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
-from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
+from vitkit.commands._runtime_args import (
+    add_native_arguments,
+    add_runtime_arguments,
+    check_native,
+    native_precision,
+    predictor_for,
+)
 from vitkit.utils.files import OutputFile
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
@@ -41,31 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_arguments(p, img_size=True)
     add_merge_argument(p)
-    p.add_argument("--native", action="store_true",
-                   help="native resolution: keep each image's aspect ratio, resized to at most --max-patches patches, "
-                   "no crop; images packed together (NaViT; torch runtime)")
-    p.add_argument("--max-patches", type=int, default=None,
-                   help="with --native: at most this many patches per image (default: the model's own patch count)")
-
-
-def check_native(args: argparse.Namespace) -> None:
-    """--native's option checks, before any work: --max-patches only with --native; the torch runtime only."""
-    from vitkit.utils import check_int
-
-    if not getattr(args, "native", False):
-        if getattr(args, "max_patches", None) is not None:
-            raise ValueError("--max-patches applies to --native (native resolution)")
-        return
-    if args.max_patches is not None:
-        check_int("--max-patches", args.max_patches)
-    if args.runtime not in (None, "auto", "torch"):
-        raise ValueError(f"--native runs in torch: an exported {args.runtime} graph has one fixed input size, not "
-                         "packed images of their own sizes; use --runtime torch")
-    if args.compile:
-        raise ValueError("--native with --compile: every packed batch has its own shape (a recompile each); "
-                         "leave out --compile")
-    if getattr(args, "calibrate", None) or args.precision == "int8":
-        raise ValueError("--native runs in torch (fp32 / bf16); int8 runs in onnxruntime at a fixed input size")
+    add_native_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,14 +88,9 @@ def _predict(args: argparse.Namespace, claim: OutputFile | None) -> int:
     failed: list[str] = []
     if args.native:
         from vitkit.inference.predict import predict_native
-        from vitkit.utils.precision import resolve
 
-        model.check_packable()  # refused by name before any image is read
-        precision, why = resolve(args.precision, args.device)
-        n = args.max_patches or model.config.num_patches
-        print(f"native resolution: at most {n} patches per image, no crop; precision {precision} ({why}); runtime "
-              "torch (packed images)", file=sys.stderr)
-        make = lambda done: predict_native(model, paths, n, k, args.batch_size, precision, args.device,  # noqa: E731
+        precision, max_patches = native_precision(model, args)
+        make = lambda done: predict_native(model, paths, max_patches, k, args.batch_size, precision, args.device,  # noqa: E731
                                            args.max_pixels, skipped=failed, progress=done)
     else:
         net = predictor_for(model, args, n_images=len(paths))
