@@ -13,8 +13,9 @@ shards, Hugging Face datasets, arrays) -- into one `PackedRows`:
 3. the images' patch sequences are packed greedily, first fit in the order given, into rows of `budget` patches
    (NaViT §2.3); no image is split across rows, none is dropped: a batch needs as many rows as first fit makes.
 
-Randomness comes only from the generator passed to each call (a batch is a pure function of its samples and the
-generator: the StepLoader's contract).
+Randomness comes only from the generators passed to each call (a batch is a pure function of its samples and the
+generators: the StepLoader's contract). A `StepLoader` given a `NativePacker` as its transform loads `PackedRows`'
+batch as `Batch.x` (vitkit/data/loader.py).
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ class PackedRows:
 class NativePacker:
     """Samples -> `PackedRows` (see the module docstring): resize under `max_patches` (drawn from
     [`min_patches`, `max_patches`] when `min_patches` is given), token dropping (`drop_rate`, or `drop_range`'s
-    resolution-dependent rates), first-fit packing into rows of `budget` patches. `preprocess` normalises (its mean
-    and std, its interpolation); `patch` is the model's patch size."""
+    resolution-dependent rates), first-fit packing into rows of `budget` patches; `flip`: a random horizontal flip
+    of each training image. `preprocess` normalises (its mean and std, its interpolation); `patch` is the model's
+    patch size."""
 
     def __init__(self, preprocess: PreprocessConfig, patch: int, max_patches: int, budget: int | None = None,
                  min_patches: int | None = None, drop_rate: float = 0.0,
-                 drop_range: tuple[float, float] | None = None) -> None:
+                 drop_range: tuple[float, float] | None = None, flip: bool = False) -> None:
         budget = max_patches if budget is None else budget
         if patch < 1 or max_patches < 1:
             raise ValueError(f"patch ({patch}) and max_patches ({max_patches}) must be >= 1")
@@ -63,6 +65,7 @@ class NativePacker:
             raise ValueError("give drop_rate (one rate) or drop_range (resolution-dependent rates), not both")
         self.preprocess, self.patch, self.max_patches, self.budget = preprocess, patch, max_patches, budget
         self.min_patches, self.drop_rate, self.drop_range = min_patches, drop_rate, drop_range
+        self.flip = flip
 
     def cap(self, gen: torch.Generator | None) -> int:
         """This image's patch cap: max_patches, or drawn from [min_patches, max_patches]."""
@@ -77,27 +80,34 @@ class NativePacker:
         lo, hi = self.drop_range
         return lo + (hi - lo) * (n - 1) / max(self.max_patches - 1, 1)
 
-    def __call__(self, samples: Sequence[tuple[torch.Tensor, int]], gen: torch.Generator | None = None,
-                 train: bool = True) -> PackedRows:
-        """Pack `samples` ((C, H, W) images in [0, 1] or uint8, labels); `train=False` (evaluation) draws nothing:
-        every image at max_patches, no token dropped."""
+    def __call__(self, samples: Sequence[tuple[torch.Tensor, int]],
+                 gen: torch.Generator | Sequence[torch.Generator] | None = None, train: bool = True) -> PackedRows:
+        """Pack `samples` ((C, H, W) images in [0, 1] or uint8, labels); `gen`: one generator for all, or one per
+        sample (the StepLoader's: an image's draws then depend on its place in the global batch alone);
+        `train=False` (evaluation) draws nothing: every image at max_patches, no token dropped."""
         if not samples:
             raise ValueError("no samples to pack")
-        if train and gen is None and (self.min_patches is not None or self.drop_rate or self.drop_range):
-            raise ValueError("resolution sampling (min_patches) and token dropping draw from a generator: pass gen")
+        if train and gen is None and (self.min_patches is not None or self.drop_rate or self.drop_range or self.flip):
+            raise ValueError("resolution sampling (min_patches), token dropping and flips draw from a generator: pass "
+                             "gen")
+        gens = list(gen) if isinstance(gen, Sequence) else [gen] * len(samples)
+        if len(gens) != len(samples):
+            raise ValueError(f"{len(samples)} samples but {len(gens)} generators")
         patches, coords, grids, kept, full = [], [], [], [], []
-        for i, (img, _) in enumerate(samples):
+        for i, ((img, _), g) in enumerate(zip(samples, gens)):
             if img.ndim != 3 or img.shape[0] != self.preprocess.channels:
                 raise ValueError(f"sample {i}: expected an image ({self.preprocess.channels}, H, W), got shape "
                                  f"{tuple(img.shape)}")
-            cap = self.cap(gen) if train else self.max_patches
+            cap = self.cap(g) if train else self.max_patches
+            if train and self.flip and float(torch.rand((), generator=g)) < 0.5:  # a horizontal flip, p = 0.5
+                img = img.flip(-1)
             x = self.preprocess.native(img[None], self.patch, cap)[0]
             grid = (x.shape[1] // self.patch, x.shape[2] // self.patch)
             p, c = patchify(x, self.patch), raster_coords(grid)
             n = len(p)
             rate = self.rate(n) if train else 0.0
-            if rate > 0 and gen is not None:  # (train without gen refused above)
-                keep = torch.randperm(n, generator=gen)[: max(1, round(n * (1 - rate)))].sort().values
+            if rate > 0 and g is not None:  # (train without gen refused above)
+                keep = torch.randperm(n, generator=g)[: max(1, round(n * (1 - rate)))].sort().values
                 p, c = p[keep], c[keep]
             patches.append(p)
             coords.append(c)

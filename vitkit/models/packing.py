@@ -153,10 +153,19 @@ class PackedBatch:
         return cls.from_patches([patchify(im, patch) for im in images], [raster_coords(g) for g in grids], grids,
                                 rows, length)
 
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> PackedBatch:
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None, non_blocking: bool = False
+           ) -> PackedBatch:
         """The batch on `device`, its patches in `dtype` (default: as they are)."""
-        return PackedBatch(self.patches.to(device, dtype), self.image_ids.to(device), self.coords.to(device),
-                           self.grids.to(device))
+        return PackedBatch(self.patches.to(device, dtype, non_blocking=non_blocking),
+                           *(t.to(device, non_blocking=non_blocking) for t in (self.image_ids, self.coords, self.grids)))
+
+    def pin_memory(self) -> PackedBatch:
+        """The batch in page-locked memory (for copies to a GPU that overlap compute)."""
+        return PackedBatch(*(t.pin_memory() for t in (self.patches, self.image_ids, self.coords, self.grids)))
+
+    def __len__(self) -> int:
+        """The number of images (as a batch of images' len is)."""
+        return self.num_images
 
     def layout(self, num_prefix: int) -> Layout:
         """Where each token goes in the model's rows with `num_prefix` prefix tokens before each image's patches

@@ -424,8 +424,11 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
             y = self.pre_logits(y)
         return y if pre_logits else self.head(y)
 
-    def forward(self, x: torch.Tensor) -> Any:
-        """Logits (B, K) (a distilled ViT: `forward_head`'s two heads)."""
+    def forward(self, x: torch.Tensor | PackedBatch) -> Any:
+        """Logits (B, K) (a distilled ViT: `forward_head`'s two heads); of a `PackedBatch`, each packed image's
+        (`forward_packed`), so that a trainer, DDP or an evaluation loop runs packed batches as they run images."""
+        if isinstance(x, PackedBatch):
+            return self.forward_packed(x)
         return self.forward_head(self.tokens(x))
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
