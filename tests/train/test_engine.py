@@ -4,6 +4,7 @@ by name."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
+from vitkit.cli import main
 from vitkit.data.collate import NativePacker
+from vitkit.data.datasets import open_splits
 from vitkit.data.folders import image_folder
 from vitkit.data.loader import StepLoader
 from vitkit.formats import load_pretrained
@@ -70,8 +73,6 @@ def test_train_native_learns_mixed_aspect_images(tmp_path: Path) -> None:
     lines = [ln for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"loss"' in ln]
     assert len(lines) >= 2
     model = load_pretrained(tmp_path / "run" / "model")
-    from vitkit.data.datasets import open_splits  # the run's own split of the folder
-
     test = open_splits(cfg.data)["test"]
     packer = NativePacker(model.preprocess, 4, 16, 32)
     batch = packer([test.get(i) for i in range(len(test))], train=False)
@@ -90,3 +91,15 @@ def test_train_native_refuses_what_does_not_combine(tmp_path: Path, extra: list[
     with pytest.raises(ValueError, match=pattern):
         cfg = load_config("digits_demo", ["data.name=folder", f"data.path={root}", "schedule.steps=2", *NATIVE, *extra])
         run_experiment(cfg, tmp_path / "run", progress=False)
+
+
+def test_train_native_flag_is_the_recipe_keys(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """`vitkit train --native --max-patches N` is data.max_patches = N with data.augment = none (a dry run)."""
+    out = tmp_path / "run"
+    assert main(["train", "--config", "digits_demo", "--native", "--max-patches", "8", "--dry-run", "2",
+                 "--save", "--out", str(out), "--no-progress"]) == 0
+    data = json.loads((out / "run_config.json").read_text())["data"]
+    assert data["max_patches"] == 8 and data["augment"] == "none"
+    capsys.readouterr()
+    assert main(["train", "--config", "digits_demo", "--native", "--out", str(tmp_path / "x")]) == 2
+    assert "--native needs --max-patches N" in capsys.readouterr().err
