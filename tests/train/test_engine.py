@@ -78,6 +78,8 @@ def test_train_native_learns_mixed_aspect_images(tmp_path: Path) -> None:
     batch = packer([test.get(i) for i in range(len(test))], train=False)
     again = evaluate_batches(model, [(batch.batch, batch.labels)])
     assert again["top1"] == pytest.approx(res["test"]["top1"])
+    with torch.no_grad():  # a natively trained model is an ordinary ViT: it runs at its square size as well
+        assert model(torch.zeros(2, 3, 16, 16)).shape == (2, 2)
 
 
 @pytest.mark.parametrize(("extra", "pattern"), [
