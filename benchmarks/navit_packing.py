@@ -34,15 +34,10 @@ from vitkit.models.packing import PackedBatch, first_fit
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--images", type=int, default=32)
-    ap.add_argument("--max-patches", type=int, default=64)
-    ap.add_argument("--min-patches", type=int, default=8)
-    ap.add_argument("--budget", type=int, default=256)
-    ap.add_argument("--pack-per-row", type=int, default=4)
-    ap.add_argument("--width", type=int, default=128)
-    ap.add_argument("--depth", type=int, default=4)
+    options = {"repeats": 5, "threads": 2, "images": 32, "max-patches": 64, "min-patches": 8, "budget": 256,
+               "pack-per-row": 4, "width": 128, "depth": 4}
+    for name, default in options.items():
+        ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "navit_packing.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
