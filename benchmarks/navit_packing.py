@@ -10,7 +10,10 @@ variable resolution, drawn once and shared by every candidate).
 (c) inference cost of the mask: a square batch (the model's own N-patch images, no mask) against the same number
     of tokens as packed rows (images of the same patch count, --pack-per-row to a row, block-diagonal mask).
 
-    flock /tmp/vitkit_bench.lock python benchmarks/navit_packing.py [--repeats 5] [--threads 2]
+    flock /tmp/vitkit_bench.lock python benchmarks/navit_packing.py [--repeats 7] [--threads 1]
+
+One thread: on a shared 2-core machine two threads wait on each other (measured: repeats spread 34-189% at load 16,
+within 28% on one thread at the same load).
 
 Writes benchmarks/results/navit_packing.json.
 """
@@ -34,7 +37,7 @@ from vitkit.models.packing import PackedBatch, first_fit
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    options = {"repeats": 5, "threads": 2, "images": 32, "max-patches": 64, "min-patches": 8, "budget": 256,
+    options = {"repeats": 7, "threads": 1, "images": 32, "max-patches": 64, "min-patches": 8, "budget": 256,
                "pack-per-row": 4, "width": 128, "depth": 4}
     for name, default in options.items():
         ap.add_argument(f"--{name}", type=int, default=default)
