@@ -20,6 +20,39 @@ from vitkit.train.engine import Trainer
 DEMO_ARCH = dict(img_size=16, patch_size=4, in_chans=1, num_classes=10, width=96, depth=4, num_heads=4, mlp_dim=192)
 
 
+#: images of other sizes and aspects (h, w) for native-resolution tests: a 4:1 strip, a 1:3 portrait, a square, and
+#: one smaller than a 16-patch grid of 8 px patches
+NATIVE_SIZES = [(40, 160), (90, 30), (50, 50), (12, 20)]
+
+
+def native_images(folder: Path, seed: int = 0) -> list[Path]:
+    """PNG files of NATIVE_SIZES (random RGB pixels) in `folder`."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    files = []
+    for i, (h, w) in enumerate(NATIVE_SIZES):
+        files.append(folder / f"{i}.png")
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(files[-1])
+    return files
+
+
+def tiny_labelled_vit(**overrides: Any):  # noqa: ANN201
+    """A tiny ordinary ViT (32 px fixed, 8 px patches, width 32, depth 2, one register, 5 classes a-e), every
+    parameter random (no zero head or token hides a wrong wiring)."""
+    import torch
+
+    m = create_model("vit", **{**dict(img_size=32, patch_size=8, width=32, depth=2, num_heads=2, mlp_dim=64,
+                                      num_classes=5, num_registers=1), **overrides})
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    m.preprocess = PreprocessConfig(img_size=m.config.img_size, labels=list("abcde"))
+    return m.eval()
+
+
 def digits_model(**overrides: Any):
     """The demo's architecture (recipe digits_demo) with `overrides`, with the digits' preprocessing."""
     model = create_model("vit", **{**DEMO_ARCH, **overrides})

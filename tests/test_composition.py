@@ -5,8 +5,10 @@ non-zero) x PATHS (every way vitkit runs or reads a model: eager, timm's forward
 `intermediates`, each `build_predictor` runtime x precision and compile, the predictor's contract with its caller
 (no mutation; a snapshot of all state or none), `vitkit.embed` with each feature, few-shot features,
 `forward_intermediates` NLC / NCHW, attention recording and `inspect`, each saver -> loader, adapters (vitkit's
-and peft's layout) -> load_adapters -> predictor, export -> runner). Each cell asserts agreement with the eager
-model within its precision's tolerance, or a clear refusal (an exception whose message names the option).
+and peft's layout) -> load_adapters -> predictor, export -> runner; packed images of their own sizes (NaViT, issue
+54): logits, features, recorded attention, `predict --native`'s runner in fp32 and bf16, its file path). Each cell
+asserts agreement with the eager model within its precision's tolerance, or a clear refusal (an exception whose
+message names the option).
 
 The expected numbers come from `reference()`: the encoder run step by step from the model's own submodules
 (so a LoRA Linear or a hook on a Linear acts as it does in eager torch), with token merging (ToMe, Bolya et al.
@@ -45,9 +47,11 @@ from vitkit.inference.evaluate import eval_loader
 from vitkit.inference.export import exported_merge
 from vitkit.inference.features import FEATURES
 from vitkit.inference.fewshot import extract_features
+from vitkit.inference.predict import native_runner, predict_native
 from vitkit.inference.runtime import SUPPORTED
 from vitkit.inspect.attention import mean_attention_distance
 from vitkit.inspect.report import InspectImage, collect_attention
+from vitkit.models.features import feature
 from vitkit.models.lora import LoraConfig, apply_lora
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
@@ -676,6 +680,111 @@ def exported(fmt: str, int8: bool = False) -> Callable[[Case], None]:
     return check
 
 
+# ---------------------------------------------------------------------------- packed images (NaViT, issue 54)
+# the variants' own 32 px square, a 1:3 strip and a 5:3 portrait, in 8 px patches, packed into one row
+PACKED_SIZES = [(32, 32), (16, 48), (40, 24)]
+
+
+def packed_refusal(m: VisionTransformer) -> str | None:
+    """What a model that cannot run packed images must name: token merging (it would merge across images), the
+    hybrid's ResNet stem (it convolves whole images)."""
+    if is_merged(m):
+        return "token merging"
+    return "ResNet stem" if m.config.resnet_layers is not None else None
+
+
+def packed_case(c: Case) -> tuple[list[torch.Tensor], list[tuple[VisionTransformer, Reference]]]:
+    """Images of PACKED_SIZES and each one's reference run alone at its own size (a copy of the model moved there by
+    `set_img_size`: the §3.2 resampling of E_pos, then `reference`)."""
+    if "packed" not in c.cache:
+        g = torch.Generator().manual_seed(5)
+        ims = [torch.randn(3, h, w, generator=g) for h, w in PACKED_SIZES]
+        refs = []
+        for im in ims:
+            alone = copy.deepcopy(c.model)
+            alone.set_img_size(tuple(im.shape[1:]))
+            refs.append((alone, reference(alone, im[None])))
+        c.cache["packed"] = ims, refs
+    return c.cache["packed"]
+
+
+def packed(check: Callable[[Case, list[torch.Tensor], list[tuple[VisionTransformer, Reference]]], None]
+           ) -> Callable[[Case], None]:
+    """A packed-images cell: refused naming the reason (`packed_refusal`), or `check` against the references."""
+
+    def cell(c: Case) -> None:
+        why = packed_refusal(c.model)
+        if why is not None:
+            assert_refuses(lambda: c.model.forward_packed([torch.randn(3, 32, 32)]), why)
+            return
+        check(c, *packed_case(c))
+
+    return cell
+
+
+def check_packed_logits(c: Case, ims: list[torch.Tensor], refs: list[tuple[VisionTransformer, Reference]]) -> None:
+    with torch.no_grad():
+        got = c.model.forward_packed(ims)
+    assert_close(got, torch.cat([r.logits for _, r in refs]), what="forward_packed")
+
+
+def check_packed_features(c: Case, ims: list[torch.Tensor], refs: list[tuple[VisionTransformer, Reference]]) -> None:
+    """models/features.py's features of the packed token record: each image's own (the patch grid: refused)."""
+    m = c.model
+    with torch.no_grad():
+        t = m.tokens_packed(m.pack(ims))
+    defs = {"pooled": pooled, "pre_logits": pre_logits, "cls": cls_token,
+            "mean": lambda m, ref: weighted_mean(*patches(m, ref))}
+    for name, define in defs.items():
+        try:
+            want = torch.cat([define(alone, r) for alone, r in refs])
+        except Refuse as r:
+            assert_refuses(lambda: feature(m, t, name), r.pattern)  # noqa: B023
+            continue
+        with torch.no_grad():
+            assert_close(feature(m, t, name), want, what=f"packed feature {name}")
+    assert_refuses(lambda: feature(m, t, "patch"), "packed")
+
+
+def check_packed_attention(c: Case, ims: list[torch.Tensor], refs: list[tuple[VisionTransformer, Reference]]) -> None:
+    """Recorded attention on a packed row: each image's block of each layer's weights is its own attention alone."""
+    m = c.model
+    batch = m.pack(ims)
+    with torch.no_grad():
+        t = m.tokens_packed(batch, attention=True)
+        assert_close(m.forward_head(t), torch.cat([r.logits for _, r in refs]), what="packed logits, recording")
+    lay = batch.layout(m.config.num_prefix_tokens)
+    for i, (_, r) in enumerate(refs):
+        pos = lay.pos[lay.image == i][lay.slot[lay.image == i].argsort()]
+        for layer, (a, want) in enumerate(zip(t.attention, r.attention)):
+            assert_close(a[0][:, pos][:, :, pos], want[0], what=f"image {i}'s attention in layer {layer}")
+
+
+def packed_runner(precision: str) -> Callable[[Case, list[torch.Tensor], list[tuple[VisionTransformer, Reference]]],
+                                               None]:
+    """`predict --native`'s runner (a snapshot; fp32: the fused CPU blocks with the mask; bf16 weights)."""
+
+    def check(c: Case, ims: list[torch.Tensor], refs: list[tuple[VisionTransformer, Reference]]) -> None:
+        got = native_runner(c.model, precision)(c.model.pack(ims))
+        want = torch.cat([r.logits for _, r in refs])
+        assert_close(got, want, FP32 if precision == "fp32" else BF16, what=f"native_runner({precision})")
+
+    return check
+
+
+def check_predict_native_files(c: Case, ims: list[torch.Tensor], refs: list[tuple[VisionTransformer, Reference]]
+                               ) -> None:
+    """`predict_native` on the case's files (at the model's own size, so at most its patch count keeps them as they
+    are): the eager model's probabilities."""
+    m = c.model
+    rows = list(predict_native(m, c.files, m.config.num_patches, topk=3, batch_size=3))
+    top = c.ref.logits.softmax(-1).topk(3)
+    for row, vals, idx in zip(rows, top.values.tolist(), top.indices.tolist()):
+        assert row["labels"] == [str(i) for i in idx]
+        assert row["probs"] == pytest.approx(vals, abs=1e-5)
+    assert len(rows) == len(c.files)
+
+
 @dataclass(frozen=True)
 class PathSpec:
     check: Callable[[Case], None]
@@ -730,6 +839,13 @@ PATHS: dict[str, PathSpec] = {
     "export_onnx": PathSpec(exported("onnx"), on("lora", "tome_gap")),
     "export_openvino": PathSpec(exported("openvino"), on("lora")),
     "export_onnx_int8": PathSpec(exported("onnx", int8=True), on("lora")),
+    # packed images of their own sizes (NaViT, issue 54): every variant runs them or refuses naming why
+    "packed_logits": PathSpec(packed(check_packed_logits)),
+    "packed_features": PathSpec(packed(check_packed_features)),
+    "packed_attention": PathSpec(packed(check_packed_attention)),
+    "packed_runner_fp32": PathSpec(packed(packed_runner("fp32"))),
+    "packed_runner_bf16": PathSpec(packed(packed_runner("bf16"))),
+    "packed_predict_native": PathSpec(packed(check_predict_native_files)),
 }
 
 # The six rows of issue 49's table, each a named case. On the main of 2026-11-27 (73e3cd0) every cell here fails

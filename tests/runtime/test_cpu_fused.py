@@ -2,7 +2,8 @@
 model's own answer up to fp32 rounding, judged against an fp64 forward, for every block form it covers (LayerScale
 folded, erf / tanh GELU fused, no qkv bias); QuickGELU, LoRA's layers and hooked blocks are left as written; the
 caller's model is untouched, weights changed in place are repacked, and gradients, recorded attention, token merging
-and a hook registered later run the block itself."""
+and a hook registered later run the block itself. Packed images of different sizes (NaViT) keep their attention
+mask."""
 
 from __future__ import annotations
 
@@ -104,3 +105,16 @@ def test_only_exactly_known_blocks_are_fused() -> None:
         finally:
             glob.remove()
     assert any(isinstance(mod, torch.nn.Linear) for mod in seen)
+
+
+def test_fused_blocks_honour_the_packed_images_mask() -> None:
+    """Packed images at their own sizes (models/packing.py) on fused blocks: each image's logits are its own."""
+    m = _model(layer_scale=0.5, num_registers=2, dynamic_img_size=True)
+    f = fused_for_cpu(m)
+    assert sum(isinstance(b, FusedBlock) for b in f.modules()) == 3
+    g = torch.Generator().manual_seed(0)
+    ims = [torch.randn(3, h, w, generator=g) for h, w in ((32, 32), (16, 48), (40, 8), (8, 8))]
+    with torch.inference_mode():
+        want = torch.cat([m(im[None]) for im in ims])
+        got = f.forward_packed(ims)
+    assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-5

@@ -1,5 +1,6 @@
 """Options shared by the commands that run a model for inference (`predict`, `eval`): precision, runtime,
-compilation, threads; and the `Predictor` they describe, with each automatic choice printed."""
+compilation, threads; and the `Predictor` they describe, with each automatic choice printed. `--native` and
+`--max-patches` (`predict`, `embed`): images at their own aspect ratio, packed (NaViT), in torch."""
 
 from __future__ import annotations
 
@@ -42,3 +43,45 @@ def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | No
     return build_predictor(model, args.precision, args.runtime, args.compile, getattr(args, "device", "cpu"),
                            args.threads, log=lambda m: print(m, file=sys.stderr), n_images=n_images,
                            calibration=calibration)
+
+
+def add_native_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--native", action="store_true",
+                   help="native resolution: keep each image's aspect ratio, resized to at most --max-patches patches, "
+                   "no crop; images packed together (NaViT; torch runtime)")
+    p.add_argument("--max-patches", type=int, default=None,
+                   help="with --native: at most this many patches per image (default: the model's own patch count)")
+
+
+def check_native(args: argparse.Namespace) -> None:
+    """--native's option checks, before any work: --max-patches only with --native; torch only (an exported graph
+    has one input size; int8 runs in onnxruntime; --compile would recompile for every packed shape)."""
+    from vitkit.utils import check_int
+
+    if not getattr(args, "native", False):
+        if getattr(args, "max_patches", None) is not None:
+            raise ValueError("--max-patches applies to --native (native resolution)")
+        return
+    if args.max_patches is not None:
+        check_int("--max-patches", args.max_patches)
+    if args.runtime not in (None, "auto", "torch"):
+        raise ValueError(f"--native runs in torch: an exported {args.runtime} graph has one fixed input size, not "
+                         "packed images of their own sizes; use --runtime torch")
+    if args.compile:
+        raise ValueError("--native with --compile: every packed batch has its own shape (a recompile each); "
+                         "leave out --compile")
+    if getattr(args, "calibrate", None) or args.precision == "int8":
+        raise ValueError("--native runs in torch (fp32 / bf16); int8 runs in onnxruntime at a fixed input size")
+
+
+def native_precision(model: nn.Module, args: argparse.Namespace) -> tuple[str, int]:
+    """(precision, max patches) of a --native run, checked against the model (refused by name before any image is
+    read) and said on stderr."""
+    from vitkit.utils.precision import resolve
+
+    model.check_packable()
+    precision, why = resolve(args.precision, getattr(args, "device", "cpu"))
+    n = args.max_patches or model.config.num_patches
+    print(f"native resolution: at most {n} patches per image, no crop; precision {precision} ({why}); runtime torch "
+          "(packed images)", file=sys.stderr)
+    return precision, n

@@ -6,7 +6,8 @@ output as its own library returns it (transformers' `pooler_output`; CLIP's proj
 the file has the projection); `--pool` picks another (cls, mean, cls_mean, pre_logits, logits, patch) and
 `--normalize` scales each to unit length for cosine retrieval. The .npz holds `paths` (str) and `features`
 (float32, N x D). An unreadable file is named and skipped, the others are still written, and the exit code is 1.
-Precision, runtime, compilation and threads are `predict`'s options.
+Precision, runtime, compilation and threads are `predict`'s options, and so are `--native` / `--max-patches` (each
+image at its own aspect ratio, packed: NaViT).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
-from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
+from vitkit.commands._runtime_args import (
+    add_native_arguments,
+    add_runtime_arguments,
+    check_native,
+    native_precision,
+    predictor_for,
+)
 from vitkit.utils.files import OutputFile
 
 HELP = "features of image files, folders and lists (batched; .npz / .parquet / .jsonl output)"
@@ -41,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_arguments(p, img_size=True)
     add_merge_argument(p)
+    add_native_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
+    check_native(args)
     check_embed_output(args.output, True)
     with OutputFile(args.output, args.overwrite) as claim:  # an existing file refused, one writer, before any work
         return _embed(args, claim)
@@ -60,7 +69,7 @@ def _embed(args: argparse.Namespace, claim: OutputFile) -> int:
     from tqdm.auto import tqdm
 
     from vitkit.formats import load_pretrained
-    from vitkit.inference.features import FeatureNet, embed_files, write_embeddings
+    from vitkit.inference.features import FeatureNet, embed_files, embed_native, write_embeddings
     from vitkit.inference.predict import expand_inputs
 
     model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
@@ -70,7 +79,11 @@ def _embed(args: argparse.Namespace, claim: OutputFile) -> int:
           f"{', L2-normalised' if args.normalize else ''}", file=sys.stderr)
     if fnet.note:
         print(fnet.note, file=sys.stderr)
-    net = predictor_for(fnet, args, n_images=len(paths))
+    if args.native:
+        fnet.check_packable()  # refused by name before any image is read
+        precision, max_patches = native_precision(model, args)
+    else:
+        net = predictor_for(fnet, args, n_images=len(paths))
     show = not args.no_progress and len(paths) > args.batch_size
     with tqdm(total=len(paths), desc="embed", unit="img", disable=not show, file=sys.stderr) as bar:
 
@@ -79,7 +92,10 @@ def _embed(args: argparse.Namespace, claim: OutputFile) -> int:
                 tqdm.write(f"skipped: {msg}", file=sys.stderr)
             bar.update(n)
 
-        emb = embed_files(net, model.preprocess, paths, args.batch_size, args.workers, progress=done)
+        if args.native:
+            emb = embed_native(fnet, paths, max_patches, args.batch_size, precision, args.device, progress=done)
+        else:
+            emb = embed_files(net, model.preprocess, paths, args.batch_size, args.workers, progress=done)
     emb.feature = fnet.feature
     write_embeddings(emb, claim)
     print(f"wrote {len(emb.paths)} features of shape {tuple(emb.features.shape[1:])} to {args.output}",

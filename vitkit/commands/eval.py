@@ -1,7 +1,8 @@
 """Evaluate a saved model on a labelled split: top-1 and (when K >= 5) top-5 accuracy.
 
 `--data` is `digits` (default: the demo's fixed test split), `lfw`, or a path (image folder, list
-file, CIFAR batches). Unreadable images are skipped and named, as in training (exit code 1).
+file, CIFAR batches). Unreadable images are skipped and named, as in training (exit code 1). `--native` scores each
+image at its own aspect ratio (at most `--max-patches` patches, no crop, packed: NaViT), in torch.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
-from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
+from vitkit.commands._runtime_args import (
+    add_native_arguments,
+    add_runtime_arguments,
+    check_native,
+    native_precision,
+    predictor_for,
+)
 
 HELP = "top-1 / top-5 accuracy of a model on a data split (default: the digits test split)"
 
@@ -29,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip images with more pixels than this as unreadable (default: Pillow's 179M limit)")
     add_load_arguments(p, img_size=True)
     add_merge_argument(p)
+    add_native_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
+    check_native(args)
     model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
     pp = model.preprocess
     dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
@@ -54,10 +63,22 @@ def run(args: argparse.Namespace) -> int:
     if not pp.labels:
         print(f"note: {how}", file=sys.stderr)
     n = sum(len(splits[name]) for name in names)
-    net = predictor_for(model, args, n_images=n)
     skipped: list[str] = []
-    loaders = [eval_loader(splits[name], pp, args.batch_size, args.workers) for name in names]  # `all`: one set
-    res = evaluate_loader(net, loaders, skipped=skipped, label_map=label_map)
+    if args.native:  # each image at its own aspect ratio, packed (NaViT), on a snapshot of the model in torch
+        from vitkit.data.collate import NativePacker
+        from vitkit.data.loader import StepLoader
+        from vitkit.inference.runtime import inference_model
+
+        precision, max_patches = native_precision(model, args)
+        packer = NativePacker(pp, model.config.patch_size, max_patches)
+        loaders = [StepLoader(splits[name], args.batch_size, packer, shuffle=False, num_workers=args.workers)
+                   for name in names]
+        res = evaluate_loader(inference_model(model, precision), loaders, precision, skipped=skipped,
+                              label_map=label_map)
+    else:
+        net = predictor_for(model, args, n_images=n)
+        loaders = [eval_loader(splits[name], pp, args.batch_size, args.workers) for name in names]  # `all`: one set
+        res = evaluate_loader(net, loaders, skipped=skipped, label_map=label_map)
     for s in skipped:
         print(f"skipped: {s}", file=sys.stderr)
     present = len({c for name in names for c in splits[name].labels.tolist()})

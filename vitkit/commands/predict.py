@@ -8,7 +8,8 @@ unreadable file is named and skipped, the others still run, and the exit code is
 CSV or JSONL table (path, top-k labels, probabilities). The default precision is fp32, the checkpoint's own
 answer; `--precision auto` runs bf16 where the hardware multiplies bf16 natively and says what that costs;
 `--runtime auto` (the default) runs the fastest installed CPU runtime for the precision
-(`vitkit.inference.runtime`); both say what they chose.
+(`vitkit.inference.runtime`); both say what they chose. `--native` keeps each image's aspect ratio (NaViT): resized
+to at most `--max-patches` patches, no crop, packed with the others (torch only: an exported graph has one size).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import sys
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
-from vitkit.commands._runtime_args import add_runtime_arguments, predictor_for
+from vitkit.commands._runtime_args import (
+    add_native_arguments,
+    add_runtime_arguments,
+    check_native,
+    native_precision,
+    predictor_for,
+)
 from vitkit.utils.files import OutputFile
 
 HELP = "top-k predictions for image files, folders and list files (batched; CSV / JSONL output)"
@@ -40,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_arguments(p, img_size=True)
     add_merge_argument(p)
+    add_native_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
     check_device(args.device)
+    check_native(args)
     max_image_pixels(args.max_pixels)  # --max-pixels 0 or a bad $VITKIT_MAX_IMAGE_PIXELS: refused before any work
     if not args.output:
         return _predict(args, None)
@@ -75,9 +84,18 @@ def _predict(args: argparse.Namespace, claim: OutputFile | None) -> int:
     if k < args.topk:
         print(f"note: {args.model} predicts {k} classes; showing {k}", file=sys.stderr)
     paths = expand_inputs(args.images)
-    net = predictor_for(model, args, n_images=len(paths))
     rows: list[dict] = []
     failed: list[str] = []
+    if args.native:
+        from vitkit.inference.predict import predict_native
+
+        precision, max_patches = native_precision(model, args)
+        make = lambda done: predict_native(model, paths, max_patches, k, args.batch_size, precision, args.device,  # noqa: E731
+                                           args.max_pixels, skipped=failed, progress=done)
+    else:
+        net = predictor_for(model, args, n_images=len(paths))
+        make = lambda done: predict_files(net, model.preprocess, paths, k, args.batch_size, args.workers,  # noqa: E731
+                                          args.max_pixels, skipped=failed, progress=done)
     show = not args.no_progress and len(paths) > args.batch_size
     with tqdm(total=len(paths), desc="predict", unit="img", disable=not show, file=sys.stderr) as bar:
 
@@ -89,8 +107,7 @@ def _predict(args: argparse.Namespace, claim: OutputFile | None) -> int:
             said[0] = len(failed)
             bar.update(n)
 
-        for row in predict_files(net, model.preprocess, paths, k, args.batch_size, args.workers, args.max_pixels,
-                                 skipped=failed, progress=done):
+        for row in make(done):
             rows.append(row)
             if not args.output:
                 print(f"{row['path']}: " + ", ".join(f"{lab} ({100 * p:.1f}%)" for lab, p in zip(row["labels"],

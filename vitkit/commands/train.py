@@ -6,6 +6,8 @@ pretrain_jft_b16 --dry-run 2` (a few steps on synthetic data). Under `torchrun` 
 its shard of the global batch (DDP, gloo on CPU, NCCL on GPU); `--set train.parallel=fsdp` shards
 weights, gradients and optimizer state instead (ViT-L/H), `--set model.grad_checkpointing=true`
 recomputes block activations in the backward pass, `--set train.compile=true` uses torch.compile.
+`--native --max-patches N` trains at native resolution (NaViT): each image at its own aspect ratio, at most N patches,
+no crop, images packed into rows (`data.max_patches`; `data.min_patches`, `data.token_drop`, `data.pack_budget`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run STEPS steps of batch 8 on synthetic data (checks a recipe without its data; "
                    "saves no checkpoint or model unless --save)")
     p.add_argument("--save", action="store_true", help="with --dry-run: also save the checkpoint and the model")
+    p.add_argument("--native", action="store_true",
+                   help="native resolution (NaViT): each image at its own aspect ratio, resized whole to at most "
+                   "--max-patches patches, packed; sets data.max_patches and data.augment = none")
+    p.add_argument("--max-patches", type=int, default=None, help="with --native: at most this many patches per image")
+
+
+def native_values(args: argparse.Namespace) -> dict[str, object]:
+    """The recipe values --native --max-patches N stand for (an explicit --set still wins)."""
+    from vitkit.utils import check_int
+
+    if not args.native:
+        if args.max_patches is not None:
+            raise ValueError("--max-patches applies to --native (native resolution)")
+        return {}
+    if args.max_patches is None:
+        raise ValueError("--native needs --max-patches N: the most patches an image may have")
+    return {"data.max_patches": check_int("--max-patches", args.max_patches), "data.augment": "none"}
 
 
 def run(args: argparse.Namespace) -> int:
     from vitkit import distributed as dist
     from vitkit.train.run import run_experiment
 
-    cfg = prepare(args)
+    cfg = prepare(args, native_values(args))
     code = 0
     try:
         res = run_experiment(cfg, args.out, resume=args.resume, dry_run=args.dry_run, progress=not args.no_progress,

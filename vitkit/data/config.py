@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from vitkit.data.collate import NativePacker
 from vitkit.data.glyphs import STREAM_MAX_IMAGES
 from vitkit.data.transforms import AUGMENTS, TrainTransform
 from vitkit.models.preprocess import PreprocessConfig
@@ -74,6 +75,14 @@ class DataConfig(RecipeSection):
     glyph_classes: int = key("data.glyph_classes", 1000)
     glyph_size: int = key("data.glyph_size", 16, "pixels per side")
     glyph_seed: int = key("data.glyph_seed", 0)
+    max_patches: int = key("data.max_patches", 0, "native resolution (NaViT): each image resized, aspect kept and "
+                           "no crop, to at most this many patches, images packed into rows (training and "
+                           "evaluation); 0 = the model's square input")
+    min_patches: int = key("data.min_patches", 0, "native resolution, training: each image's cap drawn from "
+                           "[min_patches, max_patches] (0 = every image at max_patches)")
+    token_drop: float = key("data.token_drop", 0.0, "native resolution, training: the share of each image's patches "
+                            "dropped at random (NaViT's token dropping)")
+    pack_budget: int = key("data.pack_budget", 0, "native resolution: patches per packed row (0 = max_patches)")
     glyph_stream: bool = key("data.glyph_stream", False, "draw each glyph when it is loaded, not up front: any "
                              "number of images up to 10^8, nothing held but labels (other images than the in-memory "
                              "set's: a counter-based random stream per image)")
@@ -130,6 +139,18 @@ class DataConfig(RecipeSection):
         check_int("data.randaugment[0]", ra[0], low=0, high=16)  # RandAugment applies 1-3 operations
         check_range("data.randaugment[1]", ra[1], 0.0, 30.0, high_open=False)
         check_range("data.random_erasing", self.random_erasing, 0.0, 1.0, high_open=False)
+        check_int("data.max_patches", self.max_patches, low=0)
+        check_int("data.min_patches", self.min_patches, low=0)
+        check_int("data.pack_budget", self.pack_budget, low=0)
+        check_range("data.token_drop", self.token_drop, 0.0, 1.0)
+        if not self.max_patches and (self.min_patches or self.token_drop or self.pack_budget):
+            raise ValueError("data.min_patches, data.token_drop and data.pack_budget apply to native resolution: set "
+                             "data.max_patches")
+        check_int("data.min_patches", self.min_patches, low=0, high=self.max_patches)
+        if self.max_patches and (self.augment != "none" or self.randaugment[0] or self.random_erasing):
+            raise ValueError(f"data.max_patches (native resolution) resizes each image whole, no crop: set "
+                             f"data.augment = none (got {self.augment!r}), data.randaugment [0, 0] and "
+                             "data.random_erasing 0 (data.flip is applied)")
         if self.augreg and self.augreg not in AUGREG:
             raise ValueError(f"data.augreg must be one of {', '.join(AUGREG)} (or empty), got {self.augreg!r}")
 
@@ -137,6 +158,19 @@ class DataConfig(RecipeSection):
         """The training transform this section describes, for a model's preprocessing (its size and normalisation)."""
         return TrainTransform(preprocess, self.augment, tuple(self.area), tuple(self.ratio), self.flip,
                               tuple(self.randaugment), float(self.random_erasing))
+
+    def native_packer(self, preprocess: PreprocessConfig, patch: int, train: bool = True) -> NativePacker | None:
+        """The packing collator of native resolution (data.max_patches > 0; vitkit/data/collate.py) for a model's
+        preprocessing and patch size, None for square images; evaluation (`train=False`) draws nothing."""
+        if not self.max_patches:
+            return None
+        if self.pack_budget and self.pack_budget < self.max_patches:
+            raise ValueError(f"data.pack_budget = {self.pack_budget} cannot hold an image of data.max_patches = "
+                             f"{self.max_patches} patches")
+        if not train:
+            return NativePacker(preprocess, patch, self.max_patches, self.pack_budget or None)
+        return NativePacker(preprocess, patch, self.max_patches, self.pack_budget or None, self.min_patches or None,
+                            float(self.token_drop), flip=bool(self.flip))
 
     @property
     def pixel_limit(self) -> int | None:

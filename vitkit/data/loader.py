@@ -23,8 +23,10 @@ import numpy as np
 import torch
 
 from vitkit.data.base import batch_reader
+from vitkit.data.collate import NativePacker
 from vitkit.data.datasets import Dataset
 from vitkit.data.transforms import EvalTransform, TrainTransform
+from vitkit.models.packing import PackedBatch
 
 SampleTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
@@ -47,7 +49,7 @@ _CAPPED: set[tuple[int, int]] = set()  # (workers asked for, cores) already said
 
 @dataclass
 class Batch:
-    x: torch.Tensor
+    x: torch.Tensor | PackedBatch  # images (B, C, H, W), or packed images of their own sizes (NativePacker)
     y: torch.Tensor
     step: int
     skipped: list[str] = field(default_factory=list)
@@ -70,13 +72,15 @@ def _identity(b: Batch) -> Batch:
 
 
 class StepLoader:
-    """Batches of `dataset` by step number; `iterate(start, end)` prefetches with `num_workers` processes."""
+    """Batches of `dataset` by step number; `iterate(start, end)` prefetches with `num_workers` processes. With a
+    `NativePacker` (vitkit/data/collate.py) as the transform, each batch's `x` is a `PackedBatch`: the images at
+    their own aspect ratio, packed (NaViT); each image's draws come from its own generator, as a transform's do."""
 
     def __init__(
         self,
         dataset: Dataset,
         batch_size: int,
-        transform: SampleTransform,
+        transform: SampleTransform | NativePacker,
         seed: int = 0,
         shuffle: bool = True,
         rank: int = 0,
@@ -144,6 +148,9 @@ class StepLoader:
         if not imgs:
             return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), step, skipped)
         # same-size images go through the transform as one batch (bitwise what one by one gives, faster)
+        if isinstance(self.transform, NativePacker):  # native resolution (NaViT): x is a PackedBatch
+            packed = self.transform(list(zip(imgs, ys)), gens, train=self.shuffle).batch
+            return Batch(packed, torch.tensor(ys, dtype=torch.long), step, skipped, kept, at)
         batched = self.transform.batch(imgs, gens) if isinstance(self.transform, (TrainTransform, EvalTransform)) else None
         x = batched if batched is not None else torch.stack([self.transform(i, g) for i, g in zip(imgs, gens)])
         return Batch(x, torch.tensor(ys, dtype=torch.long), step, skipped, kept, at)

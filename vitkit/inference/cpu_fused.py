@@ -9,7 +9,8 @@ rounding (tested against an fp64 forward); the speed is in BENCHMARKS.md.
 A transform that keeps semantics or stays away: a block is replaced only where every module in it is exactly the
 type this file computes (`Block`, `Attention`, `Mlp`, `nn.Linear`, `nn.LayerNorm`, `nn.GELU`, LayerScale or none,
 no relative positions) and has no hooks; anything else -- LoRA's `LoraLinear`, a user's subclass, QuickGELU, a
-forward hook -- runs as written. A call runs the block itself where its state asks for more than eq. 2-3 on `x`
+forward hook -- runs as written. The attention mask of packed images (models/packing.py) is honoured: it is passed
+to the same scaled-dot-product attention. A call runs the block itself where its state asks for more than eq. 2-3 on `x`
 (token merging, recorded attention), with gradients, autocast, another dtype or device, or a hook (also a global
 module hook) registered since.
 """
@@ -76,7 +77,8 @@ class FusedBlock(nn.Module):
         a = b.attn
         qkv = lin(b.norm1(x), *p["qkv"], "none", [], "")
         q, k, v = a.split_heads(qkv)
-        out = F.scaled_dot_product_attention(q, k, v, scale=a.sdpa_scale).transpose(1, 2).reshape(B, T, C)
+        mask = None if state is None else state.mask  # packed images (models/packing.py): kept apart here too
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a.sdpa_scale).transpose(1, 2).reshape(B, T, C)
         x = lin.binary(out, x, *p["proj"], "add")  # eq. 2: z' = MSA(LN(z)) + z
         h = lin(b.norm2(x), *p["fc1"], "gelu", [], self.gelu)
         return lin.binary(h, x, *p["fc2"], "add")  # eq. 3: z = MLP(LN(z')) + z'

@@ -27,10 +27,11 @@ from torch import nn
 from vitkit.data.base import FileDataset
 from vitkit.formats.families import pooled_feature
 from vitkit.inference.evaluate import check_finite, eval_loader
-from vitkit.inference.predict import expand_inputs
+from vitkit.inference.predict import expand_inputs, native_batches, native_runner
 from vitkit.inference.runtime import build_predictor
 from vitkit.models.features import check_feature
 from vitkit.models.features import feature as model_feature
+from vitkit.models.packing import PackedBatch
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.files import OutputFile, claim_output
@@ -99,6 +100,21 @@ class FeatureNet(nn.Module):
             z = model_feature(m, m.tokens(x), f)
         else:
             z = m(x) if f == "logits" else m.forward_head(m.forward_features(x), pre_logits=True)
+        return torch.nn.functional.normalize(z, dim=-1) if self.normalize else z
+
+    def check_packable(self) -> None:
+        """A ValueError naming why this feature of this model cannot come from packed images of their own sizes."""
+        if not isinstance(self.model, VisionTransformer):
+            raise ValueError(f"--native: packed images of their own sizes run on ViTs, not a "
+                             f"{type(self.model).__name__}")
+        if self.feature == "patch":
+            raise ValueError("--native with --pool patch: each image has its own patch grid; a table of features "
+                             "needs one shape (leave out --native, or pick a pooled feature)")
+        self.model.check_packable()
+
+    def forward_packed(self, batch: PackedBatch) -> torch.Tensor:
+        """The feature of each packed image (NaViT, `VisionTransformer.tokens_packed`), (n_images, D)."""
+        z = model_feature(self.model, self.model.tokens_packed(batch), self.feature)
         return torch.nn.functional.normalize(z, dim=-1) if self.normalize else z
 
 
@@ -171,6 +187,28 @@ def embed_files(net: Callable[[torch.Tensor], torch.Tensor], preprocess: Preproc
             kept += [paths[j] for j in b.indices]
         if progress is not None:
             progress(len(b.indices) + len(b.skipped), b.skipped)
+    feats = np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros((0, 0), np.float32)
+    return Embeddings(kept, feats, skipped)
+
+
+def embed_native(fnet: FeatureNet, paths: list[str], max_patches: int, batch_size: int = 32,
+                 precision: str = "fp32", device: str | torch.device = "cpu", max_pixels: int | None = None,
+                 progress: Callable[[int, list[str]], Any] | None = None) -> Embeddings:
+    """`embed_files` with each image at its own aspect ratio (NaViT): at most `max_patches` patches, no crop,
+    packed (`native_batches`), run by `native_runner` (torch)."""
+    run = native_runner(fnet, precision, device)
+    kept: list[str] = []
+    chunks: list[np.ndarray] = []
+    skipped: list[str] = []
+    said = 0
+    for at, batch, done in native_batches(fnet.preprocess, fnet.config.patch_size, paths, max_patches, batch_size,
+                                          max_pixels, skipped):
+        if batch is not None:
+            chunks.append(check_finite(run(batch), "features").cpu().numpy())
+            kept += [paths[j] for j in at]
+        if progress is not None:
+            progress(done, skipped[said:])
+        said = len(skipped)
     feats = np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros((0, 0), np.float32)
     return Embeddings(kept, feats, skipped)
 

@@ -2,7 +2,8 @@
 
 `expand_inputs` turns files, folders (searched recursively) and list files into image paths; `predict_files`
 streams them in batches through a model's own preprocessing and a `Predictor` (or the model itself), yielding
-one row per readable image and naming the unreadable ones; `write_predictions` writes the rows as CSV or JSONL,
+one row per readable image and naming the unreadable ones; `predict_native` does the same with each image at its own
+aspect ratio (NaViT: packed, at most N patches, no crop); `write_predictions` writes the rows as CSV or JSONL,
 atomically.
 """
 
@@ -18,9 +19,13 @@ import torch
 from torch import nn
 
 from vitkit.data.base import FileDataset
+from vitkit.data.collate import NativePacker
 from vitkit.data.folders import IMAGE_EXTENSIONS, check_inside
 from vitkit.inference.evaluate import check_finite, eval_loader
+from vitkit.inference.runtime import inference_model
+from vitkit.models.packing import PackedBatch
 from vitkit.models.preprocess import PreprocessConfig
+from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import OutputFile, claim_output, read_text_file
 
 LIST_SUFFIXES = (".txt", ".lst")
@@ -75,6 +80,67 @@ def predict_files(net: nn.Module | Callable[[torch.Tensor], torch.Tensor], prepr
                        "probs": [round(p, 6) for p in ps]}
         if progress is not None:
             progress(len(b.indices) + len(b.skipped))
+
+
+def native_runner(model: nn.Module, precision: str = "fp32", device: str | torch.device = "cpu"
+                  ) -> Callable[[Any], torch.Tensor]:
+    """Packed images (`PackedBatch`) -> `model.forward_packed` in fp32 (a ViT's logits; a FeatureNet's features), in
+    torch: a snapshot of `model` (`inference_model`: eval mode, the precision's weights, the fused CPU blocks for
+    fp32, which honour the packing mask). Refused, naming the reason, where the model cannot run packed images
+    (`check_packable`) or the precision is not torch's."""
+    if not hasattr(model, "forward_packed"):
+        raise ValueError(f"--native: packed images of their own sizes run on ViTs, not a {type(model).__name__}")
+    model.check_packable()
+    prec = precision_mod.get(precision, ("fp32", "bf16", "bf16-autocast"), "--precision with --native")
+    net = inference_model(model, prec, device=device)
+
+    @torch.inference_mode()
+    def run(batch: Any) -> torch.Tensor:
+        with prec.context(device):
+            return net.forward_packed(batch.to(device, prec.input_dtype)).float()
+
+    return run
+
+
+def native_batches(preprocess: PreprocessConfig, patch: int, paths: list[str], max_patches: int,
+                   batch_size: int = 32, max_pixels: int | None = None, skipped: list[str] | None = None
+                   ) -> Iterator[tuple[list[int], PackedBatch | None, int]]:
+    """The files `paths`, `batch_size` at a time, each resized, aspect kept and no crop, to at most `max_patches`
+    patches (`PreprocessConfig.native`) and packed first fit into rows of `max_patches` patches (`NativePacker`):
+    (the indices of the readable files, their `PackedBatch` or None, the files done). Unreadable files are named in
+    `skipped`."""
+    packer = NativePacker(preprocess, patch, max_patches)
+    ds = FileDataset(paths, [0] * len(paths), [""], preprocess.channels, max_pixels)
+    for start in range(0, len(paths), batch_size):
+        got, at = [], []
+        for j in range(start, min(start + batch_size, len(paths))):
+            try:
+                got.append((ds.get(j)[0], 0))
+                at.append(j)
+            except ValueError as e:
+                if skipped is not None:
+                    skipped.append(str(e) if paths[j] in str(e) else f"{paths[j]}: {e}")
+        yield at, packer(got, train=False).batch if got else None, min(batch_size, len(paths) - start)
+
+
+def predict_native(model: nn.Module, paths: list[str], max_patches: int, topk: int = 5, batch_size: int = 32,
+                   precision: str = "fp32", device: str | torch.device = "cpu", max_pixels: int | None = None,
+                   skipped: list[str] | None = None, progress: Callable[[int], Any] | None = None
+                   ) -> Iterator[dict[str, Any]]:
+    """`predict_files`' rows with each image at its own aspect ratio (NaViT, `native_batches`), run by
+    `native_runner`."""
+    run = native_runner(model, precision, device)
+    labels = model.preprocess.labels
+    for at, batch, done in native_batches(model.preprocess, model.config.patch_size, paths, max_patches, batch_size,
+                                          max_pixels, skipped):
+        if batch is not None:
+            probs = check_finite(run(batch), "logits").softmax(-1).cpu()
+            top = probs.topk(min(topk, probs.shape[-1]))
+            for j, ps, ix in zip(at, top.values.tolist(), top.indices.tolist()):
+                yield {"path": paths[j], "labels": [labels[i] if i < len(labels) else str(i) for i in ix],
+                       "probs": [round(p, 6) for p in ps]}
+        if progress is not None:
+            progress(done)
 
 
 def check_output(path: str | Path) -> Path:

@@ -1,6 +1,8 @@
 """Model definitions: the ViT (vit.py; its config in config.py, its layers in layers.py, its features in
-features.py), position-embedding resampling (posemb.py), the registry, the BiT ResNets and hybrid stem (resnet.py)."""
+features.py), packed images of their own sizes (packing.py, NaViT), position-embedding resampling (posemb.py), the
+registry, the BiT ResNets and hybrid stem (resnet.py)."""
 
+from vitkit.models.packing import PackedBatch
 from vitkit.models.posemb import resample_posemb
 from vitkit.models.pretrained_tags import list_pretrained
 from vitkit.models.registry import create_model, list_models, register_model
@@ -13,6 +15,7 @@ __all__ = [
     "Block",
     "ResNetStem",
     "ResNetV2",
+    "PackedBatch",
     "ViTConfig",
     "VisionTransformer",
     "create_model",

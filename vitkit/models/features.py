@@ -42,6 +42,9 @@ def feature(model: Any, t: Tokens, name: str) -> torch.Tensor:
     """The feature `name` (see the module docstring) of `model` (a VisionTransformer) from its token record `t`."""
     check_feature(model, name)
     if name == "patch":
+        if t.packed:
+            raise ValueError("feature 'patch': packed images (native resolution) each have their own patch grid; "
+                             "run an image alone for its patch tokens")
         if t.sizes is not None:  # a record made by a merging encoder outside the model's own option
             raise ValueError("feature 'patch': these tokens have merged, they are no longer patches")
         return t.patches

@@ -4,7 +4,8 @@ attention pooling (MAP), and `EncodeState`, what one forward pass hands each blo
 `Block.forward(x, state)` is the one block computation. What varies between calls -- the patch grid, the prefix
 count, token merging's sizes and this layer's r, whether the attention weights are recorded -- travels in the
 `EncodeState` that `VisionTransformer.encode` makes for each call and passes to every block and its attention;
-no layer is set from outside.
+no layer is set from outside. Packed images of different sizes (NaViT, models/packing.py) are one more state: the
+boolean attention mask that keeps them apart.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class EncodeState:
     patches; `schedule`: token merging's r of each layer (ToMe, models/tome.py; () without merging) and `layer` the
     index of the block now running; `sizes` (B, T, 1): each token's patch count once tokens have merged (None
     before); `attention`: a list that receives each attention's weights (B, heads, T, T) in call order (None: not
-    recorded); `metric`: the keys averaged over heads that this layer's attention leaves for its merge."""
+    recorded); `metric`: the keys averaged over heads that this layer's attention leaves for its merge; `mask`
+    (B, 1, T, T) bool: where a query may attend to a key (packed images, models/packing.py: each token to its own
+    image's tokens; None: everywhere)."""
 
     grid: tuple[int, int] | None
     num_prefix: int
@@ -40,6 +43,7 @@ class EncodeState:
     sizes: torch.Tensor | None = None
     attention: list[torch.Tensor] | None = None
     metric: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
 
     @property
     def r(self) -> int:
@@ -48,8 +52,9 @@ class EncodeState:
 
     @property
     def plain(self) -> bool:
-        """Whether every block's output depends on its `x` alone (no merging schedule, nothing recorded): the state a
-        fused block may ignore and a checkpointed block may be replayed with (whatever `layer` says by then)."""
+        """Whether every block's output depends on its `x` and the attention `mask` alone (no merging schedule,
+        nothing recorded): the state a fused block may run with (honouring the mask) and a checkpointed block may be
+        replayed with (whatever `layer` says by then)."""
         return not self.schedule and self.sizes is None and self.attention is None
 
 
@@ -59,13 +64,17 @@ class Tokens(NamedTuple):
     `z` (B, T, D): the tokens, prefix first (after eq. 4's LN unless the encoder stopped early); `sizes` (B, T, 1):
     each token's patch count after token merging (None: no token merged, every token one patch); `grid`: the input's
     patch grid (None where a bare sequence came without one); `num_prefix`: class, distillation and register tokens
-    before the patches; `attention`: each layer's weights when recorded (merged layers: their shorter sequences)."""
+    before the patches; `attention`: each layer's weights when recorded (merged layers: their shorter sequences).
+    `packed`: the tokens of packed images (NaViT, `VisionTransformer.tokens_packed`), one image per row, padded to
+    the longest: `sizes` is 1 for each of an image's tokens and 0 for its padding (a slot that stands for no patch),
+    `grid` None (each image has its own), `attention` the packed rows' weights."""
 
     z: torch.Tensor
     sizes: torch.Tensor | None
     grid: tuple[int, int] | None
     num_prefix: int
     attention: list[torch.Tensor] | None = None
+    packed: bool = False
 
     @property
     def patches(self) -> torch.Tensor:
@@ -109,7 +118,8 @@ class Attention(nn.Module):
 
     The path is `F.scaled_dot_product_attention`. Where the state records attention, the same
     softmax(q k^T / sqrt(d)) is computed explicitly and its (B, heads, T, T) weights are appended to its list.
-    Merged tokens (the state's `sizes`) get ToMe's proportional-attention bias log(size) on their keys.
+    Merged tokens (the state's `sizes`) get ToMe's proportional-attention bias log(size) on their keys; the state's
+    boolean `mask` (packed images) removes the keys a query may not see.
     """
 
     def __init__(self, cfg: ViTConfig) -> None:
@@ -142,12 +152,16 @@ class Attention(nn.Module):
         bias = self.rel(q, self.scale) if self.rel is not None else None
         if state is not None and state.sizes is not None:
             bias = size_bias(state.sizes) if bias is None else bias + size_bias(state.sizes)
+        mask = state.mask if state is not None else None
         if state is not None and state.attention is not None:
             logits = (q * self.scale) @ k.transpose(-2, -1)
-            attn = torch.softmax(logits if bias is None else logits + bias, dim=-1)
+            logits = logits if bias is None else logits + bias
+            attn = torch.softmax(logits if mask is None else logits.masked_fill(~mask, float("-inf")), dim=-1)
             state.attention.append(attn)
             out = F.dropout(attn, drop, self.training) @ v
         else:
+            if mask is not None:  # a boolean mask alone, or the float bias with the masked keys at -inf
+                bias = mask if bias is None else torch.where(mask, bias, float("-inf"))
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop, scale=self.sdpa_scale)
         if state is not None and state.r:
             state.metric = k.mean(dim=1)

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vitkit.models.packing import native_grid
+
 # Reduced decoding at evaluation keeps 8x the model's input: reducing down to 1x (as before) moved single pixels by
 # up to 0.39 (on [0, 1]) against a full decode + Pillow's bilinear resize (Hugging Face's ViTImageProcessor), 2x by
 # up to 0.33; 8x stayed within mean 0.0012 / max 0.022 up to 17x the input size (BENCHMARKS.md, "Huge images").
@@ -177,6 +179,13 @@ class PreprocessConfig:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.normalize(self.resize(x))
+
+    def native(self, x: torch.Tensor, patch: int, max_patches: int) -> torch.Tensor:
+        """Native resolution (NaViT): images (B, C, h, w) in [0, 1] (or uint8) resized, aspect ratio kept and no
+        crop, to the largest whole-patch size of at most `max_patches` patches (`packing.native_grid`), then
+        normalised: (B, C, gh * patch, gw * patch)."""
+        gh, gw = native_grid(int(x.shape[-2]), int(x.shape[-1]), patch, max_patches)
+        return self.normalize(_unit(self._interpolate(x, (gh * patch, gw * patch))))
 
     def decode_size(self) -> tuple[int, int]:
         """The least size an image must keep when decoded for this preprocessing: EVAL_DECODE_MARGIN times what

@@ -17,10 +17,11 @@ CLIP's pre-LN, QuickGELU) are carried by the config.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
@@ -41,6 +42,7 @@ from vitkit.models.layers import (  # noqa: F401 - re-exported
     TwoHeads,
     init_original,
 )
+from vitkit.models.packing import Layout, PackedBatch
 from vitkit.models.posemb import resample_axis, resample_posemb, sincos_2d
 from vitkit.models.timm_api import TimmApi
 from vitkit.models.tome import check_merging, merge_schedule, weighted_mean
@@ -233,17 +235,21 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
         return any(v > 0 for v in ([self.merge_r] if isinstance(self.merge_r, int) else self.merge_r))
 
     def encode(self, z: torch.Tensor, grid: tuple[int, int] | None = None, keep: list[torch.Tensor] | None = None,
-               last: int | None = None, attention: bool = False) -> Tokens:
+               last: int | None = None, attention: bool = False, mask: torch.Tensor | None = None) -> Tokens:
         """eq. 2-3 applied L times to z_0, then the LN of eq. 4 on every token: the token record. With appendix
         D.4's per-layer placements E_pos is added before each block; Axial-ViT's blocks see the 2-D grid. `keep`
         (a list) receives each block's output z_l; `last` stops after that block (no final LN); `attention`
-        records each layer's weights. Token merging (`set_token_merging`) shortens the sequence block by block."""
+        records each layer's weights. Token merging (`set_token_merging`) shortens the sequence block by block.
+        `mask` (B, 1, T, T) bool: which keys each query may attend to (packed images, `tokens_packed`)."""
         cfg = self.config
         p = cfg.num_prefix_tokens
         per_layer = cfg.posemb_placement != "input" and cfg.posemb in ("learn1d", "learn2d")
-        grid = grid or self._grid_of(z, per_layer or cfg.block == "axial")
+        if mask is not None:
+            self.check_packable()
+        else:
+            grid = grid or self._grid_of(z, per_layer or cfg.block == "axial")
         schedule = merge_schedule(self.merge_r, cfg.depth, z.shape[1], p) if self.merging else ()
-        state = EncodeState(grid, p, schedule, attention=[] if attention else None)
+        state = EncodeState(grid, p, schedule, attention=[] if attention else None, mask=mask)
         for i, blk in enumerate(self.blocks):
             state.layer = i
             if per_layer:
@@ -261,6 +267,92 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
     def tokens(self, x: torch.Tensor) -> Tokens:
         """The token record of images `x` (eq. 1-3 and eq. 4's LN): what every consumer inside vitkit reads."""
         return self.encode(*self._embed(x))
+
+    # ----------------------------------------------------------------------------- packed images (NaViT)
+    def check_packable(self) -> None:
+        """A ValueError naming what keeps this model from running packed images of their own sizes (NaViT,
+        models/packing.py): token merging (it would merge tokens of different images), Axial-ViT's row / column
+        blocks, relative or per-layer position embeddings (each needs one grid for the whole row), the hybrid's
+        ResNet stem (it convolves whole images, not patches)."""
+        cfg = self.config
+        why = []
+        if self.merging:
+            why.append("token merging (set_token_merging) would merge tokens of different images; set_token_merging(0)")
+        if cfg.block == "axial":
+            why.append("Axial-ViT's row / column blocks need one patch grid per row")
+        if cfg.posemb == "relative" or cfg.posemb_placement != "input":
+            why.append(f"posemb={cfg.posemb!r}, posemb_placement={cfg.posemb_placement!r} need one patch grid per "
+                       "row")
+        if cfg.resnet_layers is not None:
+            why.append("the hybrid's ResNet stem convolves whole images, not patches")
+        if why:
+            raise ValueError("packed images of their own sizes (native resolution) cannot run on this model: "
+                             + "; ".join(why))
+
+    def embed_packed(self, batch: PackedBatch) -> tuple[torch.Tensor, Layout]:
+        """eq. 1 for packed images (NaViT): each patch x_p E (the patch embedding's kernel as one matrix), plus its
+        image's E_pos at its (row, col), the learned table resampled to that image's grid in 2-D (§3.2,
+        `position_embedding`, once per distinct grid); each image's class (and distillation) token with its E_pos,
+        then its registers, before its patches. Returns the rows (R, T, D) and their `Layout`."""
+        self.check_packable()
+        cfg = self.config
+        lay = batch.layout(cfg.num_prefix_tokens)
+        proj = self.patch_embed.proj
+        kernel = proj.weight.flatten(1)  # (D, C * P * P), as `patchify` flattens a patch
+        if batch.patches.shape[-1] != kernel.shape[1]:
+            raise ValueError(f"packed patches of {batch.patches.shape[-1]} values; this model's patches are "
+                             f"{cfg.in_chans} x {cfg.patch_size} x {cfg.patch_size} = {kernel.shape[1]}")
+        valid = batch.image_ids >= 0
+        x = F.linear(batch.patches[valid].to(kernel.dtype), kernel, proj.bias)  # (n_patches, D), row-major
+        n, c = batch.num_images, cfg.num_class_tokens
+        heads = [t for t in (self.cls_token, self.dist_token) if t is not None]
+        cls = torch.cat(heads, 1).expand(n, -1, -1).to(x.dtype) if heads else x.new_zeros(n, 0, cfg.width)
+        grids, which = batch.grids.unique(dim=0, return_inverse=True)  # each distinct grid's E_pos made once
+        pes = [self.position_embedding((int(gh), int(gw))) for gh, gw in grids.tolist()]
+        if pes[0] is not None:
+            starts = torch.tensor([0] + [int(gh * gw) for gh, gw in grids.tolist()], device=x.device).cumsum(0)
+            img, rc = batch.image_ids[valid], batch.coords[valid]
+            at = starts[which[img]] + rc[:, 0] * batch.grids[img, 1] + rc[:, 1]
+            x = x + torch.cat([pe[0, c:] for pe in pes])[at].to(x.dtype)
+            cls = cls + torch.stack([pe[0, :c] for pe in pes])[which].to(x.dtype)
+        if self.reg_token is not None:  # registers after the class token, without a position embedding
+            cls = torch.cat([cls, self.reg_token.expand(n, -1, -1).to(x.dtype)], 1)
+        return self.norm_pre(self.pos_drop(lay.place(cls, x))), lay
+
+    def tokens_packed(self, batch: PackedBatch, attention: bool = False) -> Tokens:
+        """The token record of packed images (NaViT): the rows encoded with the attention mask that keeps images
+        apart, then each image's tokens gathered into its own row (`Tokens.packed`: padding counted 0), so that
+        pooling, the heads and the features read one image per row as they read a batch of equal images."""
+        z, lay = self.embed_packed(batch)
+        t = self.encode(z, attention=attention, mask=lay.mask())
+        per_image, counts = lay.unpack(t.z)
+        return Tokens(per_image, counts, None, t.num_prefix, t.attention, packed=True)
+
+    def pack(self, images: Sequence[torch.Tensor], rows: Sequence[Sequence[int]] | None = None) -> PackedBatch:
+        """Normalised images (C, H_i, W_i), each a whole number of patches, checked and packed (`PackedBatch.
+        from_images`; `rows`: the images of each row, default all in one)."""
+        if isinstance(images, torch.Tensor) and images.ndim == 4:
+            images = list(images)
+        if not images:
+            raise ValueError("no images to pack")
+        cfg = self.config
+        for i, im in enumerate(images):
+            if not isinstance(im, torch.Tensor) or im.ndim != 3:
+                raise ValueError(f"image {i}: expected a tensor (C, H, W), got "
+                                 f"{tuple(im.shape) if isinstance(im, torch.Tensor) else type(im).__name__}")
+            C, H, W = im.shape
+            if C != cfg.in_chans or not im.is_floating_point() or H % cfg.patch_size or W % cfg.patch_size:
+                raise ValueError(f"image {i}: expected normalised float images ({cfg.in_chans}, H, W) with H and W "
+                                 f"multiples of the {cfg.patch_size} px patch, got a {im.dtype} tensor of shape "
+                                 f"{tuple(im.shape)}")
+        return PackedBatch.from_images(images, self.config.patch_size, rows)
+
+    def forward_packed(self, x: PackedBatch | Sequence[torch.Tensor]) -> Any:
+        """Logits (n_images, K) of images at their own sizes (NaViT): a `PackedBatch`, or a list of normalised
+        images (C, H_i, W_i), each a whole number of patches, packed into one row. Each image's output is the one it
+        gets alone (`model(image[None])`)."""
+        batch = x if isinstance(x, PackedBatch) else self.pack(x)
+        return self.forward_head(self.tokens_packed(batch))
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder output LN(z_L) for all tokens, (B, T, D) (timm's habit: a tensor; under token merging the merged
@@ -332,8 +424,11 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
             y = self.pre_logits(y)
         return y if pre_logits else self.head(y)
 
-    def forward(self, x: torch.Tensor) -> Any:
-        """Logits (B, K) (a distilled ViT: `forward_head`'s two heads)."""
+    def forward(self, x: torch.Tensor | PackedBatch) -> Any:
+        """Logits (B, K) (a distilled ViT: `forward_head`'s two heads); of a `PackedBatch`, each packed image's
+        (`forward_packed`), so that a trainer, DDP or an evaluation loop runs packed batches as they run images."""
+        if isinstance(x, PackedBatch):
+            return self.forward_packed(x)
         return self.forward_head(self.tokens(x))
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

@@ -31,8 +31,10 @@ from tqdm.auto import tqdm
 from vitkit import distributed as dist
 from vitkit.data.augment import Mix, mix_images
 from vitkit.data.base import fingerprint
+from vitkit.data.collate import NativePacker
 from vitkit.data.loader import StepLoader, step_generator
 from vitkit.formats.common import check_tensor_values, pickle_refusal
+from vitkit.models.packing import PackedBatch
 from vitkit.models.vit import TwoHeads
 from vitkit.train.config import TrainConfig, upgrade_train_dict
 from vitkit.train.distill import distillation_loss
@@ -43,6 +45,29 @@ from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temp
 from vitkit.utils.precision import autocast
 
 HOLD_ENV = "VITKIT_HOLD_AT_STEP"  # tests: stop at this step (after its checkpoint) until killed; see Trainer._hold
+
+
+def check_native_training(model: nn.Module, cfg: TrainConfig, teacher: nn.Module | None) -> None:
+    """A ValueError naming what native-resolution training (packed images, NaViT: a `NativePacker` loader) does not
+    combine with here: a model without `forward_packed` (the MPP objective's wrapper) or one that cannot pack,
+    gradient accumulation, Mixup / CutMix, a distillation teacher, several processes, torch.compile."""
+    why = []
+    if not hasattr(model, "forward_packed"):
+        why.append(f"a {type(model).__name__} takes images, not packed patches (train.objective = classify)")
+    else:
+        model.check_packable()
+    if cfg.grad_accum != 1:
+        why.append(f"train.grad_accum = {cfg.grad_accum} (a packed batch is one micro-batch)")
+    if cfg.mixup or cfg.cutmix:
+        why.append("train.mixup / train.cutmix (they mix equal-size images)")
+    if teacher is not None or cfg.world_invariant:
+        why.append("a distillation teacher / train.world_invariant")
+    if dist.world_size() > 1:
+        why.append("several processes (torchrun)")
+    if cfg.compile:
+        why.append("train.compile (every packed batch has its own shape)")
+    if why:
+        raise ValueError("native-resolution training (data.max_patches > 0) does not combine with: " + "; ".join(why))
 
 
 class Trainer:
@@ -66,6 +91,8 @@ class Trainer:
     ) -> None:
         if not isinstance(data, StepLoader):  # (TrainConfig checked its own values when it was built)
             raise ValueError(f"the Trainer takes a vitkit.data.loader.StepLoader, got {type(data).__name__}")
+        if isinstance(data.transform, NativePacker):
+            check_native_training(model, cfg, teacher)
         self.model, self.cfg, self.data = model.to(cfg.device), cfg, data
         freeze(model, cfg.train_blocks)  # before DDP / FSDP wrap: they see only what trains
         self.rank, self.world = dist.rank(), dist.world_size()
@@ -294,7 +321,9 @@ class Trainer:
                 x, mix = self._mix(x, step, -1 - self.rank)
             x, y = x.to(cfg.device, non_blocking=True), y.to(cfg.device, non_blocking=True)  # pinned: copies overlap
             total_loss, correct, start = 0.0, 0, 0
-            chunks = list(zip(x.chunk(cfg.grad_accum), y.chunk(cfg.grad_accum)))
+            # packed images (NaViT) are one micro-batch (check_native_training: grad_accum 1)
+            chunks = [(x, y)] if isinstance(x, PackedBatch) else list(zip(x.chunk(cfg.grad_accum),
+                                                                          y.chunk(cfg.grad_accum)))
             for i, (xm, ym) in enumerate(chunks):
                 sync = i == len(chunks) - 1 or not hasattr(self.forward_model, "no_sync")
                 with contextlib.nullcontext() if sync else self.forward_model.no_sync():

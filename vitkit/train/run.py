@@ -203,8 +203,18 @@ def fit_batch(cfg: RunConfig, n: int, world: int = 1) -> RunConfig:
     return cfg.updated({"train.batch_size": fitted})
 
 
-def _eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: DataConfig) -> StepLoader:
-    return eval_loader(ds, preprocess, dcfg.eval_batch_size, dcfg.num_workers)
+def _eval_loader(ds: Dataset, preprocess: PreprocessConfig, dcfg: DataConfig, patch: int = 0) -> StepLoader:
+    """The evaluation loader of the [data] section: the model's square input, or with data.max_patches each image at
+    its own aspect ratio, packed (NaViT; `patch`: the model's patch size)."""
+    packer = dcfg.native_packer(preprocess, patch, train=False) if patch else None
+    if packer is None:
+        return eval_loader(ds, preprocess, dcfg.eval_batch_size, dcfg.num_workers)
+    return StepLoader(ds, dcfg.eval_batch_size, packer, shuffle=False, num_workers=dcfg.num_workers)
+
+
+def patch_of(model: nn.Module) -> int:
+    """The model's patch size (a ViT's; 0 for a model without patches, which native resolution then refuses)."""
+    return int(getattr(getattr(model, "config", None), "patch_size", 0) or 0)
 
 
 def objective_model(model: nn.Module, cfg: RunConfig) -> nn.Module:
@@ -436,7 +446,8 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
     tcfg, d = cfg.train, cfg.data
     if header and dist.rank() == 0:
         print(describe_run(model, splits, cfg, notes, bool(dry_run)), flush=True)
-    tf = d.train_transform(model.preprocess)
+    # native resolution (data.max_patches): images at their own aspect ratio, packed (NaViT; vitkit/data/collate.py)
+    tf = d.native_packer(model.preprocess, patch_of(model)) or d.train_transform(model.preprocess)
     loader = StepLoader(train, tcfg.batch_size, tf, tcfg.seed, rank=dist.rank(), world=dist.world_size(),
                         num_workers=d.num_workers, pin_memory=torch.device(tcfg.device).type == "cuda")
     holder: list[Trainer] = []  # the periodic evaluation logs through the trainer built below
@@ -468,7 +479,7 @@ def _periodic_eval(model: nn.Module, eval_ds: Dataset | None, cfg: RunConfig,
         return None
     if evaluators and dist.world_size() > 1:
         raise ValueError("extra evaluators run on one process; train without torchrun to use them")
-    ev_loader = _eval_loader(eval_ds, model.preprocess, d) if eval_ds is not None else None
+    ev_loader = _eval_loader(eval_ds, model.preprocess, d, patch_of(model)) if eval_ds is not None else None
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
         res: dict[str, float] = {}
@@ -535,8 +546,8 @@ def finish_run(run: Run, final_test: bool = True, curves: bool = True) -> dict[s
                 continue
             trained.eval()
             skipped: list[str] = []
-            res = evaluate_loader(trained, _eval_loader(run.splits[name], model.preprocess, cfg.data), tcfg.precision,
-                                  tcfg.device, skipped=skipped)
+            res = evaluate_loader(trained, _eval_loader(run.splits[name], model.preprocess, cfg.data, patch_of(model)),
+                                  tcfg.precision, tcfg.device, skipped=skipped)
             result[name] = res
             trainer.log({"step": trainer.step, "split": name, "final": True, **{f"eval_{k}": v for k, v in res.items()},
                          **({"eval_skipped_images": skipped} if skipped else {})})
@@ -596,4 +607,4 @@ def test_accuracy(run_dir: str | Path, cfg: RunConfig, skipped: list[str] | None
 
     model = load_pretrained(Path(run_dir) / "model")
     test = match_channels(open_splits(cfg.data)["test"], model.config.in_chans, "test data")
-    return evaluate_loader(model, _eval_loader(test, model.preprocess, cfg.data), skipped=skipped)
+    return evaluate_loader(model, _eval_loader(test, model.preprocess, cfg.data, patch_of(model)), skipped=skipped)
