@@ -102,7 +102,8 @@ def test_redraw_writes_figures_and_summary_from_json_alone(tmp_path: Path, capsy
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
         "crossover_compute.png", "crossover_data.png", "hires.png", "mpp.png"]
     text = (src / "SUMMARY.md").read_text()
-    assert "| mpp | partly reproduces |" in text and "![hires.png](../figs/hires.png)" in text
+    assert "| mpp | not established (precondition not met: independent pre-training seeds); its parts read 1 of 2 " \
+        "held, 1 failed |" in text and "![hires.png](../figs/hires.png)" in text
     assert main(["reproduce", "--redraw", str(tmp_path / "nothing")]) == 2
     assert "no experiment result" in capsys.readouterr().err
     assert main(["reproduce", "fig4", "--figures", str(tmp_path)]) == 2
