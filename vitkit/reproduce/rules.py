@@ -95,6 +95,7 @@ class Evidence:
     context: list[str] = field(default_factory=list)  # numbers reported beside the verdict, not part of it
     images: dict[str, int] = field(default_factory=dict)  # part -> the pre-training set size it is read at
     ties: list[str] = field(default_factory=list)  # picks resting on an exact dev tie between rates (`tied_sweeps`)
+    extra: dict[str, Estimate] = field(default_factory=dict)  # comparisons reported beside the verdict, not judged
 
 
 def outcome(part: Part, est: Estimate) -> str:
@@ -415,11 +416,11 @@ def _mpp(res: dict[str, Any]) -> Evidence:
     longest = max(res["mpp"], key=int)
     parts = {"beats_scratch": diff(res["mpp"][longest], res["equal_budget_scratch"][longest]["top1"]),
              "behind_supervised": diff(res["mpp"][longest], res["supervised"])}
+    usual = diff(res["mpp"][longest], res["scratch"])
     ctx = [f"MPP {longest} steps; from scratch with the same total compute: "
            f"{res['equal_budget_scratch'][longest]['steps']} fine-tuning steps",
            f"against the usual {scratch_steps(res)}-step scratch run (a fraction of the compute; not part of the "
-           "verdict): "
-           f"{diff(res['mpp'][longest], res['scratch']).text(signed=True)}"]
+           f"verdict): {usual.text(signed=True)}"]
     if seeds is not None:
         ctx.append(f"paired by seed {seeds}: {res.get('pairing', 'seed i of every arm')}")
     else:
@@ -438,7 +439,7 @@ def _mpp(res: dict[str, Any]) -> Evidence:
         False, "one MPP and one supervised pre-training run: fine-tuning seeds are not independent replicates "
         "(pseudo-replication)")
     return Evidence(parts, {**_finetune_checks(res.get("finetune_sweeps")), MPP_RATE: (ok, why),
-                            INDEPENDENT: independent}, ctx, ties=tied_sweeps(res))
+                            INDEPENDENT: independent}, ctx, ties=tied_sweeps(res), extra={"usual_scratch": usual})
 
 
 def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
