@@ -183,7 +183,8 @@ def _row(s: dict[str, Any], k: int) -> dict[str, Any]:
 def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]], extra: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Curves, gaps and crossings from the grid's run summaries (`Workbench.pretrain`): against pre-training images
     for each schedule length, and against pre-training FLOPs (each family's best over data sizes at each
-    schedule: its compute frontier); `extra` (the seed check's runs) adds seeds at the points of `cs.seed_check`."""
+    schedule: its compute frontier, a maximum taken on the test metric, kept in the JSON but shown nowhere and read
+    by no rule); `extra` (the seed check's runs) adds seeds at the points of `cs.seed_check`."""
     k = cs.scale.select_shots
     rows = [_row(s, k) for s in summaries]
     checked = rows + [_row(s, k) for s in extra]

@@ -25,6 +25,7 @@ from vitkit.reproduce.rules import (
     Part,
     Rule,
     flags,
+    flops_ratio,
     judge,
     registered,
     verdict,
@@ -98,7 +99,9 @@ def answer_table(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
             marked = [f"{key} ({', '.join(f.split(' (')[0] for f in fl)})" for key, fl in flags(rule, ev, j).items() if fl]
             if marked:
                 fragile.append(f"{scale}: {', '.join(marked)}")
-        what = TITLES[name] + (" — matched steps only" if name in MATCHED_STEPS else "")
+        ratios = [flops_ratio(runs[s][name]["rows"], "B") for s in SCALES] if name in MATCHED_STEPS else []
+        what = TITLES[name] + (" — matched steps only: ViT-B spends " + " / ".join(f"{r:.2f}×" for r in ratios if r)
+                               + " ResNet-B's FLOPs" if ratios else "")
         lines.append(f"| {i} | {what} | {CLAIMS[name]} | {cells[0]} | {cells[1]} | {'; '.join(heads)} | "
                      f"{'; '.join(fragile) or '—'} |")
     return "\n".join(lines)
