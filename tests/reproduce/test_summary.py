@@ -261,3 +261,23 @@ def test_the_documents_name_a_scale_as_the_command_line_does() -> None:
         assert name in SCALES and option in CROSSOVER_SCALES and scale_label(name) == option == scale_label(option)
     text = (RESULTS / "SUMMARY.md").read_text()
     assert "Result (long scale)" in text and "full scale" not in text
+
+
+
+def test_single_seed_figures_say_their_error_bars_are_not_replicates(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The single-seed hires and MPP runs fine-tuned one pre-trained model with 3 seeds: their figures say so; the
+    seeded laptop run's (pre-training seed i fine-tuned with seed i) do not."""
+    import json
+
+    titles: list[str] = []
+
+    def keep(fig, path: Path) -> str:  # noqa: ANN001
+        titles.append(" ".join(ax.get_title() for ax in fig.axes))
+        plt.close(fig)
+        return path.name
+
+    monkeypatch.setattr(plots, "_save", keep)
+    for name in ("hires", "mpp"):
+        for folder in (RESULTS, LAPTOP_RESULTS):
+            plots.draw(name, json.loads((folder / f"{name}.json").read_text()), tmp_path)
+    assert ["NOT ESTABLISHED" in t for t in titles] == [True, False, True, False]
