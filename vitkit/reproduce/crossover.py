@@ -183,7 +183,8 @@ def _row(s: dict[str, Any], k: int) -> dict[str, Any]:
 def analyse(cs: CrossoverScale, summaries: list[dict[str, Any]], extra: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Curves, gaps and crossings from the grid's run summaries (`Workbench.pretrain`): against pre-training images
     for each schedule length, and against pre-training FLOPs (each family's best over data sizes at each
-    schedule: its compute frontier); `extra` (the seed check's runs) adds seeds at the points of `cs.seed_check`."""
+    schedule: its compute frontier, a maximum taken on the test metric, kept in the JSON but shown nowhere and read
+    by no rule); `extra` (the seed check's runs) adds seeds at the points of `cs.seed_check`."""
     k = cs.scale.select_shots
     rows = [_row(s, k) for s in summaries]
     checked = rows + [_row(s, k) for s in extra]
@@ -293,13 +294,6 @@ def markdown(grid: dict[str, Any], res: dict[str, Any], lr_sweeps: dict[str, Any
             g = res["by_data"][f"{t}/{m}"]
             gaps = ", ".join(f"{100 * v:+.1f}" for v in g["gap"])
             lines.append(f"| {title} | {t:,} | {gaps} | {_cross_text(g, 'images')} |")
-    lines += ["", "**Each family's best over data sizes, against compute** (descriptive only: the maximum over data "
-              "sizes is taken on the test metric, so no verdict uses it; the rule reads fixed points, rules.py)", "",
-              "| measure | pre-training FLOPs | gap (points) | crossing |", "|---|---|---|---|"]
-    for m, title in names.items():
-        g = res["by_compute"][m]
-        lines.append(f"| {title} | {', '.join(f'{x:.3g}' for x in g['x'])} | "
-                     f"{', '.join(f'{100 * v:+.1f}' for v in g['gap'])} | {_cross_text(g, 'FLOPs')} |")
     if res["seed_check"]:
         lines += ["", "**Seeds where the families meet** (mean ± population std over pre-training seeds; the gap per seed pair)", "",
                   "| steps | images | measure | seeds | ViT | ResNet | ViT − ResNet (points) |", "|---:|---:|---|---|---:|---:|---|"]

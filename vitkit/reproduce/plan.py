@@ -96,7 +96,7 @@ class Scale:
     # appendix D.3 (class token vs global average pooling): each variant's pre-training rate is picked on this grid
     # (seed 0, 5-shot digits dev), extended past an edge that wins
     pooling_lrs: tuple[float, ...] = (3e-3, 6e-3, 1.2e-2)
-    models: str = "paper"  # the model set (MODEL_SETS): "paper" (the table in REPRODUCTION.md), "laptop", "tiny"
+    models: str = "paper"  # the model set (MODEL_SETS): "paper" (the table in docs/reproduction/history.md), "laptop", "tiny"
     compute_sizes: tuple[str, ...] = ("S", "B", "L")  # experiment 2's sizes of each family (Fig. 5)
     # appendix D.1 (Table 7): the ResNet's pre-training rate per optimiser is picked on this grid (seed 0, 5-shot
     # digits dev), extended past an edge that wins
@@ -132,7 +132,8 @@ SMOKE = Scale(
     optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)},
 )
 # `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores
-# (measured 2026-11-26: 39 min 48 s in one invocation from an empty folder, the test suite beside it; REPRODUCTION.md).
+# (measured 2026-11-26: 39 min 48 s in one invocation from an empty folder, the test suite beside it; REPRODUCTION.md
+# section 5 and benchmarks/results/reproduce/laptop/timing.md say what supports it).
 # Smaller than FULL everywhere: 100 glyph classes (32,000 images seen left ViT-B near chance on 1,000), 20,000
 # images (nested subsets of 2,500 and 20,000), 500 steps of batch 64, ViT-L narrower (LAPTOP_MODELS), Fig. 5 over
 # the S and B sizes, shorter fine-tunes. Every supervised model's pre-training rate tuned on {3e-3, 6e-3, 1.2e-2}

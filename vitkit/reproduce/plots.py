@@ -26,7 +26,16 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
 from matplotlib.transforms import ScaledTranslation  # noqa: E402
 
-from vitkit.reproduce.rules import EVIDENCE, RULES, crossover_rows, legacy_seeds, matched_flops_point  # noqa: E402
+from vitkit.reproduce.rules import (  # noqa: E402
+    EVIDENCE,
+    INDEPENDENT,
+    RULES,
+    crossover_rows,
+    fig5_points,
+    legacy_seeds,
+    matched_flops_point,
+    paired_by_seed,
+)
 from vitkit.reproduce.stats import Estimate, mean_ci, paired, stored  # noqa: E402
 from vitkit.reproduce.tables import scratch_steps  # noqa: E402
 
@@ -148,6 +157,35 @@ def _curve(ax: Any, xs: Sequence[float], ests: Sequence[Estimate], label: str, *
     return False
 
 
+def _paired_gaps(ax: Any, rows: Sequence[dict[str, Any]], series: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+                 metric: str, title: str, colors: Sequence[Any] = ("k", "tab:purple", "tab:brown", "tab:gray")) -> None:
+    """A paired-difference panel: for each series (label -> (A's row filter, B's row filter)) A − B in points at each
+    data size, paired by seed, with its 95% t-interval (what the rules read; the families' own intervals overlap where
+    the paired gap is clear), dodged sideways per series, and a line at zero."""
+    k = len(series)
+    true_x: set[float] = set()
+    for i, ((label, (fa, fb)), color) in enumerate(zip(series.items(), colors)):
+        def pick(f: dict[str, Any], n: int) -> dict[int, float]:
+            return {int(r.get("seed", 0)): r[metric] for r in rows
+                    if r["images"] == n and metric in r and all(r.get(a) == v for a, v in f.items())}
+
+        sizes = sorted({r["images"] for r in rows if all(r.get(a) == v for a, v in fa.items())})
+        pts = [(n, paired_by_seed(pick(fa, n), pick(fb, n))) for n in sizes if set(pick(fa, n)) & set(pick(fb, n))]
+        if not pts:
+            continue
+        true_x.update(n for n, _ in pts)
+        shift = 10 ** (DODGE * (i - (k - 1) / 2))
+        xs, ests = [n * shift for n, _ in pts], [e for _, e in pts]
+        if all(e.n >= 2 for e in ests):
+            ax.errorbar(xs, [100 * e.mean for e in ests], yerr=_yerr(ests, cap=None)[0], capsize=3, marker="o",
+                        color=color, label=f"{label} (paired by seed, 95% CI)")
+        else:
+            ax.plot(xs, [100 * e.mean for e in ests], marker="o", color=color, label=f"{label} (1 seed, no interval)")
+    ax.axhline(0, color="gray", linewidth=1)
+    _finish_axis(ax, "pre-training images" + ("\n(series dodged sideways; ticks: true sizes)" if k > 1 else ""), title,
+                 ylabel="difference (points)", data_x=sorted(true_x))
+
+
 # -- experiments 1 and 2: data size and compute ------------------------------------------------------------
 
 def data_size(res: dict[str, Any], path: Path) -> str:
@@ -156,8 +194,10 @@ def data_size(res: dict[str, Any], path: Path) -> str:
     rows, untrained = res["rows"], res.get("untrained") or {}
     panels = [("finetune_top1", "fine-tuned digits accuracy (Fig. 3)"), ("digits_test_5shot", "5-shot linear, digits (Fig. 4)"),
               ("lfw_test_5shot", "5-shot linear, lfw faces"), ("glyph_test_top1", "pre-training task: glyph test accuracy")]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.6))
+    fig, axes = plt.subplots(1, 5, figsize=(21, 4.6))
     clipped, dotted = False, False
+    _paired_gaps(axes[4], rows, {"ViT − ResNet": ({"family": "ViT"}, {"family": "ResNet"})}, "digits_test_5shot",
+                 "ViT − ResNet, 5-shot digits\n(the rule's differences)")
     for ax, (key, title) in zip(axes, panels):
         for fam in MARKERS:
             est = _seed_groups([r for r in rows if r["family"] == fam], lambda r: r["images"], key)
@@ -181,8 +221,13 @@ def compute(res: dict[str, Any], path: Path) -> str:
     hybrids included."""
     rows = res["rows"]
     panels = [("finetune_top1", "fine-tuned digits accuracy"), ("avg_5shot", "5-shot linear, mean of digits and lfw")]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
     clipped = False
+    # the FLOPs the rule reads, where every family it compares has runs (a smoke run may lack one)
+    read = fig5_points(rows) if {"ViT", "ResNet", "Hybrid"} <= {r["family"] for r in rows} else None
+    # size labels beside each point, each family on its own side, so that points at one FLOPs value (ResNet-B and
+    # Hybrid-S) keep legible labels
+    offsets = {"ViT": (-12, 6), "ResNet": (5, -12), "Hybrid": (5, 6)}
     for ax, (key, title) in zip(axes, panels):
         for fam in MARKERS:
             fam_rows = [r for r in rows if r["family"] == fam]
@@ -194,7 +239,14 @@ def compute(res: dict[str, Any], path: Path) -> str:
             clipped |= _curve(ax, [flops[s] for s in sizes], [est[s] for s in sizes], fam, marker=MARKERS[fam],
                               color=COLORS[fam], markersize=8)
             for s in sizes:
-                ax.annotate(s, (flops[s], 100 * est[s].mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
+                ax.annotate(f"{fam[0]}-{s}", (flops[s], 100 * est[s].mean), textcoords="offset points",
+                            xytext=offsets[fam], fontsize=7, color=COLORS[fam])
+        if key == "avg_5shot" and read:  # the FLOPs the rule reads (rules.fig5_points) on the panel of its metric
+            ax.axvline(read["mid"], color="gray", linestyle=":", linewidth=1.2,
+                       label=f"read by the rule: ViT vs ResNet at {_short(read['mid'])}")
+            for x, what, style in ((read["lo_h"], "smallest", "--"), (read["hi_h"], "largest", "-.")):
+                ax.axvline(x, color="tab:green", linestyle=style, linewidth=0.9, alpha=0.7,
+                           label=f"read by the rule: hybrid vs ViT at the {what} shared FLOPs ({_short(x)})")
         _finish_axis(ax, "pre-training compute (FLOPs)", title)
     _legend_below(fig, axes)
     _clip_note(fig, clipped)
@@ -297,12 +349,21 @@ def rule_differences(name: str, res: dict[str, Any], labels: dict[str, str] | No
             {label[p.key]: p.margin for p in rule.parts if p.kind == "equivalent"})
 
 
+def _pseudo_note(name: str, res: dict[str, Any]) -> str:
+    """A title line for a result whose seeds are fine-tuning seeds of one pre-trained model (rules.INDEPENDENT not
+    met): its error bars are not intervals over independent replicates, and its verdict is not established."""
+    met = EVIDENCE[name](res).checks.get(INDEPENDENT, (True, ""))[0]
+    return "" if met is not False else ("\nNOT ESTABLISHED: seeds are fine-tuning seeds of one pre-trained model; the "
+                                        "bars are not intervals over independent replicates")
+
+
 def hires(res: dict[str, Any], path: Path) -> str:
     """§3.2: fine-tuned accuracy at the pre-training resolution and at 2x, and their paired difference."""
     r = res["results"]
     est = {k: mean_ci(v["accs"]) for k, v in r.items()}
     return bars(list(est), {"digits test accuracy": list(est.values())},
-                "fine-tuning at the pre-training resolution vs 2x (E_pos resampled, §3.2)", "digits test accuracy (%)",
+                "fine-tuning at the pre-training resolution vs 2x (E_pos resampled, §3.2)" + _pseudo_note("hires", res),
+                "digits test accuracy (%)",
                 path, differences={"32 px − 16 px": paired(r["32px"]["accs"], r["16px"]["accs"])},
                 difference_title="paired by seed (see the rule)")
 
@@ -329,7 +390,8 @@ def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
                 {"MPP, then fine-tuning": [stored(res["mpp"][n], seeds) for n in lengths],
                  "from scratch, same total compute": [stored(res["equal_budget_scratch"][n]["top1"], seeds)
                                                       for n in lengths]},
-                "masked patch prediction (§4.6), then fine-tuning on digits", "digits test accuracy (%)", path,
+                "masked patch prediction (§4.6), then fine-tuning on digits" + _pseudo_note("mpp", res),
+                "digits test accuracy (%)", path,
                 baselines={f"from scratch, the usual {scratch_steps(res)} steps": stored(res["scratch"], seeds),
                            "supervised pre-training": stored(res["supervised"], seeds)})
 
@@ -353,8 +415,11 @@ def model_size(res: dict[str, Any], path: Path) -> str:
     (S: dashed, hollow markers; B: solid, filled)."""
     rows = res["rows"]
     panels = [("digits_test_5shot", "5-shot linear, digits"), ("glyph_test_top1", "pre-training task: glyph test")]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     clipped = False
+    _paired_gaps(axes[2], rows, {f"{fam}-B − {fam}-S": ({"family": fam, "size": "B"}, {"family": fam, "size": "S"})
+                                 for fam in ("ViT", "ResNet")}, "digits_test_5shot",
+                 "B − S, 5-shot digits, paired by seed\n(the rule reads the ViTs')", colors=(COLORS["ViT"], COLORS["ResNet"]))
     for ax, (key, title) in zip(axes, panels):
         for fam in ("ViT", "ResNet"):
             for size, style, face in (("S", "--", "white"), ("B", "-", COLORS[fam])):
@@ -408,8 +473,12 @@ def crossover_data(res: dict[str, Any], path: Path) -> str:
               for fam in ("ViT", "ResNet")]
     shift = {s[::2]: 10 ** (DODGE * (k - (len(series) - 1) / 2)) for k, s in enumerate(series)}
     widest = max(abs(v - 1) for v in shift.values()) if len(series) > 1 else 0.0
-    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 5.2))
+    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS) + 1, figsize=(5.4 * (len(CROSSOVER_METRICS) + 1), 5.2))
     clipped = False
+    _paired_gaps(axes[-1], rows, {f"{t:,} steps": ({"family": "ViT", "steps": t}, {"family": "ResNet", "steps": t})
+                                  for t in schedules}, "digits_test_5shot",
+                 "ViT − ResNet, 5-shot digits, paired by seed\n(the rule's metric)",
+                 colors=[tuple(c) for c in plt.get_cmap("Greys")(np.linspace(0.45, 1.0, len(schedules)))])
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
         true_x: set[float] = set()
         for t, a, fam in series:

@@ -12,7 +12,12 @@ applies the rule and nothing else:
 - the experiment *reproduces* when every part holds; *partly* when some but not all hold; *does not reproduce*
   when none holds and at least one fails; *inconclusive* when none holds or fails and one is inconclusive;
   otherwise *not established* (fewer seeds than the rule needs). A failed precondition caps the verdict at
-  *not established* whatever the parts say.
+  *not established* whatever the parts say. The judgement counts its parts by outcome, and its `label` says the
+  counts ("partly reproduces: 1 of 3 held, 2 failed" is not "2 of 3 held, 1 failed").
+
+A part added after the results were read (`Part.added`) is judged like the others and flagged as such; `flags`
+names what makes a decided part fragile (an interval that clears its boundary with p near 0.05; a part read
+below the data regime where the paper itself sees the effect; a pick resting on an exact dev tie).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitkit.reproduce.plan import SCALES
-from vitkit.reproduce.stats import MIN_SEEDS, Estimate, bracketed, mean_ci, paired, stored, sweep_text, welch
+from vitkit.reproduce.stats import MIN_SEEDS, Estimate, best_rates, bracketed, paired, stored, sweep_text, welch
 from vitkit.reproduce.tables import scratch_steps
 
 KINDS = ("greater", "less", "equivalent")
@@ -31,6 +36,14 @@ KINDS = ("greater", "less", "equivalent")
 LR_BRACKETED = "lr grids bracketed"  # every pre-training rate sweep a verdict rests on
 FT_BRACKETED = "fine-tuning lr grids bracketed"  # every fine-tune's rate sweep
 MPP_RATE = "MPP's rate bracketed where swept"
+INDEPENDENT = "independent pre-training seeds"  # fine-tuning seeds of one pre-trained model are not replicates
+FRAGILE_P = 0.03  # a decided part with a p-value at or above this (and below 0.05) is flagged "p ≈ 0.05"
+# the smallest pre-training set at which the paper sees the ViT pass the ResNet: ViT-B/32 against ResNet50 cross
+# between JFT's 30M and 90M subsets (Fig. 4); on ImageNet (1.3M) and ImageNet-21k (14M) the BiT ResNets lead (Fig. 3)
+VIT_WINS_IMAGES = 30_000_000
+# the smallest set at which the paper sees the larger ViT ahead: on ImageNet ViT-L/16 is below ViT-B/16, on
+# ImageNet-21k (14M) they are about even, on JFT-300M the larger one wins (Fig. 3)
+LARGER_VIT_WINS_IMAGES = 14_000_000
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,8 @@ class Part:
     kind: str
     margin: float = 0.0
     unit: str = "points"  # "points": accuracies (in [0, 1]) shown x100; any other unit is shown as is
+    added: str = ""  # non-empty: added after the results were read (when and why); judged, and flagged post hoc
+    regime_images: int = 0  # the smallest pre-training set at which the paper itself sees this effect (0: any)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -78,6 +93,9 @@ class Evidence:
     # (its verdict stays what it was, and the summary says "not checked")
     checks: dict[str, tuple[bool | None, str]] = field(default_factory=dict)
     context: list[str] = field(default_factory=list)  # numbers reported beside the verdict, not part of it
+    images: dict[str, int] = field(default_factory=dict)  # part -> the pre-training set size it is read at
+    ties: list[str] = field(default_factory=list)  # picks resting on an exact dev tie between rates (`tied_sweeps`)
+    extra: dict[str, Estimate] = field(default_factory=dict)  # comparisons reported beside the verdict, not judged
 
 
 def outcome(part: Part, est: Estimate) -> str:
@@ -92,14 +110,36 @@ def outcome(part: Part, est: Estimate) -> str:
     return "holds" if -m < est.lo and est.hi < m else "fails" if est.lo > m or est.hi < -m else "inconclusive"
 
 
+OUTCOMES = ("held", "failed", "inconclusive", "not established")  # the counts' keys, in the label's order
+
+
+def _count_key(outcome_text: str) -> str:
+    return {"holds": "held", "fails": "failed", "inconclusive": "inconclusive"}.get(outcome_text, "not established")
+
+
 @dataclass
 class Judgement:
     verdict: str
     outcomes: dict[str, str]
     failed_checks: list[str]
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many parts held, failed, were inconclusive or not established."""
+        keys = [_count_key(o) for o in self.outcomes.values()]
+        return {k: keys.count(k) for k in OUTCOMES}
+
+    @property
+    def label(self) -> str:
+        """The verdict with its counts: 'partly reproduces: 1 of 3 held, 2 failed'."""
+        c = self.counts
+        rest = [f"{c[k]} {k}" for k in OUTCOMES[1:] if c[k]]
+        counts = f"{c['held']} of {len(self.outcomes)} held" + "".join(f", {r}" for r in rest)
+        return f"{self.verdict}; its parts read {counts}" if self.failed_checks else f"{self.verdict}: {counts}"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "outcomes": self.outcomes, "failed_checks": self.failed_checks}
+        return {"verdict": self.verdict, "label": self.label, "counts": self.counts, "outcomes": self.outcomes,
+                "failed_checks": self.failed_checks}
 
 
 def judge(rule: Rule, ev: Evidence) -> Judgement:
@@ -109,7 +149,7 @@ def judge(rule: Rule, ev: Evidence) -> Judgement:
         raise ValueError(f"{rule.experiment}: no evidence for rule part(s) {missing}")
     outs = {p.key: outcome(p, ev.parts[p.key]) for p in rule.parts}
     failed = [c for c in rule.preconditions if ev.checks.get(c, (False, "not checked"))[0] is False]
-    held = sum(o == "holds" for o in outs.values())
+    held = sum(o == "holds" for o in outs.values())  # Judgement.counts keeps every outcome's count
     if failed:
         verdict = "not established (precondition not met: " + ", ".join(failed) + ")"
     elif held == len(outs):
@@ -123,6 +163,42 @@ def judge(rule: Rule, ev: Evidence) -> Judgement:
     else:
         verdict = f"not established (fewer than {MIN_SEEDS} seeds)"
     return Judgement(verdict, outs, failed)
+
+
+def registered(rule: Rule) -> Rule:
+    """The rule as fixed before the results: its parts without those added after the results were read."""
+    return Rule(rule.experiment, rule.claim, tuple(p for p in rule.parts if not p.added), rule.metric, rule.selection,
+                rule.test, rule.preconditions)
+
+
+def flags(rule: Rule, ev: Evidence, j: Judgement) -> dict[str, list[str]]:
+    """What a reader should weigh beside each part's outcome: "post hoc" (added after the results were read),
+    "p = …" (decided, holds or fails, with `FRAGILE_P` <= p: one more seed could undo it), "out of regime" (read at
+    fewer pre-training images than the paper itself needs to see the effect), "tie-driven" (the rates it rests on
+    were picked on an exact dev tie, `Evidence.ties`)."""
+    out: dict[str, list[str]] = {}
+    for p in rule.parts:
+        e, f = ev.parts[p.key], []
+        if p.added:
+            f.append("post hoc")
+        if j.outcomes[p.key] in ("holds", "fails") and p.kind != "equivalent" and e.p is not None and e.p >= FRAGILE_P:
+            f.append(f"p = {e.p:.2g}")
+        if p.regime_images and p.key in ev.images and ev.images[p.key] < p.regime_images:
+            f.append(f"out of regime ({ev.images[p.key]:,} images; the paper: ≥ {p.regime_images / 1e6:g}M)")
+        if ev.ties:
+            f.append("tie-driven")
+        out[p.key] = f
+    return out
+
+
+def tied_sweeps(res: dict[str, Any]) -> list[str]:
+    """The pre-training rate sweeps of a result (each model's, MPP's) whose best dev accuracy is reached by more than
+    one rate: the pick (the smaller, `stats.pick_rate`) rests on an exact tie."""
+    sweeps = dict(res.get("lr_sweeps") or {})
+    if "mpp_lr_sweep" in res:
+        sweeps["MPP"] = res["mpp_lr_sweep"]
+    return [f"{key}: {', '.join(f'{lr:.3g}' for lr in sorted(best_rates(sw)))} tie at "
+            f"{100 * max(r['dev'] for r in sw):.2f} dev" for key, sw in sweeps.items() if len(best_rates(sw)) > 1]
 
 
 # -- reading the evidence out of each experiment's result JSON ----------------------------------------------
@@ -168,22 +244,54 @@ def matched_flops_gap(rows: list[dict[str, Any]], a: str, b: str, metric: str, x
     return paired_by_seed(va, vb) if va else None
 
 
+def _gaps(rows: list[dict[str, Any]], metric: str, **match: Any) -> dict[int, float]:
+    """ViT − ResNet seed by seed over the rows matching `match`."""
+    a, b = (_by_seed(rows, metric, family=f, **match) for f in ("ViT", "ResNet"))
+    return {s: a[s] - b[s] for s in sorted(set(a) & set(b))}
+
+
+def _narrows(rows: list[dict[str, Any]], metric: str, small: int, big: int, **match: Any) -> Estimate:
+    """(ViT − ResNet) at `big` images minus at `small`, paired by seed: how much the gap closes with data."""
+    return paired_by_seed(_gaps(rows, metric, images=big, **match), _gaps(rows, metric, images=small, **match))
+
+
 def _fig4(res: dict[str, Any]) -> Evidence:
     rows, m = res["rows"], "digits_test_5shot"
     sizes = sorted({r["images"] for r in rows})
     gap = {n: paired_by_seed(_by_seed(rows, m, family="ViT", images=n), _by_seed(rows, m, family="ResNet", images=n))
            for n in sizes}
     ctx = ["ViT − ResNet, 5-shot digits: " + "; ".join(f"{n:,} images {g.text(signed=True)}" for n, g in gap.items())]
-    return Evidence({"small": gap[sizes[0]], "large": gap[sizes[-1]]}, _lr_checks(res.get("lr_sweeps")), ctx)
+    ratio = flops_ratio(rows, "B")
+    if ratio is not None:
+        ctx.append(f"matched steps only: ViT-B spends {ratio:.2f}× ResNet-B's training FLOPs")
+    parts = {"small": gap[sizes[0]], "large": gap[sizes[-1]], "narrows": _narrows(rows, m, sizes[0], sizes[-1])}
+    return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx,
+                    images={"small": sizes[0], "large": sizes[-1], "narrows": sizes[-1]}, ties=tied_sweeps(res))
+
+
+def flops_ratio(rows: list[dict[str, Any]], size: str) -> float | None:
+    """The ViT's training FLOPs over the ResNet's at the same schedule, both of `size` (None: the rows keep no
+    FLOPs)."""
+    def flops(fam: str) -> list[float]:
+        return [r["train_flops"] for r in rows if (r["family"], r.get("size")) == (fam, size) and "train_flops" in r]
+
+    vit, resnet = flops("ViT"), flops("ResNet")
+    return max(vit) / max(resnet) if vit and resnet else None
+
+
+def fig5_points(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The training FLOPs experiment 2's rule reads: "mid", the middle (in log FLOPs) of the range ViT and ResNet
+    both cover ("lo", "hi" its ends); "lo_h" and "hi_h", the smallest and largest FLOPs ViT and hybrid both cover."""
+    span = {f: [r["train_flops"] for r in rows if r["family"] == f] for f in ("ViT", "ResNet", "Hybrid")}
+    lo, hi = max(min(span["ViT"]), min(span["ResNet"])), min(max(span["ViT"]), max(span["ResNet"]))
+    return {"mid": math.sqrt(lo * hi), "lo": lo, "hi": hi, "lo_h": max(min(span["ViT"]), min(span["Hybrid"])),
+            "hi_h": min(max(span["ViT"]), max(span["Hybrid"]))}
 
 
 def _fig5(res: dict[str, Any]) -> Evidence:
     rows, m = res["rows"], "avg_5shot"
-    span = {f: [r["train_flops"] for r in rows if r["family"] == f] for f in ("ViT", "ResNet", "Hybrid")}
-    lo, hi = max(min(span["ViT"]), min(span["ResNet"])), min(max(span["ViT"]), max(span["ResNet"]))
-    mid = math.sqrt(lo * hi)  # the middle (in log FLOPs) of the range both families cover
-    lo_h = max(min(span["ViT"]), min(span["Hybrid"]))
-    hi_h = min(max(span["ViT"]), max(span["Hybrid"]))
+    at = fig5_points(rows)
+    lo, hi, mid, lo_h, hi_h = at["lo"], at["hi"], at["mid"], at["lo_h"], at["hi_h"]
     small_h, large_h = (matched_flops_gap(rows, "Hybrid", "ViT", m, x) for x in (lo_h, hi_h))
     parts = {"vit_vs_resnet": matched_flops_gap(rows, "ViT", "ResNet", m, mid), "hybrid_vs_vit_small": small_h}
     if small_h is not None and large_h is not None and len(small_h.values) == len(large_h.values) > 0:
@@ -192,7 +300,9 @@ def _fig5(res: dict[str, Any]) -> Evidence:
            f"hybrid vs ViT at {lo_h:.3g} FLOPs and {hi_h:.3g} FLOPs (the smallest and largest both cover)"]
     if large_h is not None:
         ctx.append(f"hybrid − ViT at {hi_h:.3g} FLOPs: {large_h.text(signed=True)}")
-    return Evidence({k: v for k, v in parts.items() if v is not None}, _lr_checks(res.get("lr_sweeps")), ctx)
+    whole = max((r.get("images", 0) for r in rows), default=0)
+    return Evidence({k: v for k, v in parts.items() if v is not None}, _lr_checks(res.get("lr_sweeps")), ctx,
+                    images={k: whole for k in parts} if whole else {}, ties=tied_sweeps(res))
 
 
 def _size(res: dict[str, Any]) -> Evidence:
@@ -214,7 +324,11 @@ def _size(res: dict[str, Any]) -> Evidence:
            f"ResNet-B − ResNet-S at {small:,} / {big:,} images: "
            f"{paired_by_seed(at('ResNet', 'B', small), at('ResNet', 'S', small)).text(signed=True)} / "
            f"{paired_by_seed(at('ResNet', 'B', big), at('ResNet', 'S', big)).text(signed=True)}"]
-    return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx)
+    ratio = flops_ratio(rows, "B")
+    if ratio is not None:
+        ctx.append(f"matched steps only: ViT-B spends {ratio:.2f}× ResNet-B's training FLOPs")
+    return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx, images={k: big for k in parts},
+                    ties=tied_sweeps(res))
 
 
 def _optim(res: dict[str, Any]) -> Evidence:
@@ -223,23 +337,33 @@ def _optim(res: dict[str, Any]) -> Evidence:
     up = paired_by_seed(dict(enumerate(r["adamw"]["glyph_test_top1"]["values"])),
                         dict(enumerate(r["sgd"]["glyph_test_top1"]["values"])))
     return Evidence({"adam_better": gap}, _lr_checks(res["lr_sweeps"]),
-                    [f"upstream (glyph test), not part of the verdict: Adam − SGD {up.text(signed=True)}"])
+                    [f"upstream (glyph test), not part of the verdict: Adam − SGD {up.text(signed=True)}"],
+                    ties=tied_sweeps(res))
 
 
 def _fig7(res: dict[str, Any]) -> Evidence:
     models = res.get("per_seed") or [res]  # a seeded run keeps one entry per pre-training seed
-    rowcol = mean_ci([r["posemb_same_row_or_column_minus_other"] for r in models])
-    slope = mean_ci([r["attention_distance_slope_per_layer"] for r in models])
-    wide = mean_ci([(r["first_layer_head_range"][1] - r["uniform_attention_distance"]) / r["max_distance"]
-                    for r in models])  # farthest first-layer head beyond uniform attention, as a share of the image
-    return Evidence({"grid": rowcol, "depth": slope, "global_heads": wide}, _lr_checks(res.get("lr_sweeps")))
+
+    def against_zero(values: list[float]) -> Estimate:  # mean, 95% interval and the one-sample t-test's p
+        return paired(values, [0.0] * len(values))
+
+    rowcol = against_zero([r["posemb_same_row_or_column_minus_other"] for r in models])
+    slope = against_zero([r["attention_distance_slope_per_layer"] for r in models])
+    wide = against_zero([(r["first_layer_head_range"][1] - r["uniform_attention_distance"]) / r["max_distance"]
+                         for r in models])  # farthest first-layer head beyond uniform attention, as a share
+    return Evidence({"grid": rowcol, "depth": slope, "global_heads": wide}, _lr_checks(res.get("lr_sweeps")),
+                    ties=tied_sweeps(res))
 
 
 def _hires(res: dict[str, Any]) -> Evidence:
     r = res["results"]
     ft = None if "finetune_sweeps" not in r["16px"] else [sw for px in ("16px", "32px") for sw in r[px]["finetune_sweeps"]]
+    seeded = "values" in r["16px"]  # from 2026-11-25: pre-training seed i fine-tuned with seed i
+    independent = (True, "pre-training seed i fine-tuned with seed i") if seeded else (
+        False, "one pre-trained model: its fine-tuning seeds are not independent replicates (pseudo-replication)")
     return Evidence({"gain": paired(r["32px"]["accs"], r["16px"]["accs"])},
-                    {**_lr_checks(res.get("lr_sweeps")), **_finetune_checks(ft)},
+                    {**_lr_checks(res.get("lr_sweeps")), **_finetune_checks(ft), INDEPENDENT: independent},
+                    ties=tied_sweeps(res),
                     context=["per-seed accuracies (16 px; 32 px): " + "; ".join(
                         ", ".join(f"{100 * a:.1f}" for a in r[px]["accs"]) for px in ("16px", "32px"))])
 
@@ -274,7 +398,7 @@ def _posemb(res: dict[str, Any]) -> Evidence:
              "relative_same": _diff(r["relative"][m], r["learn1d"][m], n)}
     ctx = [] if isinstance(r["none"][m], dict) else [
         f"the result file kept mean and population std over {n} seeds, not the seeds: differences are unpaired (Welch)"]
-    return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx)
+    return Evidence(parts, _lr_checks(res.get("lr_sweeps")), ctx, ties=tied_sweeps(res))
 
 
 def _mpp(res: dict[str, Any]) -> Evidence:
@@ -292,11 +416,11 @@ def _mpp(res: dict[str, Any]) -> Evidence:
     longest = max(res["mpp"], key=int)
     parts = {"beats_scratch": diff(res["mpp"][longest], res["equal_budget_scratch"][longest]["top1"]),
              "behind_supervised": diff(res["mpp"][longest], res["supervised"])}
+    usual = diff(res["mpp"][longest], res["scratch"])
     ctx = [f"MPP {longest} steps; from scratch with the same total compute: "
            f"{res['equal_budget_scratch'][longest]['steps']} fine-tuning steps",
            f"against the usual {scratch_steps(res)}-step scratch run (a fraction of the compute; not part of the "
-           "verdict): "
-           f"{diff(res['mpp'][longest], res['scratch']).text(signed=True)}"]
+           f"verdict): {usual.text(signed=True)}"]
     if seeds is not None:
         ctx.append(f"paired by seed {seeds}: {res.get('pairing', 'seed i of every arm')}")
     else:
@@ -311,7 +435,11 @@ def _mpp(res: dict[str, Any]) -> Evidence:
                + sweep_text(sweep) + f"; picked {res['mpp_lr']:.3g}")
     else:  # the file's runs used the supervised ViT-B's rate for MPP: nothing was swept, so nothing to check
         ok, why = None, "not checked: no sweep in this file (files before 2026-11-26 ran MPP at the supervised rate)"
-    return Evidence(parts, {**_finetune_checks(res.get("finetune_sweeps")), MPP_RATE: (ok, why)}, ctx)
+    independent = (True, "MPP and supervised pre-training seed i fine-tuned with seed i") if seeds is not None else (
+        False, "one MPP and one supervised pre-training run: fine-tuning seeds are not independent replicates "
+        "(pseudo-replication)")
+    return Evidence(parts, {**_finetune_checks(res.get("finetune_sweeps")), MPP_RATE: (ok, why),
+                            INDEPENDENT: independent}, ctx, ties=tied_sweeps(res), extra={"usual_scratch": usual})
 
 
 def crossover_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -346,12 +474,16 @@ def _crossover(res: dict[str, Any]) -> Evidence:
 
     longest_at = {n: max(r["steps"] for r in rows if r["images"] == n) for n in (small, big)}
     t_match, x_match = matched_flops_point(rows)
+    shared = max(t for t in {r["steps"] for r in rows} if {small, big} <= {r["images"] for r in rows if r["steps"] == t})
     parts = {"small_data": gap_at(longest_at[small], small), "large_data_steps": gap_at(longest_at[big], big),
-             "large_data_flops": matched_flops_gap(rows, "ViT", "ResNet", m, x_match, images=big)}
+             "large_data_flops": matched_flops_gap(rows, "ViT", "ResNet", m, x_match, images=big),
+             "narrows": _narrows(rows, m, small, big, steps=shared)}
     checks = _lr_checks(res.get("lr_sweeps", {}), [f"{int(t):,} steps: not tuned (took the {u:,}-step picks)"
                                                     for t, u in res.get("lr_from", {}).items()])
     ctx = [f"matched FLOPs: the ViT's {t_match:,}-step run at {big:,} images ({x_match:.3g} FLOPs) against the "
-           "ResNet's curve over its schedule lengths at the same data, interpolated in log FLOPs"]
+           "ResNet's curve over its schedule lengths at the same data, interpolated in log FLOPs",
+           f"the gap's change with data: {small:,} → {big:,} images at {shared:,} steps (the longest schedule run at "
+           "both)"]
     up = {"large_data_steps": gap_at(longest_at[big], big, "glyph_test_top1"),
           "large_data_flops": matched_flops_gap(rows, "ViT", "ResNet", "glyph_test_top1", x_match, images=big)}
     ctx.append("upstream (glyph test), not part of the verdict: ViT − ResNet at matched steps "
@@ -361,7 +493,9 @@ def _crossover(res: dict[str, Any]) -> Evidence:
         e = paired(c["gaps"], [0.0] * len(c["gaps"]))
         ctx.append(f"seed check at {c['steps']:,} steps, {c['images']:,} images (point chosen after the grid was "
                    f"seen), ViT − ResNet {c['metric']}: {e.text(signed=True)}")
-    return Evidence({k: v for k, v in parts.items() if v is not None}, checks, ctx)
+    return Evidence({k: v for k, v in parts.items() if v is not None}, checks, ctx,
+                    images={"small_data": small, "large_data_steps": big, "large_data_flops": big, "narrows": big},
+                    ties=tied_sweeps(res))
 
 
 _SEEDS = (f"at least {MIN_SEEDS} pre-training seeds per number; mean with the 95% t-interval from the sample std; "
@@ -371,16 +505,21 @@ _DEV = "the early-stopping step and every learning rate picked on the digits dev
 _TUNED = ("each model's pre-training rate picked on a grid bracketed on both sides (the whole set, seed 0, 5-shot "
           "digits dev), then used for all its seeds and data sizes; ")
 _LR = (LR_BRACKETED,)
+_ADDED = ("2026-11-27, after both seeded runs were read (issue 51's review): the paper's claim is about how the gap "
+          "changes with data, which the fixed-point parts do not test")
 
 RULES: dict[str, Rule] = {r.experiment: r for r in (
     Rule("fig4", "ResNet better with little pre-training data, ViT better with a lot (Fig. 3–4)",
          (Part("small", "ViT − ResNet at the smallest data size", "less"),
-          Part("large", "ViT − ResNet at the largest data size", "greater")),
+          Part("large", "ViT − ResNet at the largest data size", "greater", regime_images=VIT_WINS_IMAGES),
+          Part("narrows", "(ViT − ResNet) at the largest data size minus at the smallest (the gap narrows with "
+               "data)", "greater", added=_ADDED)),
          "5-shot linear digits test accuracy (Fig. 4's metric) at the early-stopping step",
          "the B models, the same schedule for both families; " + _TUNED + _DEV, _SEEDS, preconditions=_LR),
     Rule("fig5", "at matched pre-training compute ViTs transfer better than ResNets; hybrids beat ViTs at small "
          "compute (Fig. 5)",
-         (Part("vit_vs_resnet", "ViT − ResNet at matched FLOPs (middle of the range both cover)", "greater"),
+         (Part("vit_vs_resnet", "ViT − ResNet at matched FLOPs (middle of the range both cover)", "greater",
+               regime_images=VIT_WINS_IMAGES),
           Part("hybrid_vs_vit_small", "Hybrid − ViT at the smallest FLOPs both cover", "greater"),
           Part("hybrid_gap_closes", "(Hybrid − ViT) at the smallest FLOPs both cover minus at the largest",
                "greater")),
@@ -401,8 +540,9 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          "digits test accuracy after fine-tuning",
          _TUNED + "the fine-tuning rate picked on the digits dev split from a sweep bracketed on both sides",
          f"at least {MIN_SEEDS} seeds, paired by seed (pre-training seed i fine-tuned with seed i at both "
-         "resolutions; result files before 2026-11-25: one pre-trained model, fine-tuning seeds only); 95% "
-         "t-interval and paired t-test", preconditions=(LR_BRACKETED, FT_BRACKETED)),
+         "resolutions; result files before 2026-11-25 hold one pre-trained model: its fine-tuning seeds are not "
+         "replicates, not established); 95% t-interval and paired t-test",
+         preconditions=(LR_BRACKETED, FT_BRACKETED, INDEPENDENT)),
     Rule("posemb", "no position embedding is worse; 1-D, 2-D and relative perform about the same (D.4, Table 8)",
          (Part("none_worse", "none − learned 1-D", "less"),
           Part("2d_same", "learned 2-D − learned 1-D", "equivalent", 0.02),
@@ -418,9 +558,9 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          "past an edge that wins, by the digits dev accuracy after fine-tuning (seed 0); fine-tuning learning rate "
          "picked on the digits dev split from a sweep bracketed on both sides",
          f"at least {MIN_SEEDS} seeds (from 2026-11-26: MPP and supervised pre-training seed i fine-tuned with "
-         "seed i; earlier files: one pre-training run per arm, fine-tuning seeds only); 95% t-interval of the "
-         "difference (paired by seed where kept, else Welch)",
-         preconditions=(FT_BRACKETED, MPP_RATE)),
+         "seed i; earlier files hold one pre-training run per arm: their fine-tuning seeds are not replicates, not "
+         "established); 95% t-interval of the difference (paired by seed where kept, else Welch)",
+         preconditions=(FT_BRACKETED, MPP_RATE, INDEPENDENT)),
     Rule("pooling", "a class token and global average pooling work equally well, each with its own learning rate "
          "(appendix D.3, Fig. 9)",
          (Part("same", "global average pooling − class token", "equivalent", 0.02),),
@@ -429,8 +569,9 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          "then every seed at that rate; " + _DEV, _SEEDS, preconditions=_LR),
     Rule("size", "larger ViTs gain more from more pre-training data than smaller ones, and with enough data the "
          "larger ViT is the better one (§4.2, Fig. 3)",
-         (Part("vit_gain", "ViT-B's gain from the smallest to the whole set minus ViT-S's", "greater"),
-          Part("vit_large", "ViT-B − ViT-S on the whole set", "greater")),
+         (Part("vit_gain", "ViT-B's gain from the smallest to the whole set minus ViT-S's", "greater",
+               regime_images=LARGER_VIT_WINS_IMAGES),
+          Part("vit_large", "ViT-B − ViT-S on the whole set", "greater", regime_images=LARGER_VIT_WINS_IMAGES)),
          "5-shot linear digits test accuracy at the early-stopping step",
          "two sizes per family, the smallest and the whole set, the same schedule; " + _TUNED + _DEV, _SEEDS,
          preconditions=_LR),
@@ -444,9 +585,12 @@ RULES: dict[str, Rule] = {r.experiment: r for r in (
          "per unit of compute (§4.2, Fig. 3–5)",
          (Part("small_data", "ViT − ResNet at the smallest data size, its longest schedule", "less"),
           Part("large_data_steps", "ViT − ResNet at the largest data size, the longest schedule (matched steps)",
-               "greater"),
+               "greater", regime_images=VIT_WINS_IMAGES),
           Part("large_data_flops", "ViT − ResNet at the largest data size, matched training FLOPs (the ViT's "
-               "longest run inside the ResNet's FLOPs range; the ResNet interpolated in log FLOPs)", "greater")),
+               "longest run inside the ResNet's FLOPs range; the ResNet interpolated in log FLOPs)", "greater",
+               regime_images=VIT_WINS_IMAGES),
+          Part("narrows", "(ViT − ResNet) at the largest data size minus at the smallest, at the longest schedule "
+               "run at both (the gap narrows with data)", "greater", added=_ADDED)),
          "5-shot linear digits test accuracy at the early-stopping step (upstream glyph accuracy reported beside it)",
          "fixed grid points named in advance (no maximum over data sizes); " + _DEV, _SEEDS,
          preconditions=_LR),
@@ -506,7 +650,8 @@ def rule_markdown(rule: Rule) -> str:
     """The rule, as stated before the results."""
     lines = [f"*Rule (fixed before the results).* Claim: {rule.claim}. Metric: {rule.metric}. Selection: "
              f"{rule.selection}. Test: {rule.test}.", "", "| part | difference | claimed |", "|---|---|---|"]
-    lines += [f"| {p.key} | {p.what} | {p.inequality()} |" for p in rule.parts]
+    lines += [f"| {p.key} | {p.what}{f' (*added after the results were read*: {p.added})' if p.added else ''} | "
+              f"{p.inequality()} |" for p in rule.parts]
     if rule.preconditions:
         lines += ["", "Preconditions: " + ", ".join(rule.preconditions) + "."]
     lines += ["", "A part holds when its 95% interval lies wholly on the claimed side, fails when it lies wholly on "
@@ -519,13 +664,16 @@ def rule_markdown(rule: Rule) -> str:
 
 def judgement_markdown(rule: Rule, ev: Evidence, j: Judgement) -> str:
     """The evidence per part (points: mean [95% interval] (n, p)) and the verdict the rule gives."""
-    lines = ["| part | difference (points unless named) | claimed | outcome |", "|---|---|---|---|"]
+    lines = ["| part | difference (points unless named) | claimed | outcome | flags |", "|---|---|---|---|---|"]
+    fl = flags(rule, ev, j)
     for p in rule.parts:
         e = ev.parts[p.key].text(p.scale, 1 if p.unit == "points" else 3, signed=True)
         lines.append(f"| {p.key} | {e} {p.unit if p.unit != 'points' else ''} | {p.inequality()} | "
-                     f"{j.outcomes[p.key]} |")
+                     f"{j.outcomes[p.key]} | {'; '.join(fl[p.key])} |")
     for name, (ok, why) in ev.checks.items():
         lines.append(f"\nPrecondition {name}: {'not checked' if ok is None else 'met' if ok else 'NOT met'} ({why}).")
     lines += [f"\n{c}." for c in ev.context]
-    lines.append(f"\n**Verdict by the rule: {j.verdict}.**")
+    if ev.ties:
+        lines.append("\nPicks on an exact dev tie (the smaller rate is the pick): " + "; ".join(ev.ties) + ".")
+    lines.append(f"\n**Verdict by the rule: {j.label}.**")
     return "\n".join(lines)

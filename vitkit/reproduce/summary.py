@@ -69,7 +69,7 @@ def summary_markdown(results: dict[str, dict[str, Any]], figure: Callable[[str, 
         res = results[n]
         try:
             rule, ev, j = verdict(n, res)
-            judged, short = judgement_markdown(rule, ev, j), j.verdict
+            judged, short = judgement_markdown(rule, ev, j), j.label
         except (KeyError, ValueError, IndexError) as e:  # a result too small for its rule (a smoke run): say so
             judged, short = f"**No verdict: the result does not hold what the rule reads ({e!r}).**", "no verdict"
         head.append(f"| {n} | {short} |")
