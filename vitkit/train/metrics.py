@@ -37,7 +37,7 @@ def curve_series(recs: list[dict[str, Any]]) -> dict[str, dict[str, tuple[list[i
     tr = [r for r in recs if "loss" in r]
     out: dict[str, dict[str, tuple[list[int], list[float]]]] = {
         "loss": {"train loss": ([r["step"] for r in tr], [r["loss"] for r in tr])},
-        "accuracy": {"train (augmented batches)": ([r["step"] for r in tr], [100 * r["train_acc"] for r in tr])},
+        "accuracy": {"train (the batches trained on)": ([r["step"] for r in tr], [100 * r["train_acc"] for r in tr])},
     }
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
