@@ -485,6 +485,191 @@ def c_bench_merge(d: Path) -> list[str]:
             "--peers", "none", "--no-memory", "--merge", "2"]
 
 
+# -- round 4 (issue #50): the door every tensor and config passes, sizes before allocation, the new surfaces --------
+
+API = ("import sys\nfrom vitkit.cli import _user_message\ntry:\n{body}\nexcept Exception as e:\n    msg, code = "
+       "_user_message(e)\n    print(f'vitkit api: error: {{msg}}', file=sys.stderr)\n    sys.exit(code)\n")
+
+
+def _api(code: str) -> list[str]:
+    """A case run through the Python API (`python -c`): an error reaches the command line's one error boundary
+    (`vitkit.cli._user_message`), so its verdict reads as a command's."""
+    return ["--api", API.format(body="\n".join("    " + ln for ln in code.strip().splitlines()))]
+
+
+def _adapter(d: Path, fmt: str = "vitkit") -> Path:
+    """A tiny base (`d/base`) and LoRA adapters on it (`d/ad`), in vitkit's or peft's layout."""
+    import vitkit
+    from vitkit.formats.adapters import save_adapters
+    from vitkit.models.lora import LoraConfig, apply_lora
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=16, patch_size=8,
+                            num_classes=3)
+    vitkit.save_pretrained(m, d / "base")
+    m = vitkit.load_pretrained(d / "base")
+    apply_lora(m, LoraConfig(rank=2))
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.01)  # a trained B: the adapters change the output
+    return save_adapters(m, d / "ad", base=str(d / "base"), format=fmt, **({"layout": "classic"} if fmt == "peft"
+                                                                             else {}))
+
+
+def _load_adapters(d: Path) -> list[str]:
+    return _api(f"""
+import torch
+from vitkit.formats.adapters import load_adapters
+m = load_adapters({str(d / 'ad')!r}, base={str(d / 'base')!r})
+y = m(torch.rand(1, 3, 16, 16))
+print('finite' if torch.isfinite(y).all() else 'NON-FINITE logits')
+""")
+
+
+def _spoil_adapter(d: Path, fmt: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> list[str]:
+    w = _adapter(d, fmt) / "adapter_model.safetensors"
+    state = load_file(w)
+    key = sorted(k for k in state if "lora_B" in k)[0]
+    state[key] = fn(state[key])
+    save_file(state, str(w))
+    return _load_adapters(d)
+
+
+def _adapter_config(d: Path, fmt: str, key: str, value: object) -> list[str]:
+    c = _adapter(d, fmt) / "adapter_config.json"
+    doc = json.loads(c.read_text())
+    (doc["lora"] if fmt == "vitkit" else doc)[key] = value
+    c.write_text(json.dumps(doc))
+    return _load_adapters(d)
+
+
+def c_ad_nan(d: Path) -> list[str]:
+    return _spoil_adapter(d, "vitkit", lambda t: t.fill_(float("nan")))
+
+
+def c_ad_inf_peft(d: Path) -> list[str]:
+    return _spoil_adapter(d, "peft", lambda t: t.fill_(float("inf")))
+
+
+def c_ad_int(d: Path) -> list[str]:
+    return _spoil_adapter(d, "vitkit", lambda t: (t * 100).to(torch.int32))
+
+
+def c_ad_bool_peft(d: Path) -> list[str]:
+    return _spoil_adapter(d, "peft", lambda t: t.to(torch.bool))
+
+
+def c_ad_float_rank(d: Path) -> list[str]:
+    return _adapter_config(d, "peft", "r", 2.5)
+
+
+def c_ad_rank_huge(d: Path) -> list[str]:
+    return _adapter_config(d, "vitkit", "rank", 10**9)
+
+
+def c_ad_alpha(d: Path) -> list[str]:
+    return _adapter_config(d, "vitkit", "alpha", 1e300)
+
+
+def c_ad_alpha_peft(d: Path) -> list[str]:
+    return _adapter_config(d, "peft", "lora_alpha", 1e30)
+
+
+def c_ad_fifo_config(d: Path) -> list[str]:
+    c = _adapter(d) / "adapter_config.json"
+    c.unlink()
+    os.mkfifo(c)
+    return _load_adapters(d)
+
+
+def c_ad_fifo_weights(d: Path) -> list[str]:
+    w = _adapter(d, "peft") / "adapter_model.safetensors"
+    w.unlink()
+    os.mkfifo(w)
+    return _load_adapters(d)
+
+
+def c_ad_zero_config(d: Path) -> list[str]:
+    c = _adapter(d, "peft") / "adapter_config.json"
+    c.unlink()
+    os.symlink("/dev/zero", c)
+    return _load_adapters(d)
+
+
+def c_ad_huge_config(d: Path) -> list[str]:
+    c = _adapter(d, "peft") / "adapter_config.json"
+    c.write_text(c.read_text().rstrip()[:-1] + ', "x": "' + "a" * (80 << 20) + '"}')
+    return _load_adapters(d)
+
+
+def c_ad_deep_config(d: Path) -> list[str]:
+    c = _adapter(d) / "adapter_config.json"
+    c.write_text(c.read_text().rstrip()[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return _load_adapters(d)
+
+
+def c_lora_alpha_finetune(d: Path) -> list[str]:
+    return ["finetune", "--model", str(_model(d / "m")), "--data", str(_folder(d / "data", ("a", "b"), n=4)),
+            "--lora", "2", "--lora-alpha", "1e30", "--steps", "2", "--out", str(d / "run"), "--no-progress"]
+
+
+def c_hf_intermediate(d: Path) -> list[str]:
+    m = _model(d / "hf", "hf")
+    doc = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**doc, "intermediate_size": 262144, "num_hidden_layers": 64}))
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_timm_metadata(d: Path) -> list[str]:
+    f = _model(d / "m.safetensors", "timm")
+    state = load_file(f)
+    save_file(state, str(f), metadata={"format": "pt", "vitkit": json.dumps(
+        {"model": {"width": 16, "depth": 64, "num_heads": 2, "mlp_dim": 262144, "img_size": [32, 32],
+                   "patch_size": 8, "num_classes": 3}})})
+    return ["predict", str(_png(d / "x.png")), "--model", str(f), "--num-heads", "2"]
+
+
+def c_width_set(d: Path) -> list[str]:
+    return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN, "--set",
+            "model.width=8000", "--set", "model.mlp_dim=4000000"]
+
+
+def c_glyph_classes(d: Path) -> list[str]:
+    return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN, "--set",
+            "data.name=\"glyphs\"", "--set", "data.glyph_classes=1000000", "--set", "data.glyph_images=1000"]
+
+
+def c_glyph_1024(d: Path) -> list[str]:
+    return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN, "--set",
+            "data.name=\"glyphs\"", "--set", "data.glyph_stream=true", "--set", "data.glyph_size=1024",
+            "--set", "data.glyph_images=100000"]
+
+
+def c_shots_1e6(d: Path) -> list[str]:
+    return ["fewshot", "--model", str(_gray(d / "m")), "--shots", "1000000", "--seeds", "1", "--method", "ridge"]
+
+
+def c_batch_1e9(d: Path) -> list[str]:
+    return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN, "--set",
+            "train.batch_size=1000000000"]
+
+
+def c_save_symlinked(d: Path) -> list[str]:
+    (d / "real").mkdir()
+    os.symlink(d / "real", d / "link")
+    return _api(f"""
+import vitkit
+m = vitkit.create_model('vit', width=16, depth=1, num_heads=2, mlp_dim=32, img_size=16, patch_size=8)
+vitkit.save_pretrained(m, {str(d / 'link')!r}, format='hf')
+vitkit.save_pretrained(m, {str(d / 'link')!r}, format='hf', overwrite=True)
+""")
+
+
+def c_skimage_unbundled(d: Path) -> list[str]:
+    return ["inspect", "--model", str(_model(d / "m")), "--images", "skimage:lfw_subset", "--out", str(d / "figs"),
+            "--no-progress"]
+
+
 CASES: list[Case] = [
     ("int32 tensor, HF folder", "silently wrong", c_int_hf, "refused"),
     ("bool tensor, bare timm .safetensors", "silently wrong", c_bool_timm, "refused"),
@@ -549,6 +734,30 @@ CASES: list[Case] = [
     ("README finetune on 12 images", "exit rule and docs", c_readme_finetune, "ran"),
     ("sweep over a folder with a broken image", "exit rule and docs", c_sweep_skips, "skipped"),
     ("bench --merge 2 (deprecated spelling)", "exit rule and docs", c_bench_merge, "ran"),
+    # round 4 (issue #50)
+    ("vitkit adapter: NaN lora_B", "silently wrong", c_ad_nan, "refused"),
+    ("peft adapter: Inf lora_B", "silently wrong", c_ad_inf_peft, "refused"),
+    ("vitkit adapter: int32 lora_B", "silently wrong", c_ad_int, "refused"),
+    ("peft adapter: bool lora_B", "silently wrong", c_ad_bool_peft, "refused"),
+    ("peft adapter: r = 2.5", "silently wrong", c_ad_float_rank, "refused"),
+    ("vitkit adapter: alpha = 1e300", "silently wrong", c_ad_alpha, "refused"),
+    ("peft adapter: lora_alpha = 1e30", "silently wrong", c_ad_alpha_peft, "refused"),
+    ("finetune --lora-alpha 1e30", "silently wrong", c_lora_alpha_finetune, "refused"),
+    ("fewshot --shots 10^6", "silently wrong", c_shots_1e6, "refused"),
+    ("train.batch_size = 10^9", "silently wrong", c_batch_1e9, "refused"),
+    ("vitkit adapter: rank 10^9", "hangs and memory", c_ad_rank_huge, "refused"),
+    ("adapter: FIFO adapter_config.json", "hangs and memory", c_ad_fifo_config, "refused"),
+    ("peft adapter: FIFO weights", "hangs and memory", c_ad_fifo_weights, "refused"),
+    ("peft adapter: /dev/zero config", "hangs and memory", c_ad_zero_config, "refused"),
+    ("peft adapter: 80 MB config", "hangs and memory", c_ad_huge_config, "refused"),
+    ("vitkit adapter: config nested 10^5 deep", "hangs and memory", c_ad_deep_config, "refused"),
+    ("HF config intermediate_size 262144", "hangs and memory", c_hf_intermediate, "refused"),
+    ("timm metadata: 64 x 262144 MLP", "hangs and memory", c_timm_metadata, "refused"),
+    ("model.width 8000, mlp_dim 4x10^6", "hangs and memory", c_width_set, "refused"),
+    ("10^6 glyph classes", "hangs and memory", c_glyph_classes, "refused"),
+    ("glyph stream at 1024 px", "hangs and memory", c_glyph_1024, "refused"),
+    ("save_pretrained onto a symlinked folder", "errors", c_save_symlinked, "ran"),
+    ("skimage:lfw_subset (not bundled)", "errors", c_skimage_unbundled, "refused"),
 ]
 
 # what a case's output must also say (the answer is right only if it is said)
@@ -572,8 +781,11 @@ def _in_process(argv: list[str], timeout: float, cwd: Path) -> subprocess.Comple
 
     from vitkit.cli import main as cli
 
+    class Hung(BaseException):  # not an Exception: no error boundary may catch it as the case's own error
+        pass
+
     def hung(*_: object) -> None:
-        raise TimeoutError
+        raise Hung
 
     err, out = io.StringIO(), io.StringIO()
     old, here = signal.signal(signal.SIGALRM, hung), os.getcwd()
@@ -582,8 +794,15 @@ def _in_process(argv: list[str], timeout: float, cwd: Path) -> subprocess.Comple
         os.chdir(cwd)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
-                rc = cli(argv)
-            except TimeoutError:
+                if argv[0] == "--api":
+                    try:
+                        exec(compile(argv[1], "<case>", "exec"), {})  # noqa: S102 - the case's own API call
+                        rc = 0
+                    except SystemExit as e:
+                        rc = e.code if isinstance(e.code, int) else 1
+                else:
+                    rc = cli(argv)
+            except Hung:
                 return None
             except SystemExit as e:  # argparse's refusal (a process would exit with it)
                 rc = e.code if isinstance(e.code, int) else 2
@@ -611,6 +830,30 @@ def verdict(r: subprocess.CompletedProcess | None) -> str:
     if r.returncode == 0:
         return "ran"
     return "crashed"
+
+
+# a message that is Python's or a library's, not vitkit's words naming the input
+RAW = ("enforce fail", "alloc_cpu", "OverflowError", "NotImplementedError", "RecursionError", "[Errno", "Traceback",
+       "own failure", "none of the 1 images could be read")
+CLASSES = ("OK", "clear error", "unclear", "silent wrong", "data lost", "memory", "hang", "traceback", "code executed")
+
+
+def outcome(want: str, v: str, r: subprocess.CompletedProcess | None) -> str:
+    """The issue's class of a run (its table's columns): OK (ran as wanted), clear error (refused or skipped as
+    wanted, in vitkit's words), unclear (refused in raw words, or the right ending unsaid), silent wrong (ran
+    where it must refuse), data lost, memory, hang, traceback (a crash)."""
+    text = (r.stdout + r.stderr) if r is not None else ""
+    if v in ("data lost", "memory"):
+        return v
+    if v == "hung":
+        return "hang"
+    if v == "crashed":
+        return "traceback" if "Traceback" in text else "unclear"
+    if v == "unsaid" or (v in ("refused", "skipped") and any(m in text for m in RAW)):
+        return "unclear"
+    if v == want:
+        return "OK" if v == "ran" else "clear error"
+    return "silent wrong" if v == "ran" else "unclear"
 
 
 USER_FILES = ("notes.txt", "notes.onnx", "mine.txt", "backup.tar", "model.onnx")  # written b"mine" by the cases
@@ -647,7 +890,7 @@ def main() -> int:
     code = str(Path(args.code).resolve()) if args.code else here
     home = scratch_dir("vitkit-home-")
     env = {**os.environ, "PYTHONPATH": code, "HOME": str(home)}
-    rows, counts = [], Counter()
+    rows, counts, classes = [], Counter(), Counter()
     for name, group, build, want in CASES:
         if (args.only and group not in args.only) or (args.names and not any(n in name for n in args.names)):
             continue
@@ -657,7 +900,8 @@ def main() -> int:
             t0 = time.perf_counter()
             if not args.in_process:
                 try:
-                    r = subprocess.run([sys.executable, "-m", "vitkit", *argv], capture_output=True, text=True,
+                    cmd = ["-c", argv[1]] if argv[0] == "--api" else ["-m", "vitkit", *argv]
+                    r = subprocess.run([sys.executable, *cmd], capture_output=True, text=True,
                                        timeout=args.timeout, env=env, cwd=d,
                                        preexec_fn=_limit_memory(MEMORY.get(name, args.memory)))
                 except subprocess.TimeoutExpired:
@@ -676,16 +920,20 @@ def main() -> int:
                 for p in home.iterdir():  # (the next case starts clean)
                     subprocess.run(["rm", "-rf", str(p)], check=False)
         counts[v] += 1
+        o = outcome(want, v, r)
+        classes[o] += 1
         line = ([ln for ln in (r.stderr if r else "").splitlines() if "error:" in ln or "skipped" in ln] or [""])[0]
-        rows.append((group, name, want, v, took, line[:150]))
-        print(f"{'ok ' if v == want else 'BAD'} {group:17s} {name:40s} {v:9s} {took:5.1f}s  {line[:110]}", flush=True)
+        rows.append((group, name, want, v, took, line[:150], o))
+        print(f"{'ok ' if o in ('OK', 'clear error') else 'BAD'} {group:17s} {name:40s} {v:9s} {o:12s} {took:5.1f}s  "
+              f"{line[:110]}", flush=True)
     print(f"verdicts: {dict(counts)}; as wanted: {sum(r[2] == r[3] for r in rows)}/{len(rows)}")
+    print("classes: " + ", ".join(f"{c} {classes[c]}" for c in CLASSES))
     if args.json:
-        args.json.write_text(json.dumps([dict(zip(("class", "input", "wanted", "verdict", "seconds", "line"), r))
-                                         for r in rows], indent=1) + "\n")
+        args.json.write_text(json.dumps([dict(zip(("class", "input", "wanted", "verdict", "seconds", "line",
+                                                   "outcome"), r)) for r in rows], indent=1) + "\n")
     if args.markdown:
         print("\n| class | input | wanted | verdict |\n|---|---|---|---|")
-        for group, name, want, v, _, _ in rows:
+        for group, name, want, v, *_ in rows:
             print(f"| {group} | {name} | {want} | {v} |")
     return 0
 

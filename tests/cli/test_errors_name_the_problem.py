@@ -55,13 +55,10 @@ def test_a_warning_is_one_line_in_vitkits_words(tmp_path: Path) -> None:
 
 
 def test_the_crafted_input_script_gives_its_cases_their_verdicts(tmp_path: Path) -> None:
-    """benchmarks/crafted_inputs.py (BENCHMARKS.md "Round 3"), a seconds-long slice: the data-loss and error cases."""
-    import importlib.util
+    """tests/crafted.py (benchmarks/crafted_inputs.py's cases, BENCHMARKS.md "Round 3"), a seconds-long slice: the
+    data-loss and error cases."""
+    from tests import crafted as mod
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "crafted_inputs.py"
-    spec = importlib.util.spec_from_file_location("crafted_inputs", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     for i, (name, group, build, want) in enumerate(mod.CASES):
         if group in ("data loss", "errors", "held checkpoints"):
             d = tmp_path / str(i)

@@ -28,21 +28,43 @@ from vitkit.utils.atomic import atomic_path
 LOCK_NAME = ".vitkit.lock"
 
 
-def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of `path`, which must be a regular file of at most `max_bytes`; a ValueError naming the file
-    otherwise (a device, a FIFO, a folder, or a file over the cap, which is checked before anything is read)."""
+def _open_regular(path: str | os.PathLike[str], max_bytes: int, what: str) -> int:
+    """An fd open on `path` (read-only, never blocking on a FIFO), which is checked to be a regular file of at most
+    `max_bytes` before anything is read; a ValueError naming the file otherwise (the fd closed)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     except OSError as e:
         raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    st = os.fstat(fd)
+    problem = ""
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a special file")
+        problem = f"it is {kind}, not a regular file"
+    elif st.st_size > max_bytes:
+        problem = f"{st.st_size:,} bytes is over the limit of {max_bytes:,}"
+    if problem:
+        os.close(fd)
+        raise ValueError(f"cannot read {what} {path}: {problem}")
+    return fd
+
+
+def check_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> int:
+    """The size of `path`, after the checks of `read_regular_file` (a regular file, at most `max_bytes`), for a
+    reader that opens the file itself (safetensors memory-maps it): a FIFO, a device or a `/dev/zero` link is
+    refused before that reader can block on it or read it forever."""
+    fd = _open_regular(path, max_bytes, what)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                    or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a special file")
-            raise ValueError(f"cannot read {what} {path}: it is {kind}, not a regular file")
-        if st.st_size > max_bytes:
-            raise ValueError(f"cannot read {what} {path}: {st.st_size:,} bytes is over the limit of {max_bytes:,}")
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of `path`, which must be a regular file of at most `max_bytes`; a ValueError naming the file
+    otherwise (a device, a FIFO, a folder, or a file over the cap, which is checked before anything is read)."""
+    fd = _open_regular(path, max_bytes, what)
+    try:
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(max_bytes + 1)
     except OSError as e:  # a file that will not be read (/proc/self/mem: EIO), named like any other unreadable file
