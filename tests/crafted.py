@@ -616,7 +616,7 @@ def c_lora_alpha_finetune(d: Path) -> list[str]:
 def c_hf_intermediate(d: Path) -> list[str]:
     m = _model(d / "hf", "hf")
     doc = json.loads((m / "config.json").read_text())
-    (m / "config.json").write_text(json.dumps({**doc, "intermediate_size": 262144, "num_hidden_layers": 64}))
+    (m / "config.json").write_text(json.dumps({**doc, "intermediate_size": 262144}))
     return ["predict", str(_png(d / "x.png")), "--model", str(m)]
 
 
@@ -631,7 +631,7 @@ def c_timm_metadata(d: Path) -> list[str]:
 
 def c_width_set(d: Path) -> list[str]:
     return ["train", "--config", "digits_pretrain", "--out", str(d / "run"), *TINY_RUN, "--set",
-            "model.width=8000", "--set", "model.mlp_dim=4000000"]
+            "model.width=65536"]
 
 
 def c_glyph_classes(d: Path) -> list[str]:
@@ -743,8 +743,8 @@ CASES: list[Case] = [
     ("vitkit adapter: alpha = 1e300", "silently wrong", c_ad_alpha, "refused"),
     ("peft adapter: lora_alpha = 1e30", "silently wrong", c_ad_alpha_peft, "refused"),
     ("finetune --lora-alpha 1e30", "silently wrong", c_lora_alpha_finetune, "refused"),
-    ("fewshot --shots 10^6", "silently wrong", c_shots_1e6, "refused"),
-    ("train.batch_size = 10^9", "silently wrong", c_batch_1e9, "refused"),
+    ("fewshot --shots 10^6", "silently wrong", c_shots_1e6, "ran"),
+    ("train.batch_size = 10^9", "silently wrong", c_batch_1e9, "ran"),
     ("vitkit adapter: rank 10^9", "hangs and memory", c_ad_rank_huge, "refused"),
     ("adapter: FIFO adapter_config.json", "hangs and memory", c_ad_fifo_config, "refused"),
     ("peft adapter: FIFO weights", "hangs and memory", c_ad_fifo_weights, "refused"),
@@ -753,19 +753,21 @@ CASES: list[Case] = [
     ("vitkit adapter: config nested 10^5 deep", "hangs and memory", c_ad_deep_config, "refused"),
     ("HF config intermediate_size 262144", "hangs and memory", c_hf_intermediate, "refused"),
     ("timm metadata: 64 x 262144 MLP", "hangs and memory", c_timm_metadata, "refused"),
-    ("model.width 8000, mlp_dim 4x10^6", "hangs and memory", c_width_set, "refused"),
+    ("model.width = 65536 (the bound)", "hangs and memory", c_width_set, "refused"),
     ("10^6 glyph classes", "hangs and memory", c_glyph_classes, "refused"),
     ("glyph stream at 1024 px", "hangs and memory", c_glyph_1024, "refused"),
     ("save_pretrained onto a symlinked folder", "errors", c_save_symlinked, "ran"),
     ("skimage:lfw_subset (not bundled)", "errors", c_skimage_unbundled, "refused"),
 ]
 
+ROUND4 = {name for name, *_ in CASES[CASES.index(next(c for c in CASES if c[2] is c_ad_nan)):]}
 # what a case's output must also say (the answer is right only if it is said)
 SAYS = {"timm .pth with state_dict_ema": "state_dict_ema", "convert --to timm bare .safetensors": "metadata",
         "eval --workers 200": "200 data-loading workers asked for on", "bench --merge 2 (deprecated spelling)": "write --merge-rows 2",
         "1x10^6 PNG in eval, centre-crop model": "tall.png", "train --resume, FIFO metrics.jsonl": "metrics.jsonl",
         "/proc/self/mem as an image": "/proc/self/mem", "UTF-16 recipe": "r.toml", "binary list file": "list.txt",
-        "convert --to timm onto a folder": "t.safetensors: is a folder"}
+        "convert --to timm onto a folder": "t.safetensors: is a folder",
+        "fewshot --shots 10^6": "the 1000000-shot row uses", "train.batch_size = 10^9": "using batch"}
 # what may appear under $HOME: matplotlib's font cache (any program that draws a figure writes it)
 HOME_ALLOWED = (".cache/matplotlib", ".config/matplotlib")
 # address-space limit of a case's process (MiB), tighter than --memory where the issue measured a peak
@@ -884,6 +886,7 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
     ap.add_argument("--only", nargs="+", default=None, help="run only these classes (e.g. 'silently wrong')")
     ap.add_argument("--names", nargs="+", default=None, help="run only the cases whose name holds one of these")
+    ap.add_argument("--round4", action="store_true", help="run only round 4's cases (issue #50)")
     ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON")
     args = ap.parse_args()
     here = str(Path(__file__).resolve().parent.parent)
@@ -892,7 +895,8 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": code, "HOME": str(home)}
     rows, counts, classes = [], Counter(), Counter()
     for name, group, build, want in CASES:
-        if (args.only and group not in args.only) or (args.names and not any(n in name for n in args.names)):
+        if (args.only and group not in args.only) or (args.names and not any(n in name for n in args.names)) or \
+                (args.round4 and name not in ROUND4):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)

@@ -399,10 +399,13 @@ def check_tensor_values(key: str, t: torch.Tensor, ref: torch.Tensor | None, sou
     """A saved tensor must have a dtype the model's tensor `ref` can have been saved with (no int, bool or complex
     weights cast silently; `ref` None: a weight, so floating point) and, for floats, only finite values (NaN or Inf
     weights make every prediction NaN)."""
+    if t.is_complex():
+        raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; weights are real numbers, never complex (a damaged "
+                         "or foreign file?)")
     if ref is None and not t.is_floating_point():
         raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; weights are floating point (a damaged or foreign "
                          "file?)")
-    if ref is not None and ref.is_floating_point() != t.is_floating_point() or t.is_complex():
+    if ref is not None and ref.is_floating_point() != t.is_floating_point():
         raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; a model's {ref.dtype} tensor is never saved as "
                          "that (a damaged or foreign file?)")
     if t.is_floating_point() and t.numel():
