@@ -661,7 +661,7 @@ def c_save_symlinked(d: Path) -> list[str]:
 import vitkit
 m = vitkit.create_model('vit', width=16, depth=1, num_heads=2, mlp_dim=32, img_size=16, patch_size=8)
 vitkit.save_pretrained(m, {str(d / 'link')!r}, format='hf')
-vitkit.save_pretrained(m, {str(d / 'link')!r}, format='hf', overwrite=True)
+vitkit.save_pretrained(m, {str(d / 'link')!r}, format='hf')
 """)
 
 

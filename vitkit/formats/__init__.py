@@ -27,7 +27,7 @@ from vitkit.formats.timm import is_timm, load_timm, save_timm
 from vitkit.models.hub_api import set_checkpoint_io
 from vitkit.models.resnet import ResNetV2
 from vitkit.models.vit import VisionTransformer
-from vitkit.utils.files import read_json
+from vitkit.utils.files import claim_lock, read_json, release_lock
 
 Detector = Callable[[Path], bool]
 Loader = Callable[[Path, dict[str, Any]], nn.Module]
@@ -214,13 +214,31 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
     (C's weights with D's old config.json). Other files of the user's in `out` are kept: hard-linked (else copied)
     into the new folder before it takes the old one's place, so they exist at every moment; a sub-folder of the
     user's is refused, not replaced. Returns `write`'s path, moved to `out`."""
+    import os
+
+    given = out
+    if out.is_symlink() and out.is_dir():  # a link to a folder: the folder it names is replaced, the link kept
+        out = Path(os.path.realpath(out))
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(20, "a checkpoint folder was to be written where a file is", str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # one writer per folder: a second save_pretrained / convert into it is refused naming the first one's pid (it
+    # would otherwise take the first one's temporary folder for a killed write's and delete it)
+    lock = out.parent / f".{out.name}.lock"
+    fd = claim_lock(lock, f"checkpoint folder {given}")
+    try:
+        return _replace_folder(given, out, write)
+    finally:
+        release_lock(lock, fd)
+
+
+def _replace_folder(given: Path, out: Path, write: Callable[[Path], Path]) -> Path:
+    """`replace_folder` once the folder's lock is held (`out`: `given` with a link to a folder resolved)."""
     import glob
     import os
     import shutil
     import tempfile
 
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(20, "a checkpoint folder was to be written where a file is", str(out))
     foreign = [f for f in out.iterdir() if f.name not in CHECKPOINT_FILES and not is_weights_file(f.name) and not (
         f.name.startswith(".") and f.name.endswith(".tmp"))] if out.is_dir() else []
     dirs = sorted(f.name for f in foreign if f.is_dir() and not f.is_symlink())
@@ -253,7 +271,7 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
         for leftover in (tmp, old):
             if leftover.exists():
                 shutil.rmtree(leftover)
-    return out / written.relative_to(tmp) if written != tmp else out
+    return given / written.relative_to(tmp) if written != tmp else given
 
 
 set_checkpoint_io(load_pretrained, save_pretrained)  # Model.from_pretrained / model.save_pretrained call these

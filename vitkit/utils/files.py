@@ -134,6 +134,29 @@ def _unlock(fd: int | None) -> None:
         os.close(fd)
 
 
+def claim_lock(lock: Path, subject: str) -> int:
+    """An exclusive lock on the lock file `lock` for one destination (`.NAME.lock` beside it), held until
+    `release_lock`, which removes the file: a second claimant gets a `BlockingIOError` naming `subject` and the
+    holder's pid."""
+    while True:  # the lock file may be removed by its last holder between our open and our flock: retry
+        fd = _lock_file(lock, subject)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock, follow_symlinks=False))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def release_lock(lock: Path, fd: int | None) -> None:
+    """Remove and release a lock taken by `claim_lock` (nothing for None); returns None for the holder's field."""
+    if fd is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # while still held: a newcomer's open of the old inode is retried
+    return _unlock(fd)
+
+
 class FolderLock:
     """An exclusive advisory lock (flock) on `folder/.vitkit.lock`, held until `release()` or process exit.
 
@@ -173,16 +196,7 @@ class OutputFile:
         self._check()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = self.path.parent / f".{self.path.name}.lock"
-        while True:  # the lock file may be removed by its last holder between our open and our flock: retry
-            fd = _lock_file(self.lock, f"{flag} {self.path}")
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.lock, follow_symlinks=False))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        self._fd: int | None = fd
+        self._fd: int | None = claim_lock(self.lock, f"{flag} {self.path}")
         self._check()  # created by someone else between the first check and the lock
 
     def _check(self) -> None:
@@ -198,10 +212,7 @@ class OutputFile:
         return atomic_path(self.path)
 
     def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.lock)  # while still held: a newcomer's open of the old inode is retried
-        self._fd = _unlock(self._fd)
+        self._fd = release_lock(self.lock, self._fd)
 
     def __enter__(self) -> OutputFile:
         return self
