@@ -28,6 +28,12 @@ def test_only_bundled_photos_are_skimage_names(tmp_path: Path, capsys) -> None: 
     assert main(["inspect", "--model", str(model), "--images", "skimage:download_all", "--out", str(tmp_path / "i"),
                  "--no-progress"]) == 2
     assert "skimage:download_all is not one of scikit-image's bundled photos (astronaut" in capsys.readouterr().err
+    # a skimage.data name that is not a bundled photo: named as the command's mistake (before: "none of the 1 images
+    # could be read", after a warning line)
+    assert main(["inspect", "--model", str(model), "--images", "skimage:lfw_subset", "--out", str(tmp_path / "i"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "error: skimage:lfw_subset is not one of scikit-image's bundled photos" in err and "none of" not in err
 
 
 def test_export_options_out_of_range_are_named(tmp_path: Path, capsys) -> None:  # noqa: ANN001
