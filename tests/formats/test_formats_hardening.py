@@ -282,3 +282,21 @@ def test_two_writers_of_one_folder_and_a_symlinked_folder(tmp_path: Path) -> Non
     assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "config.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
     vitkit.load_pretrained(tmp_path / "link")
+
+
+def test_a_killed_convert_to_a_bare_file_leaves_nothing_after_the_next_write(tmp_path: Path) -> None:
+    """Before: a `convert --to timm t.safetensors` killed mid-write left its hidden `.t.safetensors.XXXX.tmp`
+    behind for good; now the next write of the file removes it (holding the file's lock: never a live writer's)."""
+    from vitkit.utils.files import claim_lock, release_lock
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=16, patch_size=8)
+    killed = tmp_path / ".t.safetensors.k1ll3d.tmp"
+    killed.write_bytes(b"half a file")
+    fd = claim_lock(tmp_path / ".t.safetensors.lock", "another writer")
+    with pytest.raises(BlockingIOError, match="checkpoint file .*t.safetensors is in use by another vitkit job"):
+        save_pretrained(m, tmp_path / "t.safetensors", format="timm")
+    release_lock(tmp_path / ".t.safetensors.lock", fd)
+    assert killed.exists()
+    assert main(["convert", str(save_pretrained(m, tmp_path / "m")), str(tmp_path / "t.safetensors"), "--to",
+                 "timm"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "t.safetensors"]

@@ -154,7 +154,15 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit",
     if max_shard_size is not None and format not in SHARDED_FORMATS:
         raise ValueError(f"max_shard_size: the {format} format is not written sharded (the vitkit and hf formats are)")
     if (format == "npz" and out.suffix == ".npz") or (format == "timm" and out.suffix == ".safetensors"):
-        return SAVERS[format](model, out)  # one file, written atomically
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lock = out.parent / f".{out.name}.lock"
+        fd = claim_lock(lock, f"checkpoint file {out}")  # one writer per file: a killed one's temporaries go
+        try:
+            for name in (out, out.with_suffix(".vitkit.json")):  # (the .npz's sidecar)
+                remove_killed_writes(name)
+            return SAVERS[format](model, out)  # one file (and the .npz's sidecar), each written atomically
+        finally:
+            release_lock(lock, fd)
     sizes = {"max_shard_size": max_shard_size} if max_shard_size is not None else {}
 
     def write(tmp: Path) -> Path:
@@ -208,6 +216,25 @@ def _exchange(a: Path, b: Path) -> bool:
     return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
+def remove_killed_writes(out: Path) -> list[Path]:
+    """Remove the hidden temporaries (`.NAME.XXXX.tmp`, files or folders, never through a link) a killed write of
+    `out` left beside it. Call it only while holding `out`'s lock (`claim_lock`): every live writer holds it, so
+    what is left is a dead one's."""
+    import glob
+    import shutil
+
+    removed = []
+    for stale in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
+        if stale.is_symlink():
+            continue
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed
+
+
 def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
     """Write a checkpoint folder as a whole: `write(tmp)` fills a new temporary folder beside `out`, which then
     takes `out`'s place, so a kill at any point leaves the old checkpoint or the new one, never a mix of the two
@@ -234,7 +261,6 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
 
 def _replace_folder(given: Path, out: Path, write: Callable[[Path], Path]) -> Path:
     """`replace_folder` once the folder's lock is held (`out`: `given` with a link to a folder resolved)."""
-    import glob
     import os
     import shutil
     import tempfile
@@ -247,9 +273,7 @@ def _replace_folder(given: Path, out: Path, write: Callable[[Path], Path]) -> Pa
                               "checkpoint folder is replaced as a whole: move them, or choose another folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     restore_interrupted(out)
-    for stale in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):  # left by a write of `out` that was killed
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
+    remove_killed_writes(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old.tmp")
     try:
