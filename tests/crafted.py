@@ -163,11 +163,16 @@ def c_zero_config(d: Path) -> list[str]:
     return ["convert", str(d / "m"), str(d / "out"), "--to", "vitkit"]
 
 
-def c_string_number(d: Path) -> list[str]:
+def _hf_config(d: Path, **changes: object) -> list[str]:
+    """`predict` with an HF folder whose config.json has `changes`."""
     m = _model(d / "hf", "hf")
     doc = json.loads((m / "config.json").read_text())
-    (m / "config.json").write_text(json.dumps({**doc, "layer_norm_eps": "tiny"}))
+    (m / "config.json").write_text(json.dumps({**doc, **changes}))
     return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_string_number(d: Path) -> list[str]:
+    return _hf_config(d, layer_norm_eps="tiny")
 
 
 def c_wide_png(d: Path) -> list[str]:
@@ -309,17 +314,11 @@ def c_shortest_edge_0(d: Path) -> list[str]:
 
 
 def c_hf_size_disagrees(d: Path) -> list[str]:
-    m = _model(d / "hf", "hf")
-    doc = json.loads((m / "config.json").read_text())
-    (m / "config.json").write_text(json.dumps({**doc, "image_size": 64}))  # the weights hold a 4x4 grid of 32 px
-    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+    return _hf_config(d, image_size=64)  # the weights hold a 4x4 grid of 32 px
 
 
 def c_heads_two(d: Path) -> list[str]:
-    m = _model(d / "hf", "hf")
-    doc = json.loads((m / "config.json").read_text())
-    (m / "config.json").write_text(json.dumps({**doc, "num_attention_heads": "two"}))
-    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+    return _hf_config(d, num_attention_heads="two")
 
 
 def c_deep_config(d: Path) -> list[str]:
@@ -614,10 +613,7 @@ def c_lora_alpha_finetune(d: Path) -> list[str]:
 
 
 def c_hf_intermediate(d: Path) -> list[str]:
-    m = _model(d / "hf", "hf")
-    doc = json.loads((m / "config.json").read_text())
-    (m / "config.json").write_text(json.dumps({**doc, "intermediate_size": 262144}))
-    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+    return _hf_config(d, intermediate_size=262144)
 
 
 def c_timm_metadata(d: Path) -> list[str]:
