@@ -8,6 +8,7 @@ import errno
 import importlib
 import os
 import pkgutil
+import re
 import signal
 import sys
 import threading
@@ -60,6 +61,11 @@ def _user_message(e: BaseException) -> tuple[str, int]:
         where = " ".join(head.split())
         text = f"{last} ({where.rstrip('.').lower()})" if where else last
     msg = " ".join(text.split()) or type(e).__name__
+    sig = re.search(r"killed by signal: (\w+)", msg)
+    if isinstance(e, RuntimeError) and sig:  # a worker process stopped from outside (SIGTERM / SIGKILL to the group)
+        code = {"Terminated": 143, "Killed": 137}.get(sig.group(1), 1)
+        return (f"stopped by a signal ({sig.group(1)}): a worker process was killed from outside vitkit (a SIGTERM or "
+                f"SIGKILL to the job, or the system's out-of-memory killer), not a failure of the run ({msg})"), code
     if isinstance(e, (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, ZeroDivisionError)):
         return msg, 2
     if isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError)):
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         msg, code = _user_message(e)
         if debug:  # the traceback first, then the same line and the same exit code as without --debug
             traceback.print_exc()
-        tail = "" if code == 2 or debug else (f" (vitkit's own failure: rerun with --debug or {DEBUG_ENV}=1 for "
+        tail = "" if code != 1 or debug else (f" (vitkit's own failure: rerun with --debug or {DEBUG_ENV}=1 for "
                                               "the traceback)")
         print(f"vitkit {args.command}: error: {msg}{tail}", file=sys.stderr)
         return code

@@ -125,3 +125,17 @@ def test_demo_into_an_existing_folder_names_only_its_own_flags(tmp_path: Path, c
     assert main(["demo", "--out", str(tmp_path / "d"), "--steps", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "vitkit demo --overwrite" in err and "--resume" not in err
+
+
+def test_a_worker_killed_by_a_signal_is_reported_as_a_stop_not_as_vitkits_failure(monkeypatch, capsys) -> None:  # noqa: ANN001
+    """Before: a SIGTERM to the job killed the data-loading workers first, and the main process's "RuntimeError:
+    DataLoader worker (pid 4242) is killed by signal: Terminated." was called vitkit's own failure (exit 1)."""
+    import vitkit.commands.eval as ev
+
+    def stopped(args):  # noqa: ANN001, ANN202
+        raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Terminated. ")
+
+    monkeypatch.setattr(ev, "run", stopped)
+    assert main(["eval", "--model", "x"]) == 143
+    err = capsys.readouterr().err
+    assert "stopped by a signal (Terminated)" in err and "own failure" not in err, err

@@ -28,6 +28,12 @@ def test_only_bundled_photos_are_skimage_names(tmp_path: Path, capsys) -> None: 
     assert main(["inspect", "--model", str(model), "--images", "skimage:download_all", "--out", str(tmp_path / "i"),
                  "--no-progress"]) == 2
     assert "skimage:download_all is not one of scikit-image's bundled photos (astronaut" in capsys.readouterr().err
+    # a skimage.data name that is not a bundled photo: named as the command's mistake (before: "none of the 1 images
+    # could be read", after a warning line)
+    assert main(["inspect", "--model", str(model), "--images", "skimage:lfw_subset", "--out", str(tmp_path / "i"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "error: skimage:lfw_subset is not one of scikit-image's bundled photos" in err and "none of" not in err
 
 
 def test_export_options_out_of_range_are_named(tmp_path: Path, capsys) -> None:  # noqa: ANN001
@@ -55,13 +61,10 @@ def test_a_warning_is_one_line_in_vitkits_words(tmp_path: Path) -> None:
 
 
 def test_the_crafted_input_script_gives_its_cases_their_verdicts(tmp_path: Path) -> None:
-    """benchmarks/crafted_inputs.py (BENCHMARKS.md "Round 3"), a seconds-long slice: the data-loss and error cases."""
-    import importlib.util
+    """tests/crafted.py (benchmarks/crafted_inputs.py's cases, BENCHMARKS.md "Round 3"), a seconds-long slice: the
+    data-loss and error cases."""
+    from tests import crafted as mod
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "crafted_inputs.py"
-    spec = importlib.util.spec_from_file_location("crafted_inputs", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     for i, (name, group, build, want) in enumerate(mod.CASES):
         if group in ("data loss", "errors", "held checkpoints"):
             d = tmp_path / str(i)

@@ -142,3 +142,45 @@ def test_a_16_bit_png_is_read_with_a_peak_that_follows_its_output(tmp_path: Path
     np.testing.assert_allclose(x[1].numpy(), want, atol=1e-6)
     np.testing.assert_array_equal(read_image(tmp_path / "ramp.png", 1)[0].numpy(),
                                   np.multiply(ramp, np.float32(1 / 65535.0), dtype=np.float32))  # exact as before
+
+
+def test_config_sizes_larger_than_the_weights_are_compared_before_allocating(tmp_path: Path) -> None:
+    """Before: a transformers config.json's intermediate_size 262144 and a timm file's vitkit metadata asking for
+    64 layers of a 262144-wide MLP built the model (gigabytes) before any tensor was compared."""
+    import json
+
+    import pytest
+    from safetensors.torch import load_file, save_file
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8,
+                            num_classes=3)
+    hf = vitkit.save_pretrained(m, tmp_path / "hf", format="hf")
+    doc = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**doc, "intermediate_size": 262144}))
+    with pytest.raises(ValueError, match=r"hf/config.json: describes a model of ~[\d,]+ parameters .*MLP 262,144"):
+        vitkit.load_pretrained(hf)
+    f = vitkit.save_pretrained(m, tmp_path / "m.safetensors", format="timm")
+    big = {**m.config.to_dict(), "depth": 64, "mlp_dim": 262144}
+    save_file(load_file(f), str(f), metadata={"format": "pt", "vitkit_config": json.dumps(big)})
+    with pytest.raises(ValueError, match=r"m.safetensors: describes a model of ~[\d,]+ parameters \(depth 64"):
+        vitkit.load_pretrained(f)
+
+
+def test_a_model_or_glyph_set_past_the_machine_is_refused_before_the_allocator(capsys) -> None:  # noqa: ANN001
+    """Before: model.width 65536 (within the sanity bound) reached torch's allocator ("[enforce fail at
+    alloc_cpu.cpp]"); 10^6 glyph classes and a glyph stream at 1,024 px ran on for minutes."""
+    import pytest
+
+    from vitkit.data.config import DataConfig
+
+    run = ["train", "--config", "digits_pretrain", "--no-progress", "--set", "model.depth=1", "--set",
+           "model.num_heads=2", "--set", "model.mlp_dim=32", "--set", "schedule.steps=1"]
+    assert main([*run, "--set", "model.width=65536"]) == 2
+    err = capsys.readouterr().err
+    assert "parameters need ~" in err and "more than this machine's" in err and "lower model.width" in err, err
+    with pytest.raises(ValueError, match="data.glyph_classes must be at most 100,000"):
+        DataConfig(name="glyphs", glyph_classes=1_000_000, glyph_images=2_000_000, glyph_stream=True)
+    with pytest.raises(ValueError, match="data.glyph_classes = 5,000 is more than data.glyph_images = 1,000"):
+        DataConfig(name="glyphs", glyph_classes=5000, glyph_images=1000)
+    with pytest.raises(ValueError, match="data.glyph_size must be at most 256, got 1024"):
+        DataConfig(name="glyphs", glyph_size=1024, glyph_stream=True)

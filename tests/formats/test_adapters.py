@@ -79,6 +79,128 @@ def test_adapters_refuse_another_base(tmp_path: Path) -> None:
         save_adapters(model, tmp_path / "p", format="onnx")
 
 
+def _within(seconds: float, fn, *args):  # noqa: ANN001, ANN202
+    """`fn(*args)` in a daemon thread: its result or its exception, or a test failure after `seconds` (a reader
+    that blocks on a FIFO fails the test instead of hanging the suite)."""
+    import threading
+
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{fn.__name__} still running after {seconds} s (blocked on a FIFO?)"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+@pytest.fixture
+def adapter_folders(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(base, vitkit-layout adapters, peft-layout adapters) of a tiny ViT, each adapter with a trained (non-zero) B."""
+    vitkit.save_pretrained(random_vit(in_chans=3, num_classes=3), tmp_path / "base")
+    model = _tuned(tmp_path / "base", LoraConfig(rank=2), num_classes=3)
+    vk = save_adapters(model, tmp_path / "vk", base=str(tmp_path / "base"))
+    model = vitkit.load_pretrained(tmp_path / "base")
+    apply_lora(model, LoraConfig(rank=2))
+    _train_a_little(model)
+    peft = save_adapters(model, tmp_path / "peft", format="peft", layout="classic", base=str(tmp_path / "base"))
+    return tmp_path / "base", vk, peft
+
+
+def _rewrite_weight(folder: Path, fn) -> None:  # noqa: ANN001
+    from safetensors.torch import load_file, save_file
+
+    w = folder / "adapter_model.safetensors"
+    state = load_file(w)
+    key = sorted(k for k in state if "lora_B" in k)[0]
+    state[key] = fn(state[key])
+    save_file(state, str(w))
+
+
+def _rewrite_config(folder: Path, **changes: object) -> None:
+    c = folder / "adapter_config.json"
+    doc = json.loads(c.read_text())
+    (doc["lora"] if "lora" in doc else doc).update(changes)
+    c.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("layout", ["vk", "peft"])
+@pytest.mark.parametrize("spoil, message", [
+    (lambda t: t.fill_(float("nan")), "holds .* non-finite value"),
+    (lambda t: t.fill_(float("inf")), "holds .* non-finite value"),
+    (lambda t: (t * 100).to(torch.int32), "is torch.int32; weights are floating point"),
+    (lambda t: t.to(torch.bool), "is torch.bool; weights are floating point"),
+])
+def test_adapter_weights_pass_the_checks_base_weights_pass(adapter_folders, layout: str, spoil, message: str
+                                                            ) -> None:  # noqa: ANN001
+    """Before: NaN / Inf / int32 / bool adapter tensors loaded (the base weights' value check was not applied)."""
+    base, vk, peft = adapter_folders
+    folder = vk if layout == "vk" else peft
+    _rewrite_weight(folder, spoil)
+    with pytest.raises(ValueError, match=f"adapter_model.safetensors: tensor '.*lora_B.*' {message}"):
+        load_adapters(folder, base=base)
+
+
+def test_adapter_configs_are_refused_before_anything_is_allocated(adapter_folders) -> None:  # noqa: ANN001
+    """A float rank (peft's r = 2.5 was truncated to 2), a rank of 10^9 (reached the allocator: 64 GB asked),
+    alpha 1e300 (non-finite logits) and lora_alpha 1e30 (loaded, then a fine-tune ran on)."""
+    base, vk, peft = adapter_folders
+    _rewrite_config(peft, r=2.5)
+    with pytest.raises(ValueError, match=r"adapter_config.json: r must be a positive whole number .* got 2.5"):
+        load_adapters(peft, base=base)
+    _rewrite_config(peft, r=2, lora_alpha=1e30)
+    with pytest.raises(ValueError, match=r"adapter_config.json: lora.alpha / lora.rank = 1e\+30 / 2 .* over 10,000"):
+        load_adapters(peft, base=base)
+    _rewrite_config(vk, rank=10**9)
+    with pytest.raises(ValueError, match=r"lora_A.q has shape \(2, 32\), but adapter_config.json says rank "
+                                         r"1,000,000,000"):
+        load_adapters(vk, base=base)
+    _rewrite_config(vk, rank=2, alpha=1e300)
+    with pytest.raises(ValueError, match=r"lora.alpha / lora.rank = 1e\+300 / 2"):
+        load_adapters(vk, base=base)
+    with pytest.raises(ValueError, match="over 10,000"):
+        LoraConfig(rank=1, alpha=1e5)  # the model layer's own rule: a fine-tune's --lora-alpha too
+
+
+def test_adapter_files_are_read_only_as_bounded_regular_files(adapter_folders) -> None:  # noqa: ANN001
+    """Before: a FIFO as adapter_config.json or as the weights hung; /dev/zero and a huge config read until
+    MemoryError; a deep config raised RecursionError; peft's FIFO weights were 'no adapter_model.safetensors
+    (found ['adapter_model.safetensors'])'."""
+    import os
+
+    base, vk, peft = adapter_folders
+    w = peft / "adapter_model.safetensors"
+    w.unlink()
+    os.mkfifo(w)
+    with pytest.raises(ValueError, match="cannot read adapter weights .*adapter_model.safetensors: it is a FIFO"):
+        _within(10, load_adapters, peft, base)
+    c = vk / "adapter_config.json"
+    text = c.read_text()
+    c.unlink()
+    os.mkfifo(c)
+    with pytest.raises(ValueError, match="cannot read adapter config .*adapter_config.json: it is a FIFO"):
+        _within(10, load_adapters, vk, base)
+    c.unlink()
+    os.symlink("/dev/zero", c)
+    with pytest.raises(ValueError, match="adapter_config.json: it is a device, not a regular file"):
+        _within(10, load_adapters, vk, base)
+    c.unlink()
+    c.write_text(text.rstrip()[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValueError, match="adapter_config.json: cannot read the adapter config \\(nested too deep"):
+        load_adapters(vk, base=base)
+    with open(c, "wb") as f:  # a sparse file: its size is refused before a byte is read
+        f.truncate(65 << 20)
+    with pytest.raises(ValueError, match="adapter_config.json: 68,157,440 bytes is over the limit of 67,108,864"):
+        load_adapters(vk, base=base)
+
+
 transformers = pytest.importorskip("transformers")
 
 

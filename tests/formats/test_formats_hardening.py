@@ -253,3 +253,50 @@ def test_a_tar_named_pth_never_shows_unpickling_advice(tmp_path: Path) -> None:
     msg = str(e.value)
     assert "m.pth" in msg and "weights_only" not in msg and "allow_pickle" not in msg and "unpickl" not in msg.replace(
         "never unpickles", "")
+
+
+def test_two_writers_of_one_folder_and_a_symlinked_folder(tmp_path: Path) -> None:
+    """Before: two save_pretrained / convert into one folder at once each deleted the other's temporary folder as a
+    killed write's, and one failed with a raw "[Errno 2] ... .m.XXXX.tmp"; a save onto a symlinked folder wrote,
+    then raised "Cannot call rmtree on a symbolic link" and left a temporary link."""
+    from vitkit.utils.files import claim_lock, release_lock
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=16, patch_size=8)
+    lock = tmp_path / ".m.lock"
+    fd = claim_lock(lock, "another writer")  # a save of tmp_path/m in progress, in another process
+    stale = tmp_path / ".m.abcd1234.tmp"  # ... and its temporary folder
+    stale.mkdir()
+    try:
+        with pytest.raises(BlockingIOError, match=r"checkpoint folder .*/m is in use by another vitkit job \(pid "
+                                                  f"{os.getpid()}\\)"):
+            vitkit.save_pretrained(m, tmp_path / "m")
+        assert stale.is_dir()  # the other writer's temporary folder is left alone
+    finally:
+        release_lock(lock, fd)
+    vitkit.save_pretrained(m, tmp_path / "m")  # no writer: a killed write's temporary folder is removed
+    assert not stale.exists() and not lock.exists()
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    for _ in range(2):
+        vitkit.save_pretrained(m, tmp_path / "link", format="hf")
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "config.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    vitkit.load_pretrained(tmp_path / "link")
+
+
+def test_a_killed_convert_to_a_bare_file_leaves_nothing_after_the_next_write(tmp_path: Path) -> None:
+    """Before: a `convert --to timm t.safetensors` killed mid-write left its hidden `.t.safetensors.XXXX.tmp`
+    behind for good; now the next write of the file removes it (holding the file's lock: never a live writer's)."""
+    from vitkit.utils.files import claim_lock, release_lock
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=16, patch_size=8)
+    killed = tmp_path / ".t.safetensors.k1ll3d.tmp"
+    killed.write_bytes(b"half a file")
+    fd = claim_lock(tmp_path / ".t.safetensors.lock", "another writer")
+    with pytest.raises(BlockingIOError, match="checkpoint file .*t.safetensors is in use by another vitkit job"):
+        save_pretrained(m, tmp_path / "t.safetensors", format="timm")
+    release_lock(tmp_path / ".t.safetensors.lock", fd)
+    assert killed.exists()
+    assert main(["convert", str(save_pretrained(m, tmp_path / "m")), str(tmp_path / "t.safetensors"), "--to",
+                 "timm"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "t.safetensors"]

@@ -47,3 +47,31 @@ def test_attention_figure_marks_clipped_tokens(tmp_path: Path) -> None:
     path = plot_attention_maps([torch.rand(3, 64, 64)], ["x"], roll, heads, tmp_path / "a.png", "m", "class token",
                                layer=12, columns="the 8x8 patches")
     assert path.stat().st_size > 5_000
+
+
+def test_attention_figure_colour_bar_labels_fit_their_bars(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Before: a clipped row's labels ("rollout / max of the rest (1 clipped)", "attention weight (clipped: 4
+    above)") were taller than their bars and ran into the next row's label and off the figure."""
+    import vitkit.inspect.figures as figures
+
+    made = []
+
+    class Kept(figures.Figure):
+        def __init__(self, *a, **k) -> None:  # noqa: ANN002, ANN003
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(figures, "Figure", Kept)
+    g = torch.Generator().manual_seed(0)
+    heads, roll = torch.rand(2, 4, 8, 8, generator=g), torch.rand(2, 8, 8, generator=g)
+    heads[0, :, 0, 0], roll[1, 0, 0] = 50.0, 50.0  # a clipped head map in row 1, a clipped rollout in row 2
+    plot_attention_maps([torch.rand(3, 64, 64)] * 2, ["a", "b"], roll, heads, tmp_path / "a.png", "m", "class token")
+    fig = made[0]
+    renderer = fig.canvas.get_renderer()
+    whole = fig.bbox
+    bars = [a for a in fig.axes if a.get_label() == "<colorbar>"]
+    assert len(bars) == 4
+    for bar in bars:
+        label, box = bar.yaxis.label.get_window_extent(renderer), bar.get_window_extent(renderer)
+        assert label.y0 >= box.y0 - 1 and label.y1 <= box.y1 + 1, bar.yaxis.label.get_text()
+        assert whole.x0 <= label.x0 and label.x1 <= whole.x1 and whole.y0 <= label.y0, bar.yaxis.label.get_text()

@@ -1,6 +1,6 @@
-"""Native-resolution training (NaViT, data.max_patches; vitkit/train/engine.py with a NativePacker loader): images
-of mixed aspect ratios packed into rows, trained and evaluated at their own sizes; what does not combine is refused
-by name."""
+"""The training loop (vitkit.train.engine): what stops a run, and native-resolution training (NaViT,
+data.max_patches; a NativePacker loader): images of mixed aspect ratios packed into rows, trained and evaluated at
+their own sizes; what does not combine is refused by name."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from vitkit.inference.evaluate import evaluate_batches
 from vitkit.models.packing import PackedBatch
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.train.config import load_config
+from vitkit.train.engine import Trainer
 from vitkit.train.run import run_experiment
 
 NATIVE = ["model.img_size=16", "model.patch_size=4", "model.in_chans=3", "model.width=32", "model.depth=2",
@@ -105,3 +106,23 @@ def test_train_native_flag_is_the_recipe_keys(tmp_path: Path, capsys) -> None:  
     capsys.readouterr()
     assert main(["train", "--config", "digits_demo", "--native", "--out", str(tmp_path / "x")]) == 2
     assert "--native needs --max-patches N" in capsys.readouterr().err
+
+
+TINY = ["--no-progress", "--set", "model.width=16", "--set", "model.depth=1", "--set", "model.num_heads=2", "--set",
+        "model.mlp_dim=32", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
+        "train.batch_size=8", "--set", "train.tensorboard=false", "--set", "data.num_workers=0"]
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_non_finite_loss_stops_the_run_naming_it(tmp_path: Path, monkeypatch, capsys, bad: float) -> None:  # noqa: ANN001
+    """Before: only NaN stopped a run; an infinite loss (LoRA's alpha = 1e30 scaling the update) trained on."""
+    real = Trainer.train_step
+
+    def step(self, *a):  # noqa: ANN001, ANN002, ANN202 - the real step, its loss replaced
+        _, acc, n = real(self, *a)
+        return bad, acc, n
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+    assert main(["train", "--config", "digits_pretrain", "--out", str(tmp_path / "run"), *TINY]) == 2
+    err = capsys.readouterr().err
+    assert f"loss became {bad} at step 0 (non-finite)" in err and "lora.alpha" in err, err

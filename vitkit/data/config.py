@@ -19,6 +19,10 @@ from vitkit.utils.recipe import RecipeSection, key
 
 DATA_NAMES = ("digits", "lfw", "glyphs", "shards", "hf", "cifar10", "cifar100", "folder", "list", "auto")
 GLYPH_MEMORY = 4 << 30  # bytes of glyph images a run may draw and hold
+# glyphs are drawn at most this size (each pixel's distance to every stroke segment: a 1,024 px image costs 64x a
+# 128 px one, and a stream of them never kept up with a step); the model resizes them to its input size
+GLYPH_MAX_SIZE = 256
+GLYPH_MAX_CLASSES = 100_000  # above every benchmark's label set (JFT-300M: 18,291; ImageNet-21k: 21,843)
 
 # AugReg's augmentation presets (Steiner et al. 2022, as big_vision's vit_i1k config): RandAugment and Mixup alpha
 AUGREG: dict[str, dict[str, Any]] = {
@@ -121,8 +125,11 @@ class DataConfig(RecipeSection):
         check_int("data.subset", self.subset, low=0)
         check_int("data.subset_seed", self.subset_seed, low=0)
         check_int("data.glyph_images", self.glyph_images)
-        check_int("data.glyph_classes", self.glyph_classes, low=2, high=1 << 20)
-        check_int("data.glyph_size", self.glyph_size, low=4, high=1024)
+        check_int("data.glyph_classes", self.glyph_classes, low=2, high=GLYPH_MAX_CLASSES)
+        if self.name == "glyphs" and self.glyph_classes > self.glyph_images:
+            raise ValueError(f"data.glyph_classes = {self.glyph_classes:,} is more than data.glyph_images = "
+                             f"{self.glyph_images:,}: most classes would have no image")
+        check_int("data.glyph_size", self.glyph_size, low=4, high=GLYPH_MAX_SIZE)
         if not isinstance(self.glyph_stream, bool):
             raise ValueError(f"data.glyph_stream must be true or false, got {self.glyph_stream!r}")
         if self.glyph_stream:

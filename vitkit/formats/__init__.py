@@ -28,7 +28,7 @@ from vitkit.formats.timm import is_timm, load_timm, save_timm
 from vitkit.models.hub_api import set_checkpoint_io
 from vitkit.models.resnet import ResNetV2
 from vitkit.models.vit import VisionTransformer
-from vitkit.utils.files import read_json
+from vitkit.utils.files import claim_lock, read_json, release_lock
 
 Detector = Callable[[Path], bool]
 Loader = Callable[[Path, dict[str, Any]], nn.Module]
@@ -155,7 +155,15 @@ def save_pretrained(model: nn.Module, out: str | Path, format: str = "vitkit",
     if max_shard_size is not None and format not in SHARDED_FORMATS:
         raise ValueError(f"max_shard_size: the {format} format is not written sharded (the vitkit and hf formats are)")
     if (format == "npz" and out.suffix == ".npz") or (format == "timm" and out.suffix == ".safetensors"):
-        return SAVERS[format](model, out)  # one file, written atomically
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lock = out.parent / f".{out.name}.lock"
+        fd = claim_lock(lock, f"checkpoint file {out}")  # one writer per file: a killed one's temporaries go
+        try:
+            for name in (out, out.with_suffix(".vitkit.json")):  # (the .npz's sidecar)
+                remove_killed_writes(name)
+            return SAVERS[format](model, out)  # one file (and the .npz's sidecar), each written atomically
+        finally:
+            release_lock(lock, fd)
     sizes = {"max_shard_size": max_shard_size} if max_shard_size is not None else {}
 
     def write(tmp: Path) -> Path:
@@ -241,19 +249,55 @@ def _exchange(a: Path, b: Path) -> bool:
     return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
+def remove_killed_writes(out: Path) -> list[Path]:
+    """Remove the hidden temporaries (`.NAME.XXXX.tmp`, files or folders, never through a link) a killed write of
+    `out` left beside it. Call it only while holding `out`'s lock (`claim_lock`): every live writer holds it, so
+    what is left is a dead one's."""
+    import glob
+    import shutil
+
+    removed = []
+    for stale in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
+        if stale.is_symlink():
+            continue
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed
+
+
 def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
     """Write a checkpoint folder as a whole: `write(tmp)` fills a new temporary folder beside `out`, which then
     takes `out`'s place, so a kill at any point leaves the old checkpoint or the new one, never a mix of the two
     (C's weights with D's old config.json). Other files of the user's in `out` are kept: hard-linked (else copied)
     into the new folder before it takes the old one's place, so they exist at every moment; a sub-folder of the
     user's is refused, not replaced. Returns `write`'s path, moved to `out`."""
-    import glob
+    import os
+
+    given = out
+    if out.is_symlink() and out.is_dir():  # a link to a folder: the folder it names is replaced, the link kept
+        out = Path(os.path.realpath(out))
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(20, "a checkpoint folder was to be written where a file is", str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # one writer per folder: a second save_pretrained / convert into it is refused naming the first one's pid (it
+    # would otherwise take the first one's temporary folder for a killed write's and delete it)
+    lock = out.parent / f".{out.name}.lock"
+    fd = claim_lock(lock, f"checkpoint folder {given}")
+    try:
+        return _replace_folder(given, out, write)
+    finally:
+        release_lock(lock, fd)
+
+
+def _replace_folder(given: Path, out: Path, write: Callable[[Path], Path]) -> Path:
+    """`replace_folder` once the folder's lock is held (`out`: `given` with a link to a folder resolved)."""
     import os
     import shutil
     import tempfile
 
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(20, "a checkpoint folder was to be written where a file is", str(out))
     foreign = [f for f in out.iterdir() if f.name not in CHECKPOINT_FILES and not is_weights_file(f.name) and not (
         f.name.startswith(".") and f.name.endswith(".tmp"))] if out.is_dir() else []
     dirs = sorted(f.name for f in foreign if f.is_dir() and not f.is_symlink())
@@ -262,9 +306,7 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
                               "checkpoint folder is replaced as a whole: move them, or choose another folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     restore_interrupted(out)
-    for stale in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):  # left by a write of `out` that was killed
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
+    remove_killed_writes(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old.tmp")
     try:
@@ -286,7 +328,7 @@ def replace_folder(out: Path, write: Callable[[Path], Path]) -> Path:
         for leftover in (tmp, old):
             if leftover.exists():
                 shutil.rmtree(leftover)
-    return out / written.relative_to(tmp) if written != tmp else out
+    return given / written.relative_to(tmp) if written != tmp else given
 
 
 set_checkpoint_io(load_pretrained, save_pretrained, push_to_hub)  # Model.from_pretrained / model.save_pretrained call these

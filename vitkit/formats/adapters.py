@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from vitkit.formats import families
-from vitkit.formats.common import read_safetensors
+from vitkit.formats.common import read_tensors
 from vitkit.formats.hf import BLOCK_KEYS, vit_to_hf_config
 from vitkit.formats.hf_families import family_problems, hf_family
 from vitkit.formats.hub import is_hub_id
@@ -122,18 +122,35 @@ def save_adapters(model: VisionTransformer, out: str | Path, base: str | Path = 
     return _write(out, doc, tensors)
 
 
+def _adapter_doc(folder: Path) -> dict[str, Any]:
+    """adapter_config.json of an adapter folder (either layout), read through the one JSON door (`read_json`: a
+    regular file, never a FIFO or a device; bounded in size; never a RecursionError)."""
+    path = folder / CONFIG_NAME
+    if not (path.exists() or path.is_symlink()):
+        raise FileNotFoundError(f"no {CONFIG_NAME} in {folder}: not an adapter folder")
+    doc = read_json(path, "adapter config")
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return doc
+
+
+def _adapter_weights(path: Path, doc_rank: int) -> dict[str, torch.Tensor]:
+    """The adapter weights through the one tensor door (`read_tensors`: a regular file, bounded, every tensor
+    floating point and finite), and the config's rank against the rank the weights hold (every LoRA A is r x in)
+    before any adapter is allocated (a config's rank 10^9 is refused, not allocated)."""
+    state = read_tensors(path, "adapter weights", all_weights=True)
+    for key, t in state.items():
+        if "lora_A" in key and (t.ndim != 2 or t.shape[0] != doc_rank):
+            raise ValueError(f"{path}: {key} has shape {tuple(t.shape)}, but {CONFIG_NAME} says rank {doc_rank:,} "
+                             "(the config and the weights disagree)")
+    return state
+
+
 def read_adapter_config(folder: str | Path) -> dict[str, Any]:
     """adapter_config.json of a vitkit adapter folder, checked for what `load_adapters` needs (peft's: see
     `load_peft_adapters`)."""
     path = Path(folder) / CONFIG_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"no {CONFIG_NAME} in {folder}: not an adapter folder")
-    try:
-        doc = read_json(path, "adapter config")  # bounded, a regular file, never a RecursionError
-    except OSError as e:
-        raise ValueError(f"{path}: not readable JSON ({e})") from e
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+    doc = _adapter_doc(Path(folder))
     if doc.get("format") != FORMAT_TAG:
         what = "peft's adapter config (load_adapters / load_peft_adapters read it)" if "peft_type" in doc else \
             f"format {doc.get('format')!r}"
@@ -152,8 +169,8 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
     from vitkit.formats import adapt
 
     folder = Path(folder)
-    peft_doc = _peft_config(folder)
-    if peft_doc is not None:
+    peft_doc = _adapter_doc(folder)
+    if "peft_type" in peft_doc:
         return load_peft_adapters(folder, base, peft_doc)
     doc = read_adapter_config(folder)
     try:
@@ -163,6 +180,7 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
     except (ValueError, TypeError) as e:
         raise ValueError(f"{folder / CONFIG_NAME}: {e}") from e
     revision = None
+    state = _adapter_weights(folder / WEIGHTS_NAME, lcfg.rank)
     if base is None:
         base, revision = doc.get("base_model") or None, doc.get("base_revision") or None
         if base is None:
@@ -176,7 +194,6 @@ def load_adapters(folder: str | Path, base: str | Path | nn.Module | None = None
                          f"({folder})")
     model = adapt(model, num_classes=tuned.num_classes, img_size=tuned.img_size)
     apply_lora(model, lcfg)
-    state = read_safetensors(folder / WEIGHTS_NAME)
     want = lora_state(model)
     if set(state) != set(want):
         extra, missing = sorted(set(state) - set(want)), sorted(set(want) - set(state))
@@ -290,16 +307,6 @@ PEFT_KEY = re.compile(r"^base_model\.model\.(?P<module>.+?)\.(?P<part>lora_A|lor
 HF_BASES = ("vit.", *(b for f in PEFT_FAMILIES for b in f.hf_bases))
 
 
-def _peft_config(folder: Path) -> dict[str, Any] | None:
-    """adapter_config.json of `folder` when peft wrote it (it has "peft_type"), else None."""
-    path = folder / CONFIG_NAME
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # read_adapter_config names the problem
-    return doc if isinstance(doc, dict) and "peft_type" in doc else None
-
-
 def _peft_lora_config(doc: dict[str, Any], path: Path, targets: tuple[str, ...], head: bool) -> LoraConfig:
     """The LoraConfig equal to peft's `doc`; what LoraLinear cannot hold is refused by name."""
     if doc.get("peft_type") != "LORA":
@@ -311,10 +318,11 @@ def _peft_lora_config(doc: dict[str, Any], path: Path, targets: tuple[str, ...],
         if doc.get(k):
             raise ValueError(f"{path}: {k} {doc[k]} gives modules their own rank / alpha; vitkit's LoRA has one "
                              "rank and alpha for all")
-    for k in ("r", "lora_alpha"):
-        if not isinstance(doc.get(k), (int, float)) or isinstance(doc.get(k), bool):
-            raise ValueError(f"{path}: {k} must be a number, got {doc.get(k)!r}")
-    rank, alpha = int(doc["r"]), float(doc["lora_alpha"])
+    if not isinstance(doc.get("r"), int) or isinstance(doc.get("r"), bool) or doc["r"] < 1:
+        raise ValueError(f"{path}: r must be a positive whole number (the LoRA rank), got {doc.get('r')!r}")
+    if not isinstance(doc.get("lora_alpha"), (int, float)) or isinstance(doc.get("lora_alpha"), bool):
+        raise ValueError(f"{path}: lora_alpha must be a number, got {doc.get('lora_alpha')!r}")
+    rank, alpha = doc["r"], float(doc["lora_alpha"])
     if doc.get("use_rslora"):  # rsLoRA scales by alpha / sqrt(r): the same update as alpha * sqrt(r) / r
         alpha *= math.sqrt(rank)
     try:
@@ -349,12 +357,12 @@ def load_peft_adapters(folder: str | Path, base: str | Path | nn.Module | None =
 
     folder = Path(folder)
     path = folder / CONFIG_NAME
-    doc = doc if doc is not None else _peft_config(folder)
-    if doc is None:
+    doc = doc if doc is not None else _adapter_doc(folder)
+    if "peft_type" not in doc:
         raise ValueError(f"{path}: not peft's adapter config (no peft_type)")
     weights = folder / WEIGHTS_NAME
-    if not weights.is_file():
-        other = [n.name for n in folder.glob("adapter_model.*")]
+    if not (weights.exists() or weights.is_symlink()):
+        other = [n.name for n in folder.glob("adapter_model.*") if n.name != WEIGHTS_NAME]
         raise FileNotFoundError(f"no {WEIGHTS_NAME} in {folder}" + (f" (found {other}: vitkit never unpickles a .bin; "
                                                                     "re-save with safe_serialization=True)" if other else ""))
     revision = None
@@ -364,8 +372,10 @@ def load_peft_adapters(folder: str | Path, base: str | Path | nn.Module | None =
             raise ValueError(f"{path} names its base as {recorded!r}, not a checkpoint here nor a hub id: pass base= "
                              "(the transformers ViT / DINOv2 checkpoint the adapters were trained on)")
         base, revision = recorded, doc.get("revision") or None
+    if not isinstance(doc.get("r"), int) or isinstance(doc.get("r"), bool):
+        _peft_lora_config(doc, path, ("q",), False)  # names the bad rank before anything is read
+    state = _adapter_weights(weights, doc["r"])
     model, where = _base_model(base, {"revision": revision} if revision else None)
-    state = read_safetensors(weights)
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     saved: dict[str, torch.Tensor] = {}
     for k, t in state.items():

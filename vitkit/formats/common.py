@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import pickle
 import re
 import zipfile
@@ -12,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from vitkit.models.posemb import square_side
 from vitkit.models.registry import VARIANTS
+from vitkit.utils.files import check_regular_file
 
 
 def expect_shape(source: Path, key: str, found: tuple[int, ...], expected: tuple[int, ...]) -> None:
@@ -183,7 +185,52 @@ def table1_heads(width: int) -> int | None:
     return next((v["num_heads"] for v in VARIANTS.values() if v["width"] == width), None)
 
 
-def torch_load_weights(path: Path) -> dict[str, torch.Tensor]:
+def checkpoint_limit() -> int:
+    """The most bytes a weights file may hold (8 GiB, $VITKIT_MAX_CHECKPOINT_BYTES)."""
+    env = os.environ.get("VITKIT_MAX_CHECKPOINT_BYTES", "").strip()
+    return int(env) if env.isdigit() else 8 << 30
+
+
+def read_tensors(path: Path, what: str = "weights", *, all_weights: bool = False) -> dict[str, torch.Tensor]:
+    """The one door every tensor file passes (safetensors, or a weights-only PyTorch pickle: `.pth`, `.bin`, `.pt`):
+    a regular file (never a FIFO, a device or a `/dev/zero` link: checked without blocking, before the reader opens
+    it) of at most `checkpoint_limit()` bytes, read without unpickling code, and every tensor's values checked
+    (`check_tensor_values`: no complex, no NaN or Inf). `all_weights`: every tensor is a weight of its own (an
+    adapter's), so it must also be floating point; elsewhere the loader compares dtypes with the model's tensors."""
+    path = Path(path)
+    check_regular_file(path, checkpoint_limit(), what)
+    state = _load_safetensors(path) if path.suffix == ".safetensors" else _torch_load(path)
+    for key, t in state.items():
+        check_tensor_values(key, t, None if all_weights else t, path)
+    return state
+
+
+def tensor_header(path: Path, what: str = "weights") -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """(tensor shapes, metadata) of a safetensors file from its header alone (nothing allocated), behind the same
+    file checks as `read_tensors` (a regular file, bounded): what a loader compares a config with before it builds
+    a model."""
+    path = Path(path)
+    check_regular_file(path, checkpoint_limit(), what)
+    try:
+        with safe_open(str(path), "pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}, dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupt?): {e}") from e
+
+
+def check_fits_weights(cfg: Any, held: int, where: Path | str) -> None:
+    """Before a model is built: the ViT a config describes (config.json, a file's metadata, a transformers
+    config's intermediate_size) must be about the size of the weights it comes with (`held` values); a config
+    asking for 16M classes, 100 layers or a 262144-wide MLP beside a small file would allocate gigabytes first."""
+    d = cfg.width
+    asked = (cfg.depth * (4 * d * d + 2 * d * cfg.mlp_dim) + cfg.num_classes * (cfg.representation_size or d)
+             + cfg.num_patches * d)
+    if asked > 2 * held + (1 << 20):
+        raise ValueError(f"{where}: describes a model of ~{asked:,} parameters (depth {cfg.depth}, width {d}, MLP "
+                         f"{cfg.mlp_dim:,}, {cfg.num_classes:,} classes), but its weights hold {held:,} values")
+
+
+def _torch_load(path: Path) -> dict[str, torch.Tensor]:
     """`torch.load(weights_only=True)`: never runs pickled code; a non-weights pickle is a clear error."""
     check_zip_sizes(path)
     try:
@@ -198,12 +245,9 @@ def check_zip_sizes(path: Path) -> None:
     """Before `torch.load`: a zip-format checkpoint's members may unpack to at most the checkpoint limit (8 GiB,
     $VITKIT_MAX_CHECKPOINT_BYTES) and none may be compressed far beyond what torch.save writes (it stores members
     uncompressed): a zip bomb is refused from its directory, before anything is inflated."""
-    import os
-
     if not zipfile.is_zipfile(path):
         return
-    env = os.environ.get("VITKIT_MAX_CHECKPOINT_BYTES", "").strip()
-    limit = int(env) if env.isdigit() else 8 << 30
+    limit = checkpoint_limit()
     try:
         with zipfile.ZipFile(path) as z:
             infos = z.infolist()
@@ -334,8 +378,9 @@ def split_chunks(state: dict[str, torch.Tensor], table: KeyTable) -> dict[str, t
     return out
 
 
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Load a safetensors file, turning a truncated or corrupt file into an error that names it."""
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Load a safetensors file (through `read_tensors`), turning a truncated or corrupt file into an error that
+    names it."""
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
@@ -350,10 +395,17 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def check_tensor_values(key: str, t: torch.Tensor, ref: torch.Tensor, source: Path | str) -> None:
-    """A saved tensor must have a dtype the model's tensor can have been saved with (no int, bool or complex
-    weights cast silently) and, for floats, only finite values (NaN or Inf weights make every prediction NaN)."""
-    if ref.is_floating_point() != t.is_floating_point() or t.is_complex():
+def check_tensor_values(key: str, t: torch.Tensor, ref: torch.Tensor | None, source: Path | str) -> None:
+    """A saved tensor must have a dtype the model's tensor `ref` can have been saved with (no int, bool or complex
+    weights cast silently; `ref` None: a weight, so floating point) and, for floats, only finite values (NaN or Inf
+    weights make every prediction NaN)."""
+    if t.is_complex():
+        raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; weights are real numbers, never complex (a damaged "
+                         "or foreign file?)")
+    if ref is None and not t.is_floating_point():
+        raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; weights are floating point (a damaged or foreign "
+                         "file?)")
+    if ref is not None and ref.is_floating_point() != t.is_floating_point():
         raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; a model's {ref.dtype} tensor is never saved as "
                          "that (a damaged or foreign file?)")
     if t.is_floating_point() and t.numel():

@@ -26,15 +26,15 @@ from vitkit.formats.common import (
     Choices,
     KeyTable,
     check_config_numbers,
+    check_fits_weights,
     config_count,
     gather_state,
     label_fields,
     load_state_checked,
-    read_safetensors,
+    read_tensors,
     resample_warning,
     run_at_input_size,
     split_chunks,
-    torch_load_weights,
 )
 from vitkit.formats.families import HF_FAMILY_TYPES, variant_parts
 from vitkit.formats.families.family import VIT_BLOCK, VIT_BLOCK_CURRENT
@@ -117,9 +117,9 @@ INDEX_NAMES = (INDEX_NAME, BIN_NAME + ".index.json")
 def _weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     st = folder / SAFETENSORS_NAME
     if st.is_file():
-        return read_safetensors(st), st
+        return read_tensors(st), st
     if (folder / BIN_NAME).is_file():
-        return torch_load_weights(folder / BIN_NAME), folder / BIN_NAME
+        return read_tensors(folder / BIN_NAME), folder / BIN_NAME
     for index in INDEX_NAMES:
         if (folder / index).is_file():
             return read_sharded(folder / index), folder / index
@@ -321,6 +321,7 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
         choices.assumed["preprocess"] = (f"mean = std = 0.5, resize to {cfg.img_size[0]}x{cfg.img_size[1]} without "
                                          f"crop: transformers' ViTImageProcessor defaults ({PREPROCESSOR_NAME} absent)")
     cfg = choices.record(cfg)
+    check_fits_weights(cfg, sum(t.numel() for t in state.values()), folder / CONFIG_NAME)
     model = VisionTransformer(cfg)
     table = key_table(cfg, layout, base)
     # Unused by image classification: the MIM mask token, and a pooler transformers itself ignores there.

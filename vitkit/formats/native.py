@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from vitkit.formats.common import Choices, load_state_checked
+from vitkit.formats.common import Choices, check_fits_weights, load_state_checked, tensor_header
 from vitkit.formats.sharded import (
     FINGERPRINT_KEY,
     check_fingerprint,
@@ -78,23 +78,13 @@ def save_native(model: nn.Module, out_dir: str | Path, extra: dict[str, Any] | N
 
 
 def _check_fits_weights(cfg: ViTConfig, folder: Path, cfg_path: Path) -> None:
-    """Before a model is built: the ViT config.json describes must be about the size of the weights beside it (a
-    config asking for 16M classes or 100 layers beside a small file would allocate gigabytes first)."""
-    from safetensors import SafetensorError, safe_open
-
-    held = 0
+    """Before a model is built: the ViT config.json describes must be about the size of the weights beside it
+    (their headers read through the tensor door; a damaged file is named by `read_weights`)."""
     try:
-        for weights in weight_files(folder):
-            with safe_open(str(weights), "pt") as f:
-                held += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-    except (SafetensorError, OSError, ValueError, RuntimeError):
+        held = sum(math.prod(shape) for f in weight_files(folder) for shape in tensor_header(f)[0].values())
+    except ValueError:
         return  # read_weights names the damage
-    d = cfg.width
-    asked = (cfg.depth * (4 * d * d + 2 * d * cfg.mlp_dim) + cfg.num_classes * (cfg.representation_size or d)
-             + cfg.num_patches * d)
-    if asked > 2 * held + (1 << 20):
-        raise ValueError(f"{cfg_path}: describes a model of ~{asked:,} parameters (depth {cfg.depth}, width {d}, "
-                         f"{cfg.num_classes:,} classes), but its weights hold {held:,} values")
+    check_fits_weights(cfg, held, cfg_path)
 
 
 def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Module:

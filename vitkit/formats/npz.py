@@ -25,6 +25,7 @@ import torch
 from vitkit.formats.common import (
     Choices,
     KeyTable,
+    checkpoint_limit,
     expect_shape,
     file_sha256,
     gather_state,
@@ -42,7 +43,7 @@ from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
-from vitkit.utils.files import read_json
+from vitkit.utils.files import check_regular_file, read_json
 
 NPZ_NAME = "model.npz"
 POSEMB_KEYS = ("Transformer/posembed_input/pos_embedding", "pos_embedding")  # vit_jax, big_vision
@@ -165,7 +166,9 @@ def _npz_file(path: Path) -> Path | None:
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """All arrays of an .npz file, without ever unpickling (object arrays or pickles are an error)."""
+    """All arrays of an .npz file, without ever unpickling (object arrays or pickles are an error); a regular
+    file of at most the checkpoint limit (the tensor door's file checks: never a FIFO or a device)."""
+    check_regular_file(path, checkpoint_limit(), "weights")
     if not zipfile.is_zipfile(path):
         with open(path, "rb") as f:
             head = f.read(2)

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from vitkit.formats.common import read_safetensors, torch_load_weights
+from vitkit.formats.common import read_tensors
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 from vitkit.utils.files import read_json
 
@@ -111,7 +111,7 @@ def read_sharded(index: Path) -> dict[str, torch.Tensor]:
         f = index.parent / name
         if not f.is_file():
             raise ValueError(f"{index}: shard {name} is missing ({len(keys)} tensors, e.g. {sorted(keys)[0]!r})")
-        part = read_safetensors(f) if name.endswith(".safetensors") else torch_load_weights(f)
+        part = read_tensors(f)
         if set(part) != keys:
             odd = sorted(keys - set(part)) or sorted(set(part) - keys)
             raise ValueError(f"{f}: holds other tensors than {index.name} says (e.g. {odd[0]!r})")
@@ -131,7 +131,7 @@ def weight_files(folder: Path) -> list[Path]:
 def read_weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     """(tensors, the file to name in messages) of a folder's `model.safetensors` or sharded save."""
     if (folder / WEIGHTS_NAME).is_file():
-        return read_safetensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME
+        return read_tensors(folder / WEIGHTS_NAME), folder / WEIGHTS_NAME
     return read_sharded(folder / INDEX_NAME), folder / INDEX_NAME
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from vitkit.formats import families
@@ -30,16 +29,17 @@ from vitkit.formats.common import (
     Choices,
     KeyTable,
     appendix_parts,
+    check_fits_weights,
     gather_state,
     load_state_checked,
-    read_safetensors,
+    read_tensors,
     require,
     resample_warning,
     resnet_width_factor,
     run_at_input_size,
     square_grid,
     table1_heads,
-    torch_load_weights,
+    tensor_header,
     units_per_stage,
 )
 from vitkit.formats.sharded import FINGERPRINT_KEY, SAVE_ID_KEY, WEIGHTS_NAME, check_fingerprint, fingerprint
@@ -113,15 +113,14 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
         meta = read_json(path / CONFIG_NAME, "model config")
         path = path / WEIGHTS_NAME
     if path.suffix == ".safetensors":
-        state = read_safetensors(path)
-        with safe_open(str(path), "pt") as f:
-            md = f.metadata() or {}
+        state = read_tensors(path)
+        md = tensor_header(path)[1]
         if META_KEY in md:
             meta.setdefault("vitkit", parse_json(md[META_KEY], f"{path} metadata {META_KEY}", "model config"))
         if PRE_KEY in md:
             meta.setdefault(PRE_KEY, parse_json(md[PRE_KEY], f"{path} metadata {PRE_KEY}", "preprocessing"))
         return state, meta, path
-    return torch_load_weights(path), meta, path
+    return read_tensors(path), meta, path
 
 
 def infer_config(state: dict[str, torch.Tensor], meta: dict[str, Any], path: Path, choices: Choices) -> ViTConfig:
@@ -287,6 +286,7 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
         # no_embed_class: patches get E_pos, the class token none == a zero class-token row in our table.
         pe = state["pos_embed"]
         state = dict(state, pos_embed=torch.cat([pe.new_zeros(1, 1, pe.shape[2]), pe], dim=1))
+    check_fits_weights(cfg, sum(t.numel() for t in state.values()), wpath)  # a metadata config too
     model = VisionTransformer(cfg)
     own = model.state_dict()
     state = gather_state(state, key_table(list(state)), own, wpath, lambda _k, t: t, lambda _k, s: s)

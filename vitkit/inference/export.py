@@ -27,6 +27,7 @@ from torch import nn
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
+from vitkit.utils.files import MAX_JSON_BYTES, parse_json, read_regular_file
 
 INPUT_NAME = "pixel_values"
 OUTPUT_NAME = "logits"
@@ -137,7 +138,7 @@ def exported_merge(path: str | Path) -> int | list[int]:
         model = _ov().Core().read_model(str(path))
         if model.has_rt_info(["vitkit", "token_merging"]):
             doc = model.get_rt_info(["vitkit", "token_merging"]).astype(str)
-    return json.loads(doc) if doc else 0
+    return parse_json(doc, path, "stored token merging") if doc else 0
 
 
 def _sidecar(path: Path) -> Path:
@@ -155,14 +156,14 @@ def exported_preprocess(path: str | Path) -> PreprocessConfig | None:
         model = _ov().Core().read_model(str(path))
         if model.has_rt_info(["vitkit", "preprocess"]):
             doc = model.get_rt_info(["vitkit", "preprocess"]).astype(str)
-    elif _sidecar(path).is_file():
-        doc = _sidecar(path).read_text()
+    elif _sidecar(path).exists():
+        doc = read_regular_file(_sidecar(path), MAX_JSON_BYTES, "export sidecar")
     if doc is None:
         warnings.warn(f"{path} holds no preprocessing (exported by another tool or an older vitkit): give the "
                       "input size, mean/std and labels yourself", UserWarning, stacklevel=2)
         return None
     try:
-        return PreprocessConfig.from_dict(json.loads(doc))
+        return PreprocessConfig.from_dict(parse_json(doc, path, "stored preprocessing"))
     except (ValueError, TypeError) as e:
         raise ValueError(f"{path}: its stored preprocessing is not readable ({e})") from e
 

@@ -192,24 +192,27 @@ def plot_attention_maps(
         gray = img.ndim == 2
         cmap_img = "gray" if gray else None
         axes[r, 0].imshow(img, cmap=cmap_img, vmin=0, vmax=1, interpolation="nearest")
-        axes[r, 0].set_title(titles[r], fontsize=8)
         masked = img * mask if gray else img * mask[..., None]
         axes[r, 1].imshow(masked, cmap=cmap_img, vmin=0, vmax=1, interpolation="nearest")
         axes[r, 2].imshow(img, cmap=cmap_img, vmin=0, vmax=1, interpolation="nearest")
         im = axes[r, 2].imshow(mask, cmap="inferno", alpha=0.6, vmin=0, vmax=1)
         _mark(axes[r, 2], roll, rmax, (size[0] / roll.shape[0], size[1] / roll.shape[1]))
-        fig.colorbar(im, ax=axes[r, 2], shrink=0.9, location="left",
-                     label="rollout / max" + (f" of the rest ({rclip} clipped)" if rclip else ""))
+        # colour bar labels short enough for one row's height (a long one ran into the next row's); what was
+        # clipped is said under the image's title
+        cb = fig.colorbar(im, ax=axes[r, 2], shrink=0.9, location="left", extend="max" if rclip else "neither")
+        cb.set_label("rollout / max", fontsize=7)
         hm = heads[r].detach().float().cpu().numpy()
         hmax, hclip = robust_vmax(hm)
         clipped_any |= bool(rclip or hclip)
+        clipped = [f"{k} {what}" for k, what in ((rclip, "rollout"), (hclip, "head-map")) if k]
+        axes[r, 0].set_title(titles[r] + (f"\nclipped: {', '.join(clipped)} token(s)" if clipped else ""), fontsize=7)
         him = None
         for h in range(nh):
             him = axes[r, 3 + h].imshow(hm[h], cmap="inferno", vmin=0, vmax=hmax, interpolation="nearest")
             _mark(axes[r, 3 + h], hm[h], hmax)
         if him is not None:
-            fig.colorbar(him, ax=axes[r, 3:].tolist(), shrink=0.9, extend="max" if hclip else "neither",
-                         label="attention weight" + (f" (clipped: {hclip} above)" if hclip else ""))
+            cb = fig.colorbar(him, ax=axes[r, 3:].tolist(), shrink=0.9, extend="max" if hclip else "neither")
+            cb.set_label("attention weight", fontsize=7)
         if r == 0:
             axes[r, 1].set_title("input × rollout", fontsize=8)
             axes[r, 2].set_title("rollout overlay", fontsize=8)

@@ -69,10 +69,7 @@ def _skimage_photo(name: str, pre: PreprocessConfig) -> torch.Tensor:
         import skimage.data
     except ImportError as e:
         raise ValueError("skimage: images need scikit-image (pip install 'vitkit[images]')") from e
-    loader = getattr(skimage.data, name, None) if name in SKIMAGE_PHOTOS else None
-    if not callable(loader):
-        raise ValueError(f"skimage:{name} is not one of scikit-image's bundled photos ({', '.join(SKIMAGE_PHOTOS)})")
-    arr = np.asarray(loader())
+    arr = np.asarray(getattr(skimage.data, name)())  # (a name of SKIMAGE_PHOTOS: load_images refuses others)
     if arr.dtype.kind != "u" or arr.ndim not in (2, 3):
         raise ValueError(f"scikit-image sample {name!r} is not an 8-bit photo")
     t = torch.from_numpy(arr.astype(np.float32) / float(np.iinfo(arr.dtype).max))
@@ -85,6 +82,9 @@ def load_images(specs: Sequence[str], pre: PreprocessConfig, warn: Callable[[str
     photos. Unreadable ones are reported through `warn` and skipped; a ValueError if none could be read."""
     out: list[InspectImage] = []
     specs = [x for s in specs for x in ([s] if s.startswith(SKIMAGE_PREFIX) else expand_inputs([s]))]
+    unknown = [s for s in specs if s.startswith(SKIMAGE_PREFIX) and s[len(SKIMAGE_PREFIX):] not in SKIMAGE_PHOTOS]
+    if unknown:  # a name that is not a bundled photo is a mistake in the command, not an unreadable image
+        raise ValueError(f"{unknown[0]} is not one of scikit-image's bundled photos ({', '.join(SKIMAGE_PHOTOS)})")
     for spec in specs:
         try:
             if spec.startswith(SKIMAGE_PREFIX):

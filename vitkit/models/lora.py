@@ -36,6 +36,7 @@ TARGETS: dict[str, tuple[str, int | None]] = {"q": ("attn.qkv", 0), "k": ("attn.
 EXTRAS = ("head", "norm", "bias")  # what may train beside the adapters
 DEFAULT_TARGETS = ("q", "v")  # Hu et al. §7.1: adapting W_q and W_v
 HEAD_MODULES = ("head", "head_dist")  # the classifier(s) a fine-tune replaces
+MAX_SCALING = 1e4  # the largest alpha / r accepted: common settings give 0.5 to 64 (rsLoRA at rank 1: alpha)
 
 
 @dataclass
@@ -53,6 +54,10 @@ class LoraConfig:
     def __post_init__(self) -> None:
         check_int("lora.rank", self.rank)
         check_range("lora.alpha", self.alpha, 0.0, math.inf, low_open=True)
+        if self.alpha / self.rank > MAX_SCALING:  # finite, but the update then swamps W x (and overflows)
+            raise ValueError(f"lora.alpha / lora.rank = {self.alpha:g} / {self.rank} scales the update by "
+                             f"{self.alpha / self.rank:.3g}, over {MAX_SCALING:,.0f} (LoRA's alpha is of the order of "
+                             "the rank: Hu et al. §4.1, peft's default 8 / 8)")
         check_range("lora.dropout", self.dropout, 0.0, 1.0)
         self.targets = _names("lora.targets", self.targets, tuple(TARGETS))
         if not self.targets:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -426,8 +427,9 @@ class Trainer:
             if len(batch.y) == 0:
                 raise ValueError(f"every image of the batch of step {self.step} was unreadable")
             loss, acc, n = self.train_step(self.step, batch.x, batch.y, batch.positions)
-            if loss != loss:  # NaN
-                raise FloatingPointError(f"loss became NaN at step {self.step}; lower optim.lr or set optim.clip_norm")
+            if not math.isfinite(loss):  # NaN or Inf: every later step would be made of it
+                raise FloatingPointError(f"loss became {loss} at step {self.step} (non-finite); lower optim.lr, set "
+                                         "optim.clip_norm, or check what scales the model's outputs (lora.alpha)")
             self.step += 1
             w = self.log_window  # this rank's sums since the last log line: loss x n, correct, n
             self.log_window = [w[0] + loss * n, w[1] + acc * n, w[2] + n]

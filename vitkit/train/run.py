@@ -75,9 +75,28 @@ def check_config(cfg: RunConfig) -> None:
         return
     try:
         with torch.device("meta"):  # builds the architecture without allocating its weights
-            _new_model(spec, spec.num_classes or 1, spec.in_chans or cfg.data.channels)
+            meta = _new_model(spec, spec.num_classes or 1, spec.in_chans or cfg.data.channels)
     except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"[model] {e}") from e
+    n = sum(p.numel() for p in meta.parameters())
+    need, have = TRAIN_BYTES_PER_PARAMETER * n, _memory_bytes()
+    if have and need > have:
+        raise ValueError(f"[model] {n:,} parameters need ~{need / 2**30:,.1f} GiB to train (fp32 weights, gradients "
+                         f"and AdamW's two moments), more than this machine's {have / 2**30:,.1f} GiB of memory: "
+                         "lower model.width, model.mlp_dim or model.depth")
+
+
+TRAIN_BYTES_PER_PARAMETER = 16  # fp32 weight + gradient + AdamW's m and v, before any activation
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory in bytes (0 where the OS does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def build_model(spec: ModelSpec, classes: list[str], channels: int, dcfg: DataConfig,

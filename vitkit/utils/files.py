@@ -28,21 +28,43 @@ from vitkit.utils.atomic import atomic_path
 LOCK_NAME = ".vitkit.lock"
 
 
-def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of `path`, which must be a regular file of at most `max_bytes`; a ValueError naming the file
-    otherwise (a device, a FIFO, a folder, or a file over the cap, which is checked before anything is read)."""
+def _open_regular(path: str | os.PathLike[str], max_bytes: int, what: str) -> int:
+    """An fd open on `path` (read-only, never blocking on a FIFO), which is checked to be a regular file of at most
+    `max_bytes` before anything is read; a ValueError naming the file otherwise (the fd closed)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     except OSError as e:
         raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    st = os.fstat(fd)
+    problem = ""
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a special file")
+        problem = f"it is {kind}, not a regular file"
+    elif st.st_size > max_bytes:
+        problem = f"{st.st_size:,} bytes is over the limit of {max_bytes:,}"
+    if problem:
+        os.close(fd)
+        raise ValueError(f"cannot read {what} {path}: {problem}")
+    return fd
+
+
+def check_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> int:
+    """The size of `path`, after the checks of `read_regular_file` (a regular file, at most `max_bytes`), for a
+    reader that opens the file itself (safetensors memory-maps it): a FIFO, a device or a `/dev/zero` link is
+    refused before that reader can block on it or read it forever."""
+    fd = _open_regular(path, max_bytes, what)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                    or stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a special file")
-            raise ValueError(f"cannot read {what} {path}: it is {kind}, not a regular file")
-        if st.st_size > max_bytes:
-            raise ValueError(f"cannot read {what} {path}: {st.st_size:,} bytes is over the limit of {max_bytes:,}")
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of `path`, which must be a regular file of at most `max_bytes`; a ValueError naming the file
+    otherwise (a device, a FIFO, a folder, or a file over the cap, which is checked before anything is read)."""
+    fd = _open_regular(path, max_bytes, what)
+    try:
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(max_bytes + 1)
     except OSError as e:  # a file that will not be read (/proc/self/mem: EIO), named like any other unreadable file
@@ -112,6 +134,29 @@ def _unlock(fd: int | None) -> None:
         os.close(fd)
 
 
+def claim_lock(lock: Path, subject: str) -> int:
+    """An exclusive lock on the lock file `lock` for one destination (`.NAME.lock` beside it), held until
+    `release_lock`, which removes the file: a second claimant gets a `BlockingIOError` naming `subject` and the
+    holder's pid."""
+    while True:  # the lock file may be removed by its last holder between our open and our flock: retry
+        fd = _lock_file(lock, subject)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock, follow_symlinks=False))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def release_lock(lock: Path, fd: int | None) -> None:
+    """Remove and release a lock taken by `claim_lock` (nothing for None); returns None for the holder's field."""
+    if fd is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # while still held: a newcomer's open of the old inode is retried
+    return _unlock(fd)
+
+
 class FolderLock:
     """An exclusive advisory lock (flock) on `folder/.vitkit.lock`, held until `release()` or process exit.
 
@@ -151,16 +196,7 @@ class OutputFile:
         self._check()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = self.path.parent / f".{self.path.name}.lock"
-        while True:  # the lock file may be removed by its last holder between our open and our flock: retry
-            fd = _lock_file(self.lock, f"{flag} {self.path}")
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.lock, follow_symlinks=False))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        self._fd: int | None = fd
+        self._fd: int | None = claim_lock(self.lock, f"{flag} {self.path}")
         self._check()  # created by someone else between the first check and the lock
 
     def _check(self) -> None:
@@ -176,10 +212,7 @@ class OutputFile:
         return atomic_path(self.path)
 
     def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.lock)  # while still held: a newcomer's open of the old inode is retried
-        self._fd = _unlock(self._fd)
+        self._fd = release_lock(self.lock, self._fd)
 
     def __enter__(self) -> OutputFile:
         return self
