@@ -5,6 +5,7 @@ vitkit, compared on the same input."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -399,6 +400,15 @@ def test_dinov2_keeps_its_own_position_table_at_every_size_and_through_every_con
         assert m.pos_embed.shape[1] == 1 + 49
 
     same_at_every_size(folder)
+    if importlib.util.find_spec("onnxruntime") is not None:  # an export's fixed graph: the table resampled once
+        from vitkit.inference.export import export_onnx, onnx_logits, ort_session
+
+        m = vitkit.load_pretrained(folder)
+        for s in (None, 98):  # the processor's 42 px, and the table's own 98 px (export's img_size=)
+            path = export_onnx(m, tmp_path / f"dino{s}.onnx", img_size=s)
+            with torch.no_grad():
+                torch.testing.assert_close(onnx_logits(ort_session(path), xs[s or 42]), want[s or 42][:, 0], **TOL)
+        assert (m.config.img_size, m.config.posemb_grid) == ((42, 42), (7, 7))  # the caller's model unchanged
     prev = folder
     for fmt in ("vitkit", "timm", "hf", "vitkit"):
         out = tmp_path / f"{fmt}_from_{prev.name}"
