@@ -83,3 +83,18 @@ def test_dinov2_backbones_run_through_the_commands_and_convert(tmp_path: Path) -
     assert main(["convert", reg, str(tmp_path / "timm"), "--to", "timm", "--num-heads", "4"]) == 0
     back = vitkit.load_pretrained(tmp_path / "timm")
     torch.testing.assert_close(_tokens(back, 32), torch.from_numpy(REF["reg_tokens_32"]), **TOL)
+
+
+@pytest.mark.parametrize("name", ["plain", "reg"])
+def test_dinov2_backbones_keep_their_own_table_through_other_sizes_and_a_convert(name: str, tmp_path: Path) -> None:
+    """Loaded at another size (img_size=24), moved to 48, converted and moved back to 32: every size resampled
+    once from the file's own 4x4 table (the DINOv2 code's tokens), and the converted file holds that table."""
+    m = vitkit.load_pretrained(FIX / f"dinov2_{name}.pth", num_heads=4, img_size=24)
+    assert (m.config.img_size, m.config.posemb_grid) == ((24, 24), (4, 4))
+    torch.testing.assert_close(_tokens(m, 24), torch.from_numpy(REF[f"{name}_tokens_24"]), **TOL)
+    m.set_img_size(48)
+    torch.testing.assert_close(_tokens(m, 48), torch.from_numpy(REF[f"{name}_tokens_48"]), **TOL)
+    vitkit.save_pretrained(m, tmp_path / "saved")
+    back = vitkit.load_pretrained(tmp_path / "saved")
+    back.set_img_size(32)
+    torch.testing.assert_close(_tokens(back, 32), torch.from_numpy(REF[f"{name}_tokens_32"]), **TOL)

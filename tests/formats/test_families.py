@@ -240,3 +240,41 @@ def test_timm_files_resample_their_position_embeddings_as_timm_at_other_sizes(na
         with torch.no_grad():
             torch.testing.assert_close(m.forward_features(y), want, rtol=3e-5, atol=3e-5)
             assert (plain.forward_features(y) - want).abs().max() > 1e-3
+
+
+def test_a_timm_dinov2_keeps_its_own_table_beside_a_smaller_input_size_and_converts_it_back(tmp_path: Path) -> None:
+    """timm's DINOv2 hub folder whose pretrained_cfg runs it at 24 px beside its 4x4 (32 px) table, as timm's
+    vit_*_dinov2 run at 224 beside 518: vitkit keeps the table and resamples from it once per size (timm's
+    antialiased resample_abs_pos_embed), so at 24, 32 and 48 px it gives timm's tokens, also after set_img_size one
+    size after the other; convert to timm, hf and vitkit writes the 4x4 table back (image size 32) and reloads so."""
+    import shutil
+
+    ref = np.load(FAMILIES / "outputs.npz", allow_pickle=False)
+    src = shutil.copytree(FAMILIES / "dinov2_reg_hub", tmp_path / "hub")
+    doc = json.loads((src / "config.json").read_text())
+    doc["pretrained_cfg"]["input_size"] = [3, 24, 24]
+    (src / "config.json").write_text(json.dumps(doc))
+    xs = {32: ref["x"], 48: ref["x_48"], 24: ref["x_24"]}
+    want = {32: ref["dinov2_reg_features"], 48: ref["dinov2_reg_features_48"], 24: ref["dinov2_reg_features_24"]}
+
+    def same_at_every_size(path: Path) -> None:
+        m = vitkit.load_pretrained(path)
+        assert (m.config.img_size, m.config.posemb_grid, m.preprocess.img_size) == ((24, 24), (4, 4), (24, 24))
+        with torch.no_grad():
+            for side in (32, 48, 24):
+                m.set_img_size(side)
+                torch.testing.assert_close(m.forward_features(torch.from_numpy(xs[side])),
+                                           torch.from_numpy(want[side]), rtol=3e-5, atol=3e-5)
+
+    same_at_every_size(src)
+    prev = src
+    for fmt in ("timm", "vitkit", "timm"):
+        out = tmp_path / f"{fmt}_from_{prev.name}"
+        assert main(["convert", str(prev), str(out), "--to", fmt]) == 0
+        same_at_every_size(out)
+        prev = out
+    assert json.loads((prev / "config.json").read_text())["model_args"]["img_size"] == [32, 32]
+    # transformers' Dinov2WithRegistersModel holds no head: the backbone, written as hf and read back
+    save_pretrained(vitkit.load_pretrained(prev, num_classes=0), tmp_path / "hf", format="hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["image_size"] == 32
+    same_at_every_size(tmp_path / "hf")

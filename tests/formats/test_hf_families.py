@@ -5,6 +5,7 @@ vitkit, compared on the same input."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -359,3 +360,64 @@ def test_vit_msn_folders_are_plain_vits_with_transformers_logits(tmp_path: Path)
     e = vitkit.load_pretrained(_saved(encoder, tmp_path / "msn_encoder"))
     with torch.no_grad():
         torch.testing.assert_close(e.forward_features(x), encoder(pixel_values=x).last_hidden_state, **TOL)
+
+
+@pytest.mark.parametrize("registers", [0, 2])
+def test_dinov2_keeps_its_own_position_table_at_every_size_and_through_every_convert(tmp_path: Path,
+                                                                                   registers: int) -> None:
+    """A DINOv2 folder's table (7x7: image_size 98, patch 14, as the hub's 37x37 at 518) beside its processor's
+    smaller crop (42 px, as the hub's 224): vitkit keeps the table as it came and resamples from it once for each
+    size, so at the crop, at the table's own size and between (set_img_size one after the other, img_size=, a
+    dynamic size) it gives transformers' tokens; convert to vitkit, timm and hf and back writes the 7x7 table and
+    image_size 98, and each reloads with the same tokens (transformers' own reload too)."""
+    kw = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=98, patch_size=14,
+              layerscale_value=1e-5)
+    hf = (transformers.Dinov2WithRegistersModel(transformers.Dinov2WithRegistersConfig(**kw, num_register_tokens=2))
+          if registers else transformers.Dinov2Model(transformers.Dinov2Config(**kw, intermediate_size=64)))
+    folder = _saved(hf, tmp_path / "dino")
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "BitImageProcessor", "do_resize": True, "size": {"shortest_edge": 48}, "resample": 3,
+        "do_center_crop": True, "crop_size": {"height": 42, "width": 42}, "do_rescale": True,
+        "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.485, 0.456, 0.406],
+        "image_std": [0.229, 0.224, 0.225]}))
+    sides = (98, 70, 42)
+    xs = {s: torch.randn(2, 3, s, s, generator=torch.Generator().manual_seed(s)) for s in sides}
+    with torch.no_grad():
+        want = {s: hf(pixel_values=xs[s]).last_hidden_state for s in sides}
+
+    def same_at_every_size(src: Path) -> None:
+        m = vitkit.load_pretrained(src)
+        assert (m.config.img_size, m.config.posemb_grid, m.preprocess.img_size) == ((42, 42), (7, 7), (42, 42))
+        assert m.pos_embed.shape[1] == 1 + 49  # the table as it came
+        dyn = vitkit.load_pretrained(src)
+        dyn.config.dynamic_img_size = True
+        with torch.no_grad():
+            for s in sides:  # set_img_size 98, then 70, then 42: each from the kept table, never from the last one
+                m.set_img_size(s)
+                for got in (m.forward_features(xs[s]), dyn.forward_features(xs[s]),
+                            vitkit.load_pretrained(src, img_size=s).forward_features(xs[s])):
+                    torch.testing.assert_close(got, want[s], **TOL)
+        assert m.pos_embed.shape[1] == 1 + 49
+
+    same_at_every_size(folder)
+    if importlib.util.find_spec("onnxruntime") is not None:  # an export's fixed graph: the table resampled once
+        from vitkit.inference.export import export_onnx, onnx_logits, ort_session
+
+        m = vitkit.load_pretrained(folder)
+        for s in (None, 98):  # the processor's 42 px, and the table's own 98 px (export's img_size=)
+            path = export_onnx(m, tmp_path / f"dino{s}.onnx", img_size=s)
+            with torch.no_grad():
+                torch.testing.assert_close(onnx_logits(ort_session(path), xs[s or 42]), want[s or 42][:, 0], **TOL)
+        assert (m.config.img_size, m.config.posemb_grid) == ((42, 42), (7, 7))  # the caller's model unchanged
+    prev = folder
+    for fmt in ("vitkit", "timm", "hf", "vitkit"):
+        out = tmp_path / f"{fmt}_from_{prev.name}"
+        assert main(["convert", str(prev), str(out), "--to", fmt]) == 0
+        same_at_every_size(out)
+        prev = out
+        if fmt == "hf":  # what transformers reads back: the 98 px table, not one resampled to the crop
+            assert json.loads((out / "config.json").read_text())["image_size"] == 98
+            again = type(hf).from_pretrained(out).eval()
+            with torch.no_grad():
+                for s in sides:
+                    torch.testing.assert_close(again(pixel_values=xs[s]).last_hidden_state, want[s], **TOL)

@@ -205,3 +205,75 @@ def test_a_predictor_stays_in_inference_mode_after_an_evaluation() -> None:
     evaluate_batches(net, [(x, y)])
     assert not net.training and not net.module.training
     assert torch.equal(net(x), net(x))  # no dropout draws
+
+
+def test_predict_embed_and_eval_run_vitkits_own_exports(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """`--model m.onnx` (and its int8 file, and OpenVINO's `.xml` where installed) runs on its own runtime with the
+    preprocessing and labels stored in it: the same top-1 and probabilities (fp32: within 1e-4; int8: >= 39 of 40
+    answers), the same features and the same eval top-1 as the checkpoint; what a fixed graph cannot take (--merge,
+    another --img-size, another runtime or precision) is refused by name."""
+    import numpy as np
+    from PIL import Image
+
+    model = trained_digits_vit()
+    vitkit.save_pretrained(model, tmp_path / "m")
+    vitkit.save_pretrained(vitkit.load_pretrained(tmp_path / "m", num_classes=0), tmp_path / "backbone")
+    _, test = load_digits_split()
+    for i in range(40):
+        f = tmp_path / "imgs" / f"{i:03d}.png"
+        f.parent.mkdir(exist_ok=True)
+        Image.fromarray((test.images[i, 0].numpy() * 255).round().astype("uint8")).save(f)
+    assert main(["export", str(tmp_path / "m"), "--out", str(tmp_path / "m.onnx"), "--precision", "int8",
+                 "--no-check"]) == 0
+    assert main(["export", str(tmp_path / "backbone"), "--out", str(tmp_path / "b.onnx"), "--no-check"]) == 0
+    exports = ["m.onnx", "m.int8.onnx"]
+    if OPENVINO:
+        assert main(["export", str(tmp_path / "m"), "--format", "openvino", "--out", str(tmp_path / "m.xml"),
+                     "--no-check"]) == 0
+        exports.append("m.xml")
+    capsys.readouterr()
+
+    def predicted(src: str) -> list[list[str]]:
+        out = tmp_path / f"{Path(src).name}.csv"
+        assert main(["predict", str(tmp_path / "imgs"), "--model", src, "--output", str(out), "--no-progress",
+                     "--runtime", "torch" if Path(src).is_dir() else "auto"]) == 0
+        return list(csv.reader(out.open()))[1:]
+
+    def top1(src: str) -> float:
+        assert main(["eval", "--model", src]) == 0
+        return float(capsys.readouterr().out.split("top-1: ")[1].split("%")[0])
+
+    def embedded(src: str, pool: str) -> np.ndarray:
+        out = tmp_path / f"{Path(src).name}.{pool}.npz"
+        assert main(["embed", str(tmp_path / "imgs"), "--model", src, "--output", str(out), "--pool", pool,
+                     "--no-progress", "--runtime", "torch" if Path(src).is_dir() else "auto"]) == 0
+        return np.load(out, allow_pickle=False)["features"]
+
+    ref, ref_top1, ref_logits = predicted(str(tmp_path / "m")), top1(str(tmp_path / "m")), embedded(
+        str(tmp_path / "m"), "logits")
+    assert ref_top1 > 80 and ref[0][1] in model.preprocess.labels
+    for name in exports:
+        src = str(tmp_path / name)
+        rows = predicted(src)
+        err = capsys.readouterr().err
+        assert f"{'openvino' if name.endswith('.xml') else 'onnxruntime'}, {'int8' if 'int8' in name else 'fp32'}" \
+               in err, err
+        same = sum(a[1] == b[1] for a, b in zip(rows, ref))
+        if "int8" in name:
+            assert same >= 39 and abs(top1(src) - ref_top1) <= 1.0
+        else:
+            assert same == 40
+            assert max(abs(float(a[2]) - float(b[2])) for a, b in zip(rows, ref)) < 1e-4
+            assert top1(src) == ref_top1
+            np.testing.assert_allclose(embedded(src, "logits"), ref_logits, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(embedded(str(tmp_path / "b.onnx"), "pooled"),
+                               embedded(str(tmp_path / "backbone"), "pooled"), atol=1e-4, rtol=1e-4)
+    capsys.readouterr()
+    onnx_file = str(tmp_path / "m.onnx")
+    for args, says in ((["--merge", "2"], "--merge"), (["--img-size", "32"], "exported at 16x16"),
+                       (["--runtime", "torch"], "run by onnxruntime"), (["--precision", "int8"], "fp32 onnx graph"),
+                       (["--num-heads", "3"], "--num-heads")):
+        assert main(["predict", str(tmp_path / "imgs"), "--model", onnx_file, *args]) == 2, args
+        assert says in capsys.readouterr().err, args
+    assert main(["embed", str(tmp_path / "imgs"), "--model", onnx_file, "-o", str(tmp_path / "x.npz")]) == 2
+    assert "graph outputs 'logits'" in capsys.readouterr().err

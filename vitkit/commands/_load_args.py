@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from vitkit.utils import to_pair
 from vitkit.utils.options import LOAD_HINTS, add_img_size_argument
 
 
@@ -34,3 +35,41 @@ def load_hints(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "allow_pickle", False):
         hints["allow_pickle"] = True
     return hints
+
+
+def load_for_inference(args: argparse.Namespace) -> Any:
+    """The model predict / embed / eval run: a checkpoint (`load_pretrained` with the loading hints, then --merge),
+    or an exported file (`.onnx`, `.xml`, `.pt2`, vitkit.inference.backends.ExportedModel) run on its own runtime
+    with its own preprocessing and labels; an option a fixed graph cannot take is refused by name."""
+    from vitkit.commands._merge_args import apply_merge
+    from vitkit.inference.backends import is_exported, load_exported
+
+    if not is_exported(args.model):
+        from vitkit.formats import load_pretrained
+
+        return apply_merge(load_pretrained(args.model, **load_hints(args)), args)
+    model = load_exported(args.model)
+    hints = {k: v for k, v in load_hints(args).items() if k != "img_size"}
+    given = [f"--{k.replace('_', '-')}" for k, v in hints.items() if v not in (None, False)]
+    if getattr(args, "merge", 0):
+        given.append("--merge (the graph's token merging is fixed when it is exported)")
+    if getattr(args, "native", False):
+        given.append("--native (the graph has one fixed input size)")
+    if given:
+        raise ValueError(f"{args.model} is an exported graph, fixed when it was written: {', '.join(given)} "
+                         "applies to checkpoints; use the checkpoint, or export it again with the option")
+    size = getattr(args, "load_img_size", None)
+    if size is not None and to_pair(size, "--img-size") != tuple(model.config.img_size):
+        h, w = model.config.img_size
+        raise ValueError(f"--img-size {size}: {args.model} is exported at {h}x{w} (fixed in its graph); export the "
+                         "checkpoint again with --img-size")
+    return model
+
+
+def feature_model(model: Any, pool: str, normalize: bool) -> Any:
+    """What `vitkit embed` runs: a checkpoint's `FeatureNet`, or an exported file's output (`as_features`)."""
+    from vitkit.inference.backends import ExportedModel
+    from vitkit.inference.features import FeatureNet
+
+    return model.as_features(pool, normalize) if isinstance(model, ExportedModel) else FeatureNet(model, pool,
+                                                                                                 normalize)

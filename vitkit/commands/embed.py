@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitkit.commands._load_args import add_load_arguments, load_hints
-from vitkit.commands._merge_args import add_merge_argument, apply_merge
+from vitkit.commands._load_args import add_load_arguments, feature_model, load_for_inference
+from vitkit.commands._merge_args import add_merge_argument
 from vitkit.commands._runtime_args import (
     add_native_arguments,
     add_runtime_arguments,
@@ -68,13 +68,12 @@ def run(args: argparse.Namespace) -> int:
 def _embed(args: argparse.Namespace, claim: OutputFile) -> int:
     from tqdm.auto import tqdm
 
-    from vitkit.formats import load_pretrained
-    from vitkit.inference.features import FeatureNet, embed_files, embed_native, write_embeddings
+    from vitkit.inference.features import embed_files, embed_native, write_embeddings
     from vitkit.inference.predict import expand_inputs
 
-    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
+    model = load_for_inference(args)
     paths = expand_inputs(args.images)
-    fnet = FeatureNet(model, args.pool, args.normalize)
+    fnet = feature_model(model, args.pool, args.normalize)
     print(f"feature: {fnet.feature}{' (the family pooled output)' if args.pool == 'pooled' else ''}"
           f"{', L2-normalised' if args.normalize else ''}", file=sys.stderr)
     if fnet.note:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitkit.commands._load_args import add_load_arguments, load_hints
-from vitkit.commands._merge_args import add_merge_argument, apply_merge
+from vitkit.commands._load_args import add_load_arguments, load_for_inference
+from vitkit.commands._merge_args import add_merge_argument
 from vitkit.commands._runtime_args import (
     add_native_arguments,
     add_runtime_arguments,
@@ -42,14 +42,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vitkit.data.base import match_channels
     from vitkit.data.datasets import DataConfig, open_splits
-    from vitkit.formats import load_pretrained
     from vitkit.inference.evaluate import align_classes, eval_loader, evaluate_loader
     from vitkit.utils import check_int
 
     check_int("--batch-size", args.batch_size)
     check_int("--workers", args.workers, low=0)
     check_native(args)
-    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
+    model = load_for_inference(args)
     pp = model.preprocess
     dcfg = DataConfig.from_flag(args.data, model.config.in_chans, args.workers, args.batch_size, args.max_pixels)
     splits = open_splits(dcfg)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitkit.commands._load_args import add_load_arguments, load_hints
-from vitkit.commands._merge_args import add_merge_argument, apply_merge
+from vitkit.commands._load_args import add_load_arguments, load_for_inference
+from vitkit.commands._merge_args import add_merge_argument
 from vitkit.commands._runtime_args import (
     add_native_arguments,
     add_runtime_arguments,
@@ -72,10 +72,9 @@ def run(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace, claim: OutputFile | None) -> int:
     from tqdm.auto import tqdm
 
-    from vitkit.formats import load_pretrained
     from vitkit.inference.predict import expand_inputs, predict_files, write_predictions
 
-    model = apply_merge(load_pretrained(args.model, **load_hints(args)), args)
+    model = load_for_inference(args)
     if model.config.num_classes == 0:
         raise ValueError(f"{args.model} has no classifier head (num_classes=0): it gives features, not classes: "
                          "`vitkit embed` writes them; "

@@ -435,9 +435,11 @@ def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], s
 def run_at_input_size(model: Any, size: tuple[int, int] | list[int], where: Path, what: str) -> None:
     """A checkpoint whose preprocessing outputs another size than its weights' grid (every DINOv2 hub folder:
     518 config, 224 crop; a timm folder whose pretrained_cfg input_size differs) runs, in its own library, with
-    E_pos resampled to that grid (transformers' Dinov2Model on each forward, bicubic; with registers antialiased;
-    timm once at load, antialiased bicubic). vitkit resamples the table once, the same way (the model's
-    `posemb_resample`), so the model runs at that size; the change is logged and kept in `config.extra`."""
+    E_pos resampled from its own table to that grid (transformers' Dinov2Model on each forward, bicubic; with
+    registers antialiased; timm antialiased bicubic). vitkit keeps the checkpoint's table as it came
+    (`keep_position_table`: `config.posemb_grid`) and resamples from it once for each input size the model runs at
+    (this one, a later `set_img_size`, a dynamic size) the family's way (`posemb_resample`); savers write the table
+    back at its own grid. The input size is logged and kept in `config.extra`."""
     cfg = model.config
     size = (int(size[0]), int(size[1]))
     if size == tuple(cfg.img_size):
@@ -446,9 +448,12 @@ def run_at_input_size(model: Any, size: tuple[int, int] | list[int], where: Path
     if size[0] % s or size[1] % s:
         raise ValueError(f"{where}: the {what} is {size[0]}x{size[1]}, not a multiple of the patch size {s}")
     old, how = tuple(cfg.img_size), cfg.posemb_resample
+    if hasattr(model, "keep_position_table"):
+        model.keep_position_table()
     model.set_img_size(size)
+    kept = model.config.posemb_grid is not None if hasattr(model.config, "posemb_grid") else False
     note = (f"weights at {old[0]}x{old[1]}, {what} {size[0]}x{size[1]}: E_pos resampled to the "
             f"{model.config.grid_size[0]}x{model.config.grid_size[1]} grid ({how}, as the family's own library does "
-            "at that input)")
+            f"at that input){'; the table is kept at its own grid and saved so' if kept else ''}")
     model.config.extra = {**model.config.extra, "resampled_for_input": note}
     log.info("%s: %s", where, note)

@@ -350,7 +350,7 @@ def vit_to_hf_config(model: VisionTransformer) -> dict[str, Any]:
         problems.append("a pre_logits layer under the classifier (use num_classes=0 to save it as ViTModel's pooler)")
     if problems:
         raise ValueError("cannot save as a Hugging Face ViT: " + "; ".join(problems))
-    h, w = cfg.img_size
+    h, w = cfg.table_img_size  # the position table's own (a kept checkpoint table: its grid, not the input's)
     doc: dict[str, Any] = {
         "architectures": ["ViTForImageClassification" if cfg.num_classes > 0 else "ViTModel"],
         "model_type": "vit",

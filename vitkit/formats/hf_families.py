@@ -83,6 +83,8 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     choices.pick("pooling", cfg.pooling)
     choices.assumed.update(assumed or {})
     cfg = choices.record(cfg)
+    if fam.keeps_table and cfg.posemb == "learn1d":  # its table as it came, whatever size the model runs at
+        cfg = cfg.replace(posemb_grid=cfg.grid_size)
     model = VisionTransformer(cfg)
     table = fam.hf_table(kind, cfg, read.base, read.current)
     state = gather_state(src, table, model.state_dict(), wpath, lambda _k, t: t, lambda _k, s: s, read.ignore)
@@ -109,7 +111,7 @@ def family_problems(kind: str, model: VisionTransformer) -> list[str]:
     cfg, fam = model.config, _family(kind)
     want = {k: v for k, v in {**PLAIN, **fam.hf_shapes[kind]}.items() if v is not None}
     out = [f"{k}={getattr(cfg, k)!r} (transformers: {v!r})" for k, v in want.items() if getattr(cfg, k) != v]
-    h, w = cfg.img_size
+    h, w = cfg.table_img_size
     if h != w and fam.hf_square_only:
         out.append(f"a {h}x{w} input (the config's image_size is square)")
     return out + fam.hf_problems(kind, model)
@@ -118,7 +120,7 @@ def family_problems(kind: str, model: VisionTransformer) -> list[str]:
 def family_config(kind: str, model: VisionTransformer) -> dict[str, Any]:
     """config.json of transformers' class for a `kind` model (`family_problems` empty)."""
     cfg, fam = model.config, _family(kind)
-    h, w = cfg.img_size  # square except where the class holds [h, w] (family_problems)
+    h, w = cfg.table_img_size  # the table's own size; square except where the class holds [h, w] (family_problems)
     doc: dict[str, Any] = {
         "architectures": [fam.hf_class_name(kind, cfg)], "model_type": kind, "hidden_size": cfg.width,
         "num_hidden_layers": cfg.depth, "num_attention_heads": cfg.num_heads, "hidden_act": ACT_NAMES[cfg.gelu],

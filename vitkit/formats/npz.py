@@ -32,6 +32,7 @@ from vitkit.formats.common import (
     load_state_checked,
     require,
     resnet_width_factor,
+    run_at_input_size,
     split_chunks,
     square_grid,
     units_per_stage,
@@ -364,6 +365,7 @@ def load_npz(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTra
     own = model.state_dict()
     state = npz_to_state(arrays, key_table(cfg, names, posemb_key, patches_only), own, file, cfg.num_heads)
     load_state_checked(model, state, file)
+    run_at_input_size(model, pre.img_size, sidecar_path(file), "sidecar's input size")  # a table kept at its own grid
     model.preprocess = pre
     return model.eval()
 
@@ -456,7 +458,8 @@ def read_sidecar(file: Path, cfg: ViTConfig, choices: Choices) -> PreprocessConf
         pre = PreprocessConfig.from_dict(doc["preprocess"])
     except (ValueError, TypeError) as e:
         raise ValueError(f"{side}: {e}") from e
-    if pre.img_size != cfg.img_size or pre.channels != cfg.in_chans:
+    kept = cfg.posemb == "learn1d"  # a table the model keeps, run at the preprocessing's size (run_at_input_size)
+    if (pre.img_size != cfg.img_size and not kept) or pre.channels != cfg.in_chans:
         raise ValueError(f"{side}: preprocessing for {pre.img_size} px, {pre.channels} channels; the model in {file.name} "
                          f"takes {cfg.img_size} px, {cfg.in_chans} channels")
     if pre.labels and len(pre.labels) != cfg.num_classes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import uuid
 import warnings
 from pathlib import Path
@@ -278,11 +279,13 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
     cfg = infer_config(state, meta, wpath, choices)
     if how is not None:
         cfg = cfg.replace(posemb_resample=how)
+    if families.keeps_table(meta.get("architecture")) and cfg.posemb == "learn1d" and cfg.posemb_grid is None:
+        cfg = cfg.replace(posemb_grid=cfg.grid_size)  # its table as it came, whatever size the model runs at
     if not meta.get("pretrained_cfg") and PRE_KEY not in meta:
         choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
                                          "timm state dict stores no preprocessing (a hub folder's pretrained_cfg does)")
     cfg = choices.record(cfg)
-    if cfg.class_token and "pos_embed" in state and state["pos_embed"].shape[1] == cfg.num_patches:
+    if cfg.class_token and "pos_embed" in state and state["pos_embed"].shape[1] == math.prod(cfg.table_grid):
         # no_embed_class: patches get E_pos, the class token none == a zero class-token row in our table.
         pe = state["pos_embed"]
         state = dict(state, pos_embed=torch.cat([pe.new_zeros(1, 1, pe.shape[2]), pe], dim=1))
@@ -398,7 +401,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
             "num_features": cfg.representation_size or cfg.width,
             "global_pool": TIMM_POOL[cfg.pooling],
             "model_args": {
-                "img_size": list(cfg.img_size),
+                "img_size": list(cfg.table_img_size),  # the table's own; timm resamples it for the input size
                 "patch_size": cfg.patch_size,
                 "in_chans": cfg.in_chans,
                 "embed_dim": cfg.width,
@@ -414,6 +417,7 @@ def save_timm(model: VisionTransformer, out: Path) -> Path:
                 "act_layer": GELU_ACTS[cfg.gelu],
                 "reg_tokens": cfg.num_registers,
                 "no_embed_class": _no_embed_class_out(model),
+                **({"dynamic_img_size": True} if cfg.table_grid != cfg.grid_size else {}),
             },
             "pretrained_cfg": {
                 **pre.to_timm(),  # no crop: crop_pct 1.0 with "squash"

@@ -16,6 +16,7 @@ here: its exporter (model -> file) and runner (file -> fp32 logits) are function
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import tempfile
 from collections.abc import Callable
@@ -29,9 +30,12 @@ from torch import nn
 
 from vitkit.inference.export import (
     DEFAULT_OPSET,
+    OUTPUT_KEY,
     export_aoti,
     export_onnx,
     export_openvino,
+    exported_output,
+    exported_preprocess,
     load_aoti,
     onnx_logits,
     openvino_compile,
@@ -39,6 +43,7 @@ from vitkit.inference.export import (
     quantize_int8,
     quantize_static_int8,
 )
+from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.atomic import staged_files
 from vitkit.utils.options import TORCH_PRECISIONS
 
@@ -113,6 +118,83 @@ def exported_runner(path: str | Path, precision: str = "fp32", threads: int | No
     """fp32 images -> fp32 logits through an exported file: `.onnx` (onnxruntime; int8 if the file is),
     `.xml` (OpenVINO IR, computing in `precision`) or `.pt2` (AOTInductor); `threads` intra-op threads."""
     return backend_of_file(path).runner(Path(path), precision, threads)
+
+
+def is_exported(path: str | Path) -> bool:
+    """Whether `path` names an exported model file (`.onnx`, `.xml`, `.pt2`) rather than a checkpoint."""
+    p = Path(path)
+    return p.suffix in EXPORT_SUFFIXES.values() and p.is_file()
+
+
+@dataclass(frozen=True)
+class ExportedConfig:
+    """What predict / embed / eval read of a model's config, as an exported file records it."""
+
+    num_classes: int  # K of the graph's logits; 0: the graph outputs a feature
+    in_chans: int
+    img_size: tuple[int, int]  # fixed in the graph
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """An exported file (`vitkit export`) as the inference commands use a model: its runtime (`backend`), its own
+    preprocessing and labels, and what its fixed graph outputs (`output`: "logits" or a feature; `pooled`: the
+    family's pooled feature it was exported from; `precision`: fp32 or int8). `feature` / `normalize`: what
+    `vitkit embed` takes of the output (`as_features`)."""
+
+    path: Path
+    backend: Backend
+    preprocess: PreprocessConfig
+    config: ExportedConfig
+    output: str
+    pooled: str
+    precision: str
+    normalized: bool = False
+    feature: str = ""
+    normalize: bool = False
+    note: str = ""
+
+    def as_features(self, feature: str, normalize: bool) -> "ExportedModel":
+        """This file giving `feature` per image (`vitkit embed --pool`): its graph's output, which must be that
+        feature ("pooled": the family's pooled output the file was exported from), L2-normalised if asked."""
+        want = self.pooled if feature == "pooled" else feature
+        if want != self.output:
+            raise ValueError(f"--pool {feature}: {self.path}'s graph outputs {self.output!r}"
+                             f"{f' (the pooled output of its model is {self.pooled!r})' if feature == 'pooled' else ''}"
+                             f", not {want!r}: a fixed graph gives only its output; use --pool "
+                             f"{'pooled' if self.output == self.pooled else self.output}, or embed with the checkpoint")
+        return dataclasses.replace(self, feature=want, normalize=normalize and not self.normalized)
+
+    def runner(self, precision: str, threads: int | None) -> Runner:
+        """fp32 images -> the graph's fp32 output on this file's runtime."""
+        return self.backend.runner(self.path, precision, threads)
+
+
+def load_exported(path: str | Path) -> ExportedModel:
+    """An exported file, read for predict / embed / eval: its runtime must be installed, and it must carry vitkit's
+    metadata (its preprocessing and what it outputs); each refusal names what is missing."""
+    p = Path(path)
+    backend = backend_of_file(p)
+    if not backend.available():
+        need = ", ".join(x for x in backend.packages if importlib.util.find_spec(x) is None)
+        raise ValueError(f"{p}: an {backend.format} export runs on {backend.name}, which is not installed (missing: "
+                         f"{need}): pip install '{backend.extra}'")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its "holds no preprocessing" warning: refused by name below
+        pre = exported_preprocess(p)
+    out = exported_output(p)
+    if pre is None or out is None:
+        missing = " and ".join(w for w, v in (("its preprocessing", pre), (OUTPUT_KEY, out)) if v is None)
+        raise ValueError(f"{p}: holds no {missing} (exported by another tool or an older vitkit): vitkit cannot tell "
+                         "how to feed it or what it outputs; export the checkpoint again with `vitkit export`")
+    k = out["num_classes"] if out["output"] == "logits" else 0
+    if k and pre.labels and len(pre.labels) != k:
+        raise ValueError(f"{p}: {len(pre.labels)} class names for a {k}-way head")
+    return ExportedModel(p, backend, pre, ExportedConfig(k, pre.channels, pre.img_size), str(out["output"]),
+                         str(out.get("pooled", "pre_logits")), str(out.get("precision", "fp32")),
+                         bool(out.get("normalized", False)))
 
 
 def output_paths(fmt: str, out: str | Path, int8: bool = False) -> list[Path]:

@@ -54,6 +54,8 @@ def _prepared(model: nn.Module, path: str | Path,
     model = copy.deepcopy(model).float().eval()
     if img_size is not None:
         model.set_img_size(img_size)
+    if hasattr(model, "fix_position_table"):  # a kept checkpoint table: resampled once for the graph's fixed size
+        model.fix_position_table()
     return path, model, torch.zeros(2, model.config.in_chans, *model.config.img_size)
 
 
@@ -86,6 +88,7 @@ def export_onnx(
         )
     _tag_onnx(path, json.dumps(model.preprocess.to_dict()))
     _tag_onnx(path, _merge_doc(model), MERGE_KEY)
+    _tag_onnx(path, json.dumps(output_doc(model)), OUTPUT_KEY)
     return path
 
 
@@ -94,6 +97,22 @@ def export_onnx(
 # written where the format allows: ONNX metadata_props, OpenVINO rt_info, a JSON sidecar beside a .pt2.
 META_KEY = "vitkit.preprocess"
 MERGE_KEY = "vitkit.token_merging"  # ToMe's tokens merged per block, when the graph merges (JSON: r or [r_1, ...])
+# what the graph's output is (JSON `output_doc`): "logits" of a K-way head, or a feature (vitkit.inference.features)
+OUTPUT_KEY = "vitkit.output"
+
+
+def output_doc(model: nn.Module) -> dict[str, object]:
+    """What an export of `model` outputs: {"output": "logits" (a classifier) or the feature a backbone's forward, or
+    a feature model's (`FeatureNet`), returns, "num_classes": K, "pooled": the family's pooled feature (what
+    `vitkit embed` gives by default), "precision": "fp32"}: what predict / embed / eval need to run the file."""
+    from vitkit.formats.families import pooled_feature
+
+    cfg = model.config
+    k = int(getattr(cfg, "num_classes", 0))
+    output = getattr(model, "feature", None) or ("logits" if k else "pre_logits")
+    found = pooled_feature(cfg) if hasattr(cfg, "distill_token") else None
+    return {"output": output, "num_classes": k, "pooled": found[0] if found else "pre_logits",
+            "normalized": bool(getattr(model, "normalize", False)), "precision": "fp32"}
 
 
 def _merge_doc(model: nn.Module) -> str | None:
@@ -130,34 +149,49 @@ def _onnx_doc(path: str | Path, key: str = META_KEY) -> str | None:
 def exported_merge(path: str | Path) -> int | list[int]:
     """The token merging (ToMe's r per block, or one r for all) built into an exported `.onnx` / `.xml` graph;
     0 for a graph that does not merge."""
-    path = Path(path)
-    doc = None
-    if path.suffix == ".onnx":
-        doc = _onnx_doc(path, MERGE_KEY)
-    elif path.suffix == ".xml":
-        model = _ov().Core().read_model(str(path))
-        if model.has_rt_info(["vitkit", "token_merging"]):
-            doc = model.get_rt_info(["vitkit", "token_merging"]).astype(str)
+    doc = _stored_doc(Path(path), MERGE_KEY, "token_merging")
     return parse_json(doc, path, "stored token merging") if doc else 0
+
+
+def _stored_doc(path: Path, key: str, rt: str) -> str | None:
+    """vitkit's JSON `key` stored with an export (None: not there): ONNX metadata_props, OpenVINO rt_info
+    ["vitkit", `rt`], or a `.pt2`'s JSON sidecar (the preprocessing is the sidecar itself, another key an entry)."""
+    if path.suffix == ".onnx":
+        return _onnx_doc(path, key)
+    if path.suffix == ".xml":
+        model = _ov().Core().read_model(str(path))
+        return model.get_rt_info(["vitkit", rt]).astype(str) if model.has_rt_info(["vitkit", rt]) else None
+    if not (_sidecar(path).exists() or _sidecar(path).is_symlink()):
+        return None
+    text = read_regular_file(_sidecar(path), MAX_JSON_BYTES, "export sidecar").decode(errors="replace")
+    if key == META_KEY:
+        return text
+    whole = parse_json(text, path, "export sidecar")
+    found = whole.get(key) if isinstance(whole, dict) else None
+    return None if found is None else json.dumps(found)
 
 
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".vitkit.json")
 
 
+def exported_output(path: str | Path) -> dict[str, object] | None:
+    """What an exported `.onnx` / `.xml` / `.pt2` outputs (`output_doc`, as written with it), or None for a file
+    that does not say (exported by another tool or an older vitkit)."""
+    doc = _stored_doc(Path(path), OUTPUT_KEY, "output")
+    if doc is None:
+        return None
+    out = json.loads(doc)
+    if not (isinstance(out, dict) and isinstance(out.get("output"), str) and isinstance(out.get("num_classes"), int)):
+        raise ValueError(f"{path}: its stored {OUTPUT_KEY} {doc[:200]!r} is not what vitkit writes")
+    return out
+
+
 def exported_preprocess(path: str | Path) -> PreprocessConfig | None:
     """The preprocessing stored with an exported model (`.onnx`, OpenVINO `.xml`, AOTInductor `.pt2`), or None
     (with a warning) where the file holds none."""
     path = Path(path)
-    doc = None
-    if path.suffix == ".onnx":
-        doc = _onnx_doc(path)
-    elif path.suffix == ".xml":
-        model = _ov().Core().read_model(str(path))
-        if model.has_rt_info(["vitkit", "preprocess"]):
-            doc = model.get_rt_info(["vitkit", "preprocess"]).astype(str)
-    elif _sidecar(path).exists():
-        doc = read_regular_file(_sidecar(path), MAX_JSON_BYTES, "export sidecar")
+    doc = _stored_doc(path, META_KEY, "preprocess")
     if doc is None:
         warnings.warn(f"{path} holds no preprocessing (exported by another tool or an older vitkit): give the "
                       "input size, mean/std and labels yourself", UserWarning, stacklevel=2)
@@ -218,7 +252,9 @@ def export_openvino(onnx_path: str | Path, path: str | Path) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an untagged ONNX: its own warning below says what is lost
         pre = exported_preprocess(onnx_path)
-    merge = exported_merge(onnx_path)
+    merge, output = exported_merge(onnx_path), exported_output(onnx_path)
+    if output is not None:
+        model.set_rt_info(json.dumps(output), ["vitkit", "output"])
     if merge:
         model.set_rt_info(json.dumps(merge), ["vitkit", "token_merging"])
     if pre is not None:
@@ -241,7 +277,8 @@ def export_aoti(model: nn.Module, path: str | Path, *, img_size: int | tuple[int
     with torch.no_grad():
         program = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
         torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs={"freezing": True})
-    atomic_write_text(_sidecar(path), json.dumps(model.preprocess.to_dict()) + "\n")  # a .pt2 holds no metadata
+    doc = {**model.preprocess.to_dict(), OUTPUT_KEY: output_doc(model)}
+    atomic_write_text(_sidecar(path), json.dumps(doc) + "\n")  # a .pt2 holds no metadata
     return path
 
 
@@ -410,3 +447,6 @@ def _copy_tags(src: str | Path, dst: Path) -> None:
     not always its metadata."""
     for key in (META_KEY, MERGE_KEY):
         _tag_onnx(dst, _onnx_doc(src, key), key)
+    output = _onnx_doc(src, OUTPUT_KEY)
+    if output is not None:  # the same output, now computed in int8
+        _tag_onnx(dst, json.dumps({**json.loads(output), "precision": "int8"}), OUTPUT_KEY)

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitkit.inference.backends import BACKENDS, RUNTIMES
+from vitkit.inference.backends import BACKENDS, RUNTIMES, ExportedModel
 from vitkit.inference.cpu_fused import fused_for_cpu
 from vitkit.inference.export import quantize_int8, quantize_static_int8
 from vitkit.utils import precision as precision_mod
@@ -155,6 +155,8 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     Every path runs a snapshot of `model` (`snapshot`): the caller's model is not changed (not even put in eval
     mode), and nothing done to it afterwards (weights, `set_token_merging`, hooks) changes the predictor."""
     say = log or (lambda _m: None)
+    if isinstance(model, ExportedModel):
+        return _exported_predictor(model, precision, runtime, compile, device, threads, say, calibration)
     precision, why = precision_mod.resolve(precision, device)
     asked = runtime or ("auto" if precision == "int8" else "torch")
     default = runtime is None
@@ -199,3 +201,35 @@ def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device
     if precision == "int8" and calibration is not None:
         what = f"int8 (static QDQ, calibrated on {len(calibration)} images)"
     return Predictor(run, runtime, precision, f"{runtime}, {what}")
+
+
+def _exported_predictor(model: ExportedModel, precision: str | None, runtime: str | None, compile: bool,
+                        device: str | torch.device, threads: int | None, say: Callable[[str], None],
+                        calibration: torch.Tensor | None) -> Predictor:
+    """An exported file as a `Predictor` on its own runtime, in its own precision: what a fixed graph cannot do
+    (another runtime or precision, a GPU, compilation, calibration) is refused by name."""
+    name, own = model.backend.name, model.precision
+    if runtime not in (None, "auto", name):
+        raise ValueError(f"--runtime {runtime}: {model.path} is an {model.backend.format} export, run by {name}")
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"--device {device}: {model.path} runs on the CPU ({name})")
+    if compile:
+        raise ValueError(f"--compile applies to the torch runtime; {model.path} is a compiled graph ({name})")
+    if calibration is not None:
+        raise ValueError(f"--calibrate: {model.path} is already exported ({own}); calibrate when exporting "
+                         "(vitkit export --precision int8 --calibrate ...)")
+    usable = [own] if own == "int8" else [p for p in model.backend.precisions if p != "int8"]
+    asked = own if precision in (None, "auto") else precision
+    if asked not in usable:
+        raise ValueError(f"--precision {precision}: {model.path} is an {own} {model.backend.format} graph, run in "
+                         f"{' or '.join(usable)}" + ("; export the checkpoint with --precision int8 for int8"
+                                                     if asked == "int8" else ""))
+    set_threads(threads)
+    t0 = time.perf_counter()
+    run = model.runner(asked, threads or torch.get_num_threads())
+    fn = run
+    if model.normalize:
+        fn = lambda x: torch.nn.functional.normalize(run(x), dim=-1)  # noqa: E731
+    say(f"{name}: loaded {model.path} in {time.perf_counter() - t0:.1f} s")
+    say(f"precision: {asked} (the export's own); runtime: {name}, {asked} ({model.path.name}: the file's own)")
+    return Predictor(fn, name, asked, f"{name}, {asked} ({model.path.name})")

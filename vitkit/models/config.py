@@ -85,6 +85,9 @@ class ViTConfig:
     # "bicubic" to the grid's size (transformers' classes); "bicubic_antialias" (timm's resample_abs_pos_embed, DINOv2's
     # register backbones); "bicubic_dino": scale factors (g + 0.1) / g_old, DINO's and DINOv2's plain backbones
     dynamic_img_size: bool = False  # accept other resolutions by resampling E_pos on the fly (§3.2)
+    posemb_grid: tuple[int, int] | None = None  # a learned 1D table kept at a checkpoint's own grid (DINOv2's 37x37
+    # beside its 224 px crop): E_pos resampled from it once for every other input grid, the table saved as it came;
+    # None: the table is at img_size's grid and `set_img_size` resamples it for good (§3.2)
 
     # --- the hybrid (§3.1 "Hybrid Architecture"): a BiT ResNet stem whose feature map is the patch grid -----------
     resnet_layers: tuple[int, ...] | None = None
@@ -190,6 +193,12 @@ class ViTConfig:
         check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", *SINCOS))
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
         check_choice("posemb_resample", self.posemb_resample, POSEMB_RESAMPLE)
+        if self.posemb_grid is not None:
+            self.posemb_grid = to_pair(self.posemb_grid, "posemb_grid")
+            check_int("posemb_grid", min(self.posemb_grid))
+            if self.posemb != "learn1d" or self.posemb_grid[0] * self.posemb_grid[1] > MAX_TOKENS:
+                raise ValueError(f"posemb_grid {list(self.posemb_grid)} keeps a learned 1D table (posemb='learn1d') "
+                                 f"of at most {MAX_TOKENS:,} positions; this config has posemb={self.posemb!r}")
         if self.posemb_placement != "input" and self.posemb not in ("learn1d", "learn2d"):
             raise ValueError(f"posemb_placement {self.posemb_placement!r} applies to learned 1D / 2D position "
                              f"embeddings, not posemb={self.posemb!r}")
@@ -253,6 +262,19 @@ class ViTConfig:
         return (self.img_size[0] // s, self.img_size[1] // s)
 
     @property
+    def table_grid(self) -> tuple[int, int]:
+        """The grid of the learned position table(s): `posemb_grid` where the model keeps a checkpoint's own,
+        else the input's (`grid_size`)."""
+        return self.posemb_grid or self.grid_size
+
+    @property
+    def table_img_size(self) -> tuple[int, int]:
+        """The image size the position table belongs to (a saved file's image size): `img_size` unless the model
+        keeps a checkpoint's own table at another grid (`posemb_grid`)."""
+        gh, gw = self.table_grid
+        return (gh * self.total_stride, gw * self.total_stride)
+
+    @property
     def num_patches(self) -> int:
         gh, gw = self.grid_size
         return gh * gw
@@ -275,6 +297,8 @@ class ViTConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["img_size"] = list(self.img_size)
+        if self.posemb_grid is not None:
+            d["posemb_grid"] = list(self.posemb_grid)
         if self.resnet_layers is not None:
             d["resnet_layers"] = list(self.resnet_layers)
         return d

@@ -67,7 +67,8 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
         gh, gw = cfg.grid_size
         n = cfg.depth if cfg.posemb_placement == "every_layer" else 1  # tables: one per layer, or one
         if cfg.posemb == "learn1d":  # one table over the flattened sequence, class token included
-            self.pos_embed = nn.Parameter(torch.zeros(n, cfg.num_class_tokens + gh * gw, D))
+            th, tw = cfg.table_grid  # a checkpoint's own grid where the model keeps its table (posemb_grid)
+            self.pos_embed = nn.Parameter(torch.zeros(n, cfg.num_class_tokens + th * tw, D))
         elif cfg.posemb == "learn2d":  # appendix D.4: X- and Y-embeddings of size D/2, concatenated
             self.pos_embed_row = nn.Parameter(torch.zeros(n, gh, D // 2))
             self.pos_embed_col = nn.Parameter(torch.zeros(n, gw, D // 2))
@@ -131,12 +132,14 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
 
     # ----------------------------------------------------------------------------- resolution
     def set_img_size(self, img_size: int | tuple[int, int], mode: str = "bicubic") -> None:
-        """Permanently move the model to another resolution, resampling E_pos in 2D (§3.2)."""
+        """Permanently move the model to another resolution, resampling E_pos in 2D (§3.2). A model that keeps a
+        checkpoint's own table (`config.posemb_grid`) keeps it: E_pos is resampled from it, once, for the new size
+        (never from an earlier resampling)."""
         new = to_pair(img_size, "img_size")
         old_grid = self.config.grid_size
         new_cfg = self.config.replace(img_size=new)  # validates divisibility
         prefix = self.config.num_class_tokens
-        if self.config.posemb == "learn1d":
+        if self.config.posemb == "learn1d" and self.config.posemb_grid is None:  # a kept table stays as it came
             self.pos_embed = nn.Parameter(torch.cat(
                 [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode, **self._resample_kwargs())
                  for t in self.pos_embed.data]))
@@ -148,6 +151,25 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
             for blk in self.blocks:
                 blk.attn.rel.resize(self.config.num_prefix_tokens + new_cfg.num_patches)
         self.config = new_cfg
+
+    def keep_position_table(self) -> None:
+        """Keep the learned 1D table at its present grid whatever input size the model later runs at (`posemb_grid`):
+        each other input grid resamples E_pos from it once, as a checkpoint's own library does (transformers'
+        Dinov2Model on every forward), and savers write the table as it is. Other position embeddings: no change."""
+        if self.config.posemb == "learn1d" and self.config.posemb_grid is None:
+            self.config = self.config.replace(posemb_grid=self.config.grid_size)
+
+    def fix_position_table(self) -> None:
+        """The inverse of `keep_position_table`, for a fixed graph (an export): the table resampled once to the
+        input grid and made the model's own (`posemb_grid` None)."""
+        cfg = self.config
+        if cfg.posemb_grid is None:
+            return
+        if cfg.posemb_grid != cfg.grid_size:
+            self.pos_embed = nn.Parameter(torch.cat(
+                [resample_posemb(t[None], cfg.grid_size, cfg.posemb_grid, cfg.num_class_tokens,
+                                 **self._resample_kwargs()) for t in self.pos_embed.data]))
+        self.config = cfg.replace(posemb_grid=None)
 
     def _resample_kwargs(self) -> dict[str, Any]:
         """`resample_posemb`'s antialias and offset for the config's `posemb_resample`."""
@@ -168,8 +190,8 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
         i = layer if cfg.posemb_placement == "every_layer" else 0
         if cfg.posemb == "learn1d":
             pe = self.pos_embed[i : i + 1]
-            if grid != cfg.grid_size:
-                pe = resample_posemb(pe, grid, cfg.grid_size, cfg.num_class_tokens, **self._resample_kwargs())
+            if grid != cfg.table_grid:  # from the table as it is held (a checkpoint's own: posemb_grid), once
+                pe = resample_posemb(pe, grid, cfg.table_grid, cfg.num_class_tokens, **self._resample_kwargs())
             return pe
         gh, gw = grid
         row, col = self.pos_embed_row[i : i + 1], self.pos_embed_col[i : i + 1]

@@ -33,6 +33,13 @@ def family_of_hf_type(model_type: object) -> Family | None:
     return next((f for f in FAMILIES if model_type in f.hf_model_types), None)
 
 
+def keeps_table(name: object) -> bool:
+    """Whether a checkpoint of timm architecture or transformers model_type `name` ("vit_base_patch14_dinov2",
+    "dinov2_with_registers"; "dinov2" for DINOv2's own layout) is of a family that keeps its position table as it
+    came (`Family.keeps_table`)."""
+    return isinstance(name, str) and any(f.keeps_table and f.key in name for f in FAMILIES)
+
+
 def variant_parts(cfg: Any) -> list[str]:
     """What of a ViT config a plain ViT's file (the .npz, transformers' ViTModel) cannot hold: the paper's appendix
     variants and each family's options (`Family.option_parts`)."""

@@ -48,6 +48,7 @@ class DINOv2(Family):
     own_layout = "facebookresearch/dinov2's torch hub `dinov2_*_pretrain.pth`"
     hf_bases = ("dinov2.", "dinov2_with_registers.")
     hf_model_types = ("dinov2", "dinov2_with_registers")
+    keeps_table = True  # its 37x37 table serves the 224 crop and 518 px alike, resampled on each forward
     timm_builder_args = (("_dinov2", {"init_values": 1e-5}),)
     hf_shapes = {"dinov2": {"layer_scale": None, "num_classes": 0},
                  "dinov2_with_registers": {"layer_scale": None, "num_registers": None, "num_classes": 0}}

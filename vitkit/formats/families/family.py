@@ -67,6 +67,10 @@ class Family:
     # where its transformers classes keep the image model: a task class's backbone (DeiTForImageClassification-
     # WithTeacher's `deit.`), a dual encoder's image tower (CLIPModel's `vision_model.`); a bare model's is the top
     hf_bases: ClassVar[tuple[str, ...]] = ()
+    # whether the family's own code resamples E_pos from the checkpoint's table for every input size (transformers'
+    # Dinov2Model and DINOv2's repository on each forward): a vitkit model of it then keeps the table as it came
+    # (`ViTConfig.posemb_grid`), resamples from it once per input size and saves it back unchanged
+    keeps_table: ClassVar[bool] = False
 
     def option_parts(self, cfg: ViTConfig) -> list[str]:
         """The family's options `cfg` has, as a writer that cannot hold them names them (empty: none)."""
