@@ -9,7 +9,7 @@ TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,14 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 demo: $(VENV)/.base
 	$(BIN)/vitkit demo --overwrite
 
+# Every test, one pytest-xdist worker per core (each with one torch thread: tests/conftest.py), a test file per worker.
 test: $(VENV)/.test
 	$(BIN)/ruff check vitkit tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
+
+# The inner loop: the same, without the end-to-end runs marked slow (`make test` runs those too).
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 bench: $(VENV)/.test
 	$(BIN)/vitkit bench
