@@ -30,14 +30,15 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 demo: $(VENV)/.base
 	$(BIN)/vitkit demo --overwrite
 
-# Every test, one pytest-xdist worker per core (each with one torch thread: tests/conftest.py), a test file per worker.
+# Every test, one pytest-xdist worker per core (each with one torch thread: tests/conftest.py), tests handed out one by
+# one to whichever worker is free (faster than a file per worker: benchmarks/results/suite_durations.md).
 test: $(VENV)/.test
 	$(BIN)/ruff check vitkit tests benchmarks
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto
 
 # The inner loop: the same, without the end-to-end runs marked slow (`make test` runs those too).
 test-fast: $(VENV)/.test
-	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 bench: $(VENV)/.test
 	$(BIN)/vitkit bench
