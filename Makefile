@@ -9,7 +9,7 @@ TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test test-fast lint bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,15 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 demo: $(VENV)/.base
 	$(BIN)/vitkit demo --overwrite
 
+# Every test, one pytest-xdist worker per core (each with one torch thread: tests/conftest.py), tests handed out one by
+# one to whichever worker is free (faster than a file per worker: benchmarks/results/suite_durations.md).
 test: $(VENV)/.test
 	$(BIN)/ruff check vitkit tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
+
+# The inner loop: the same, without the end-to-end runs marked slow (`make test` runs those too).
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 bench: $(VENV)/.test
 	$(BIN)/vitkit bench

@@ -1,5 +1,5 @@
 """Fixtures shared by the whole suite: torch's thread count, a fixed seed per test, and one trained digits
-checkpoint (built once per session)."""
+checkpoint (built once per session, once per worker under pytest-xdist)."""
 
 import os
 from pathlib import Path
@@ -10,7 +10,12 @@ import torch
 from vitkit.train.config import load_config
 from vitkit.train.run import run_experiment
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# One intra-op thread, here and in the CLI processes the tests start (they inherit the environment): the suite's
+# models take microseconds per op, so a second thread only waits for a scheduler slice (on a busy 2-core machine the
+# demo's 120 steps took 400 s on two threads, about 80 s on one), and `make test` runs one pytest-xdist worker per core.
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_name] = "1"
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -67,6 +67,23 @@ def run_cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})}, timeout=300, **kw)
 
 
+def run_main(*args: str) -> subprocess.CompletedProcess:
+    """`vitkit ARGS` through `vitkit.cli.main` in this process (no interpreter start-up), read as `run_cli`'s result:
+    the exit code and what went to stdout / stderr, warnings included as the command line prints them."""
+    import contextlib
+    import warnings
+
+    from vitkit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        warnings.simplefilter("default")
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+            warnings.formatwarning(message, category, filename, lineno, line))
+        code = main(list(args))
+    return subprocess.CompletedProcess(["vitkit", *args], code, out.getvalue(), err.getvalue())
+
+
 def assert_one_line_error(r: subprocess.CompletedProcess, *must: str) -> None:
     assert r.returncode != 0, r.stdout
     assert "Traceback" not in r.stderr, r.stderr[-1500:]

@@ -1,4 +1,5 @@
-"""End to end through the real `vitkit` entry point: demo (short schedule) -> predict -> eval."""
+"""End to end through the real `vitkit` entry point: demo (short schedule, in its own process) -> predict -> eval
+(in this process, through the same `vitkit.cli.main`), and the command line's exit codes in a process of its own."""
 
 import json
 import re
@@ -13,6 +14,7 @@ from PIL import Image
 
 import vitkit
 from tests.helpers import differing_keys
+from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
 
 
@@ -44,23 +46,26 @@ def test_demo_writes_model_metrics_curve(demo_run) -> None:
     assert cfg["preprocess"]["labels"] == [str(i) for i in range(10)]
 
 
-def test_demo_is_the_train_command_on_the_shipped_recipe(demo_run, tmp_path) -> None:
+def test_demo_is_the_train_command_on_the_shipped_recipe(tmp_path, capsys) -> None:  # noqa: ANN001
     """`vitkit demo` runs recipe digits_demo through the same runner as `vitkit train`: same seed, same
-    weights (bitwise) and the same test accuracy."""
+    weights (bitwise) and the same test accuracy (a 12-step schedule: the claim is the same run, not learning)."""
     from safetensors.torch import load_file
 
-    out, res = demo_run
+    out = tmp_path / "demo"
+    assert main(["demo", "--steps", "12", "--out", str(out), "--no-progress"]) == 0
+    res = capsys.readouterr()
     recipe = Path(vitkit.__file__).parent / "recipes" / "digits_demo.toml"
-    r = vitkit_cli("train", "--config", str(recipe), "--out", str(tmp_path / "train"), "--no-progress",
-                   "--set", "schedule.steps=120", "--set", "schedule.warmup_steps=12", "--set", "train.seed=0")
-    assert r.returncode == 0, r.stderr
+    code = main(["train", "--config", str(recipe), "--out", str(tmp_path / "train"), "--no-progress",
+                 "--set", "schedule.steps=12", "--set", "schedule.warmup_steps=1", "--set", "train.seed=0"])
+    r = capsys.readouterr()
+    assert code == 0, r.err
     a, b = load_file(out / "model" / "model.safetensors"), load_file(tmp_path / "train" / "model" / "model.safetensors")
     assert differing_keys(a, b) == []
-    demo_acc = re.search(r"test accuracy: (\d+\.\d\d)%", res.stdout).group(1)
-    assert re.search(rf"test \(450 images\): top-1 {demo_acc}%", r.stdout), r.stdout
+    demo_acc = re.search(r"test accuracy: (\d+\.\d\d)%", res.out).group(1)
+    assert re.search(rf"test \(450 images\): top-1 {demo_acc}%", r.out), r.out
 
 
-def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path) -> None:
+def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path, capsys) -> None:  # noqa: ANN001
     out, _ = demo_run
     _, test = load_digits_split()
     files = []
@@ -74,10 +79,11 @@ def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path) -> None
         files.append(p)
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"not an image at all")
-    res = vitkit_cli("predict", *map(str, files), str(bad), "--model", str(out / "model"), "--topk", "3")
-    assert res.returncode == 1, res.stderr  # an unreadable file is named and the exit code says so
-    assert "broken.png" in res.stderr and "cannot read image" in res.stderr
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(str(tmp_path))]
+    code = main(["predict", *map(str, files), str(bad), "--model", str(out / "model"), "--topk", "3"])
+    res = capsys.readouterr()
+    assert code == 1, res.err  # an unreadable file is named and the exit code says so
+    assert "broken.png" in res.err and "cannot read image" in res.err
+    lines = [ln for ln in res.out.splitlines() if ln.startswith(str(tmp_path))]
     assert len(lines) == 6
     model = vitkit.load_pretrained(out / "model")
     with torch.no_grad():
@@ -90,12 +96,13 @@ def test_predict_matches_model_and_reports_bad_files(demo_run, tmp_path) -> None
         assert probs == sorted(probs, reverse=True)
 
 
-def test_eval_prints_top1_top5(demo_run) -> None:
+def test_eval_prints_top1_top5(demo_run, capsys) -> None:  # noqa: ANN001
     out, res_demo = demo_run
-    res = vitkit_cli("eval", "--model", str(out / "model"))
-    assert res.returncode == 0, res.stderr
-    top1 = re.search(r"top-1: (\d+\.\d\d)%", res.stdout)
-    assert top1 and re.search(r"top-5: (\d+\.\d\d)%", res.stdout)
+    code = main(["eval", "--model", str(out / "model")])
+    res = capsys.readouterr()
+    assert code == 0, res.err
+    top1 = re.search(r"top-1: (\d+\.\d\d)%", res.out)
+    assert top1 and re.search(r"top-5: (\d+\.\d\d)%", res.out)
     demo_acc = re.search(r"test accuracy: (\d+\.\d\d)%", res_demo.stdout).group(1)
     assert top1.group(1) == demo_acc  # the saved model reproduces the demo's own evaluation
 
@@ -108,7 +115,7 @@ def test_cli_errors_are_clear(tmp_path) -> None:
     assert res.returncode == 0 and "vitkit" in res.stdout
 
 
-def test_eval_on_an_image_folder(demo_run, tmp_path) -> None:
+def test_eval_on_an_image_folder(demo_run, tmp_path, capsys) -> None:  # noqa: ANN001
     """`eval --data FOLDER --split all` reads class folders, skips an unreadable file, agrees with the model."""
     out, _ = demo_run
     _, test = load_digits_split()
@@ -119,13 +126,14 @@ def test_eval_on_an_image_folder(demo_run, tmp_path) -> None:
         Image.fromarray(np.round(test.images[i, 0].numpy() * 255).astype(np.uint8), mode="L").save(d / f"{i}.png")
     assert len(list((tmp_path / "digits").iterdir())) == 10  # every class present: folder index == digit
     (tmp_path / "digits" / "3" / "corrupt.png").write_bytes(b"\x89PNG broken")
-    res = vitkit_cli("eval", "--model", str(out / "model"), "--data", str(tmp_path / "digits"))
-    assert res.returncode == 1, res.stderr  # ran, one file skipped and named; a folder without splits is scored whole
-    assert f"scored {n} images, all of it (it has no test split of its own) (1 unreadable, skipped)" in res.stdout
-    assert "corrupt.png" in res.stderr
+    code = main(["eval", "--model", str(out / "model"), "--data", str(tmp_path / "digits")])
+    res = capsys.readouterr()
+    assert code == 1, res.err  # ran, one file skipped and named; a folder without splits is scored whole
+    assert f"scored {n} images, all of it (it has no test split of its own) (1 unreadable, skipped)" in res.out
+    assert "corrupt.png" in res.err
     model = vitkit.load_pretrained(out / "model")
     with torch.no_grad():
         labels = torch.from_numpy(test.labels[:n])
         want = (model(model.preprocess(test.images[:n])).argmax(-1) == labels).float().mean().item()
-    got = float(re.search(r"top-1: (\d+\.\d\d)%", res.stdout).group(1))
+    got = float(re.search(r"top-1: (\d+\.\d\d)%", res.out).group(1))
     assert abs(got - 100 * want) <= 100 / n + 1e-6  # PNG rounding may flip at most one borderline digit

@@ -10,7 +10,7 @@ from pathlib import Path
 from PIL import Image
 
 import vitkit
-from tests.inputs import assert_one_line_error, run_cli
+from tests.inputs import assert_one_line_error, run_cli, run_main
 
 
 def _rgb_model_and_folder(tmp_path: Path, per_class: int = 8) -> tuple[Path, Path]:
@@ -62,8 +62,8 @@ def test_fewshot_names_the_pooling_it_uses(tmp_path: Path) -> None:
         vitkit.save_pretrained(m, tmp_path / f"m{i}")
     _, data = _rgb_model_and_folder(tmp_path, per_class=4)
     for i, (kw, want) in enumerate(cases):
-        r = run_cli("fewshot", "--model", str(tmp_path / f"m{i}"), "--data", str(data), "--shots", "1",
-                    "--seeds", "1", "--representation", "token", "--workers", "0")
+        r = run_main("fewshot", "--model", str(tmp_path / f"m{i}"), "--data", str(data), "--shots", "1",
+                     "--seeds", "1", "--representation", "token", "--workers", "0")
         assert r.returncode == 0, r.stderr[-1500:]
         assert want in r.stdout, r.stdout
         assert ("class token" in r.stdout) == (kw["pooling"] == "token"), r.stdout
@@ -86,12 +86,12 @@ def test_one_exit_rule_for_skipped_inputs(tmp_path: Path) -> None:
                          str(tmp_path / "ft"), "--no-progress", "--set", "data.num_workers=0", "--set",
                          "train.eval_every=0", "--set", "data.holdout=0.25", "--set", "train.tensorboard=false")}
     for name, argv in runs.items():
-        r = run_cli(*argv)
+        r = run_main(*argv)
         assert r.returncode == 1, (name, r.stderr[-1500:])
         assert "corrupt.png" in r.stderr + r.stdout + (
             (tmp_path / "ft" / "metrics.jsonl").read_text() if name == "finetune" else ""), name
         assert "vitkit's own failure" not in r.stderr, (name, r.stderr)
-    only_bad = run_cli("inspect", "--model", str(model), "--images", str(data / "red" / "corrupt.png"),
+    only_bad = run_main("inspect", "--model", str(model), "--images", str(data / "red" / "corrupt.png"),
                        "--out", str(tmp_path / "insp2"), "--no-progress")
     assert only_bad.returncode == 2 and not (tmp_path / "insp2").exists()  # nothing could be done: a user mistake
 
