@@ -103,7 +103,8 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
             return measured
         if candidates:
             return candidates[0], f"no measurement for {kind} CPUs in runtime_speeds.json: BACKENDS' order"
-        wants = [n for n, ps in SUPPORTED.items() if precision in ps]
+        wants = [n for n, ps in SUPPORTED.items() if precision in ps
+                 and not (n == "openvino" and precision == "int8" and not calibrated)]
         raise ValueError(f"{precision} needs {' or '.join(wants)}: pip install '{EXTRAS[wants[0]]}'")
     if precision not in SUPPORTED[runtime]:
         others = [n for n, ps in SUPPORTED.items() if precision in ps]
