@@ -148,3 +148,17 @@ def test_auto_takes_the_fastest_measured_runtime_for_this_cpu_kind(monkeypatch) 
     with pytest.raises(ValueError, match="--calibrate"):
         runtime.resolve_runtime("openvino", "int8", available=lambda n: True)
 
+
+
+def test_the_shipped_table_has_this_machines_kind_measured() -> None:
+    from vitkit.inference.runtime import SUPPORTED, speed_table
+    from vitkit.utils.hardware import ISA_KINDS, isa_kind
+
+    rows = speed_table()
+    assert {r["isa"] for r in rows} <= {k for k, _ in ISA_KINDS}
+    assert any(r["isa"] == "avx2" and r["runtime"] == "openvino" and r["precision"] == "int8" for r in rows)
+    for r in rows:
+        assert r["precision"] in SUPPORTED[r["runtime"]] and float(r["vs_torch_fp32"]) > 0, r
+        assert {"model", "batch", "machine", "date", "calibrated"} <= set(r), r
+    assert isa_kind({"avx2", "fma"}) == "avx2" and isa_kind({"avx2", "avx512_vnni"}) == "avx512_vnni"
+    assert isa_kind({"avx512_bf16", "amx_int8"}) == "amx" and isa_kind(set()) == "other"
