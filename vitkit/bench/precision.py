@@ -14,8 +14,10 @@ see `vitkit.bench.machine.cpu_has_native_bf16`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -85,3 +87,83 @@ def compare_precisions(
             )
         )
     return out
+
+
+#: the serving paths `runtime_runners` builds, as "<runtime> <precision>[ <how>]" (the fp32 torch path first: the
+#: reference every ratio is to)
+RUNTIME_PATHS = ("torch fp32", "onnxruntime fp32", "onnxruntime int8 dynamic", "onnxruntime int8 static",
+                 "openvino fp32", "openvino int8")
+
+
+def runtime_runners(model: nn.Module, calibration: torch.Tensor, folder: str | Path,
+                    paths: Iterable[str] = RUNTIME_PATHS, threads: int | None = None
+                    ) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """fp32 images -> fp32 logits for each serving path of `paths` (`RUNTIME_PATHS`), built as `build_predictor`
+    builds them: one ONNX export of `model` in `folder`, its OpenVINO conversion, onnxruntime's dynamic and static
+    int8 and NNCF's OpenVINO int8 (both static ones calibrated on `calibration`, normalised images)."""
+    from vitkit.inference.backends import exported_runner
+    from vitkit.inference.export import (
+        export_onnx,
+        export_openvino,
+        quantize_int8,
+        quantize_openvino_int8,
+        quantize_static_int8,
+    )
+    from vitkit.inference.runtime import build_predictor
+
+    folder, paths = Path(folder), list(paths)
+    unknown = [p for p in paths if p not in RUNTIME_PATHS]
+    if unknown:
+        raise ValueError(f"serving path {unknown[0]!r}: one of {', '.join(RUNTIME_PATHS)}")
+    threads = threads or torch.get_num_threads()
+    onnx = export_onnx(model, folder / "m.onnx")
+    files: dict[str, Callable[[], Path]] = {
+        "onnxruntime fp32": lambda: onnx,
+        "onnxruntime int8 dynamic": lambda: quantize_int8(onnx, folder / "m.dyn.onnx"),
+        "onnxruntime int8 static": lambda: quantize_static_int8(onnx, folder / "m.static.onnx", calibration),
+        "openvino fp32": lambda: export_openvino(onnx, folder / "m.xml"),
+        "openvino int8": lambda: quantize_openvino_int8(onnx, folder / "m.int8.xml", calibration),
+    }
+    out: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+    for name in paths:
+        if name == "torch fp32":
+            out[name] = build_predictor(model, "fp32", "torch")
+        else:
+            out[name] = exported_runner(files[name](), "fp32", threads)
+    return out
+
+
+def runtime_speeds(runners: dict[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor,
+                   repeats: int = 5) -> dict[str, dict[str, float]]:
+    """Each runner timed on batch `x`, interleaved (`time_interleaved`): {path: {img_s, spread, vs_torch_fp32}},
+    the ratio to the first runner (the fp32 torch reference)."""
+    from vitkit.bench.timing import time_interleaved
+
+    t = time_interleaved({n: functools.partial(r, x) for n, r in runners.items()}, warmup=1, repeats=repeats)
+    base = next(iter(t.values())).median
+    return {n: {"img_s": len(x) / tm.median, "spread": tm.spread, "vs_torch_fp32": base / tm.median}
+            for n, tm in t.items()}
+
+
+def runtime_agreement(runners: dict[str, Callable[[torch.Tensor], torch.Tensor]], images: torch.Tensor,
+                      labels: torch.Tensor | None = None, batch_size: int = 64) -> dict[str, dict[str, float]]:
+    """Each runner's top-1 agreement with the first (the fp32 torch reference) on `images`, and its accuracy where
+    `labels` are given."""
+    logits = {n: torch.cat([r(b) for b in images.split(batch_size)]) for n, r in runners.items()}
+    ref = next(iter(logits.values())).argmax(-1)
+    return {n: {"agreement": (g.argmax(-1) == ref).float().mean().item(),
+                **({"accuracy": (g.argmax(-1) == labels).float().mean().item()} if labels is not None else {})}
+            for n, g in logits.items()}
+
+
+def speed_table_rows(speeds: dict[str, dict[str, float]], isa: str, **where: object) -> list[dict[str, object]]:
+    """Rows of the runtime speed table (vitkit/inference/runtime_speeds.json, read by `--runtime auto`) from
+    `runtime_speeds`' result: one per serving path, keyed by CPU kind (`vitkit.utils.hardware.isa_kind`), runtime,
+    precision and whether it is calibrated; `where` (model, batch, machine, date) is recorded with each."""
+    rows = []
+    for name, s in speeds.items():
+        runtime, precision, *how = name.split()
+        rows.append({"isa": isa, "runtime": runtime, "precision": precision,
+                     "calibrated": bool(how and how[0] == "static") or (runtime == "openvino" and precision == "int8"),
+                     "vs_torch_fp32": round(s["vs_torch_fp32"], 3), **where})
+    return rows

@@ -15,20 +15,21 @@ from vitkit.utils.options import INFERENCE_PRECISION, PRECISION_CHOICES, precisi
 
 def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | None,
                           default_precision: str | None = None) -> None:
-    """`default_runtime=None`: torch (the reference numbers), except for int8, which only onnxruntime runs;
+    """`default_runtime=None`: torch (the reference numbers), except for int8: onnxruntime (the portable int8);
     `default_precision=None`: fp32, the checkpoint's own answer (`vitkit.utils.options.INFERENCE_PRECISION`)."""
     p.add_argument("--precision", default=default_precision, choices=PRECISION_CHOICES,
                    help=precision_help(PRECISION_CHOICES, default_precision or INFERENCE_PRECISION))
     p.add_argument("--runtime", default=default_runtime, choices=RUNTIMES,
                    help="torch, onnxruntime or openvino; auto: the fastest installed CPU runtime for the precision "
-                   "(docs/serving.md), torch for small jobs and on a GPU (default: "
+                   "as measured on this kind of CPU (vitkit/inference/runtime_speeds.json), torch for small jobs and "
+                   "on a GPU (default: "
                    f"{default_runtime or 'torch; onnxruntime for int8'})")
     p.add_argument("--compile", action="store_true",
                    help="torch runtime: torch.compile with inductor, weights frozen (seconds to compile)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's, all cores)")
     p.add_argument("--calibrate", nargs="+", default=None, metavar="PATH",
                    help="int8: static quantisation calibrated on these images of your own (files, folders, lists; a "
-                   "few hundred, at most 512 read) instead of dynamic quantisation")
+                   "few hundred, at most 512 read) instead of dynamic quantisation; OpenVINO int8 (NNCF) needs it")
 
 
 def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | None = None) -> Predictor:

@@ -28,12 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
                    help=f"ONNX opset version (default: {DEFAULT_OPSET}, which fuses the tanh GELU; SDPA needs >= 14)")
     p.add_argument("--precision", choices=EXPORT_PRECISIONS, default=None,
-                   help=precision_help(EXPORT_PRECISIONS, "fp32") + "; the fp32 file is always written, int8 (onnx) "
-                   "beside it as <out>.int8.onnx (dynamic quantisation, or static with --calibrate)")
+                   help=precision_help(EXPORT_PRECISIONS, "fp32") + "; the fp32 file is always written, int8 "
+                   "beside it: onnx as <out>.int8.onnx (dynamic quantisation, or static with --calibrate), openvino "
+                   "as <out>.int8.xml + .bin (NNCF, calibrated: needs --calibrate)")
     p.add_argument("--int8", action="store_true", help="deprecated: --precision int8")
     p.add_argument("--overwrite", action="store_true", help="replace files an earlier export wrote at --out")
     p.add_argument("--calibrate", nargs="+", default=None, metavar="PATH",
-                   help="with --precision int8: static quantisation (QDQ) calibrated on these images of your own (files, "
+                   help="with --precision int8: static quantisation calibrated on these images of your own (files, "
                    "folders, lists; a few hundred, at most 512 read) instead of dynamic quantisation")
     p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
     p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.utils import check_int
 
     args.int8 = export_int8(args.precision, args.int8)
-    check_export(args.format, args.int8)
+    check_export(args.format, args.int8, bool(args.calibrate))
     check_int("--batch", args.batch, low=1)
     if args.format == "onnx":  # before torch's exporter, whose own message is about its internals
         import onnx

@@ -3,7 +3,7 @@ extra it needs, the precisions it runs, how a model is exported for it and how t
 
 | backend       | format     | suffix  | extra              | precisions                | served by `--runtime`    |
 |---------------|------------|---------|--------------------|---------------------------|--------------------------|
-| `openvino`    | `openvino` | `.xml`  | `vitkit[openvino]` | fp32, bf16                | yes                      |
+| `openvino`    | `openvino` | `.xml`  | `vitkit[openvino]` | fp32, bf16, int8 (NNCF)   | yes                      |
 | `onnxruntime` | `onnx`     | `.onnx` | `vitkit[onnx]`     | fp32, int8                | yes                      |
 | `torch`       | —          | —       | —                  | fp32, bf16, bf16-autocast | yes (the model itself)   |
 | `aoti`        | `aoti`     | `.pt2`  | —                  | fp32                      | no (`vitkit export` only)|
@@ -41,6 +41,7 @@ from vitkit.inference.export import (
     openvino_compile,
     ort_session,
     quantize_int8,
+    quantize_openvino_int8,
     quantize_static_int8,
 )
 from vitkit.models.preprocess import PreprocessConfig
@@ -48,6 +49,10 @@ from vitkit.utils.atomic import staged_files
 from vitkit.utils.options import TORCH_PRECISIONS
 
 Runner = Callable[[torch.Tensor], torch.Tensor]
+#: why OpenVINO int8 needs images: NNCF's quantisation is static (activation ranges measured on data)
+OPENVINO_INT8_NEEDS_CALIBRATION = ("OpenVINO int8 is calibrated on your images (NNCF's post-training quantisation): "
+                                   "give --calibrate DIR (a few hundred of your own images), or use onnxruntime, "
+                                   "whose int8 without --calibrate is dynamic")
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,9 @@ def _run_onnx(path: Path, precision: str = "fp32", threads: int | None = None) -
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    Backend("openvino", "openvino", ".xml", "vitkit[openvino]", ("openvino", "onnx"), ("fp32", "bf16"), True,
-            "the ONNX graph compiled by OpenVINO for this CPU (IR .xml + .bin)", _export_openvino, _run_openvino),
+    Backend("openvino", "openvino", ".xml", "vitkit[openvino]", ("openvino", "onnx"), ("fp32", "bf16", "int8"), True,
+            "the ONNX graph compiled by OpenVINO for this CPU (IR .xml + .bin); int8 = NNCF's post-training "
+            "quantisation calibrated on the user's images", _export_openvino, _run_openvino),
     Backend("onnxruntime", "onnx", ".onnx", "vitkit[onnx]", ("onnxruntime", "onnx"), ("fp32", "int8"), True,
             "the ONNX export run by onnxruntime; int8 = dynamic quantisation of every MatMul/Gemm",
             lambda model, out, opset=DEFAULT_OPSET: export_onnx(model, out, opset=opset), _run_onnx),
@@ -199,9 +205,11 @@ def load_exported(path: str | Path) -> ExportedModel:
 
 def output_paths(fmt: str, out: str | Path, int8: bool = False) -> list[Path]:
     """Every file an export of format `fmt` to `out` writes: the OpenVINO IR's `.bin` beside its `.xml`, and the
-    int8 ONNX file beside the fp32 one."""
+    int8 file beside the fp32 one (`<out>.int8.onnx`; OpenVINO: `<out>.int8.xml` + `.int8.bin`)."""
     out = Path(out)
     paths = [out] + ([out.with_suffix(".bin")] if fmt == "openvino" else [])
+    if int8 and fmt == "openvino":
+        return paths + [out.with_suffix(".int8.xml"), out.with_suffix(".int8.bin")]
     return paths + ([out.with_suffix(".int8.onnx")] if int8 else [])
 
 
@@ -276,28 +284,34 @@ def _parity(model: nn.Module, run: Runner, cfg: Any, batch_sizes: tuple[int, ...
     return ParityReport(tuple(len(x) for x in batches), worst, scale, agree / n, what)
 
 
-def check_export(fmt: str, int8: bool = False) -> None:
+def check_export(fmt: str, int8: bool = False, calibrated: bool = False) -> None:
     """A ValueError for an export vitkit does not write (checked before a model is loaded)."""
     if fmt not in FORMATS:
         raise ValueError(f"export format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if int8 and fmt != "onnx":
-        raise ValueError("--precision int8 is an ONNX quantisation: use it with --format onnx")
+    if int8 and fmt not in ("onnx", "openvino"):
+        raise ValueError(f"--precision int8 is written as ONNX (onnxruntime) or OpenVINO IR (NNCF), not {fmt}: "
+                         "use --format onnx or --format openvino")
+    if int8 and fmt == "openvino" and not calibrated:
+        raise ValueError(OPENVINO_INT8_NEEDS_CALIBRATION)
 
 
 def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = DEFAULT_OPSET, int8: bool = False,
                  calibration: torch.Tensor | None = None) -> dict[str, Path]:
-    """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` (onnx) its dynamic
-    quantisation beside, or its static quantisation calibrated on `calibration` (normalised images of the user's
-    own); returns {"<fmt> fp32": path, "onnx int8": path}."""
-    check_export(fmt, int8)
+    """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` its quantisation
+    beside: ONNX dynamic, or static calibrated on `calibration` (normalised images of the user's own); OpenVINO
+    NNCF's post-training quantisation calibrated on them (`quantize_openvino_int8`, calibration required);
+    returns {"<fmt> fp32": path, "<fmt> int8": path}."""
+    check_export(fmt, int8, calibration is not None)
     out = Path(out)
     with staged_files(out) as staged:  # every file complete before any earlier one is replaced
         FORMATS[fmt].export(model, staged, opset)
-        if int8 and calibration is not None:
+        if int8 and fmt == "openvino":
+            quantize_openvino_int8(staged, staged.with_suffix(".int8.xml"), calibration)
+        elif int8 and calibration is not None:
             quantize_static_int8(staged, staged.with_suffix(".int8.onnx"), calibration)
         elif int8:
             quantize_int8(staged, staged.with_suffix(".int8.onnx"))
     paths = {f"{fmt} fp32": out}
     if int8:
-        paths["onnx int8"] = out.with_suffix(".int8.onnx")
+        paths[f"{fmt} int8"] = out.with_suffix(f".int8{FORMATS[fmt].suffix}")
     return paths

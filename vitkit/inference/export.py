@@ -236,9 +236,12 @@ def _ov():  # noqa: ANN202 - optional dependency
 
 def openvino_compile(path: str | Path, precision: str = "fp32", threads: int | None = None):  # noqa: ANN201
     """An OpenVINO CPU model compiled from an ONNX file or IR `.xml`, computing in `precision`
-    (fp32 or bf16: OpenVINO's inference precision hint), latency mode, `threads` inference threads."""
+    (fp32 or bf16: OpenVINO's inference precision hint; int8: an IR quantised by `quantize_openvino_int8`, its
+    float parts in fp32), latency mode, `threads` inference threads."""
     ov = _ov()
-    cfg = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision]}
+    # int8: the IR's own FakeQuantize nodes run as int8 kernels, everything around them in f32
+    cfg = {"PERFORMANCE_HINT": "LATENCY",
+           "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16", "int8": "f32"}[precision]}
     if threads:
         cfg["INFERENCE_NUM_THREADS"] = int(threads)
     return ov.Core().compile_model(str(path), "CPU", cfg)
@@ -350,6 +353,18 @@ CALIBRATION_CHUNK = 8
 CALIBRATION_METHODS = ("minmax", "percentile")
 
 
+def _check_calibration(calibration: torch.Tensor) -> None:
+    """A ValueError for a calibration set that is not (N, C, H, W) with at least `MIN_CALIBRATION` images; a warning
+    under `FEW_CALIBRATION` (static int8, both runtimes)."""
+    if calibration.ndim != 4 or len(calibration) < MIN_CALIBRATION:
+        raise ValueError(f"static int8 needs at least {MIN_CALIBRATION} calibration images (N, C, H, W), got "
+                         f"{tuple(calibration.shape)}: give a few hundred of your own images with --calibrate")
+    if len(calibration) < FEW_CALIBRATION:
+        warnings.warn(f"static int8 calibrated on {len(calibration)} images: activation ranges from so few are a thin "
+                      f"sample; give a few hundred of your own images (--calibrate reads up to 512)", UserWarning,
+                      stacklevel=3)
+
+
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8,
                          method: str = "minmax") -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
@@ -383,13 +398,7 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"calibration method: one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
     batch_size = min(batch_size, len(calibration))
-    if calibration.ndim != 4 or len(calibration) < MIN_CALIBRATION:
-        raise ValueError(f"static int8 needs at least {MIN_CALIBRATION} calibration images (N, C, H, W), got "
-                         f"{tuple(calibration.shape)}: give a few hundred of your own images with --calibrate")
-    if len(calibration) < FEW_CALIBRATION:
-        warnings.warn(f"static int8 calibrated on {len(calibration)} images: activation ranges from so few are a thin "
-                      f"sample; give a few hundred of your own images (--calibrate reads up to 512)", UserWarning,
-                      stacklevel=2)
+    _check_calibration(calibration)
     dst = Path(dst)
     pre = dst.with_name(dst.stem + ".pre.onnx")
     root = logging.getLogger()
@@ -450,3 +459,56 @@ def _copy_tags(src: str | Path, dst: Path) -> None:
     output = _onnx_doc(src, OUTPUT_KEY)
     if output is not None:  # the same output, now computed in int8
         _tag_onnx(dst, json.dumps({**json.loads(output), "precision": "int8"}), OUTPUT_KEY)
+
+
+#: NNCF's SmoothQuant migration strength for the MatMuls of `quantize_openvino_int8` (its transformer default, 0.95);
+#: a negative value switches SmoothQuant off
+SMOOTH_QUANT_ALPHA = 0.95
+
+
+def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, ignored: tuple[str, ...] = (),
+                           smooth_quant: float = SMOOTH_QUANT_ALPHA, batch_size: int = 8) -> Path:
+    """OpenVINO int8 IR (`dst` .xml + .bin) by NNCF's post-training quantisation of `src` (an ONNX export or IR
+    `.xml`), calibrated on `calibration`, normalised images (N, C, H, W) of the user's own data (a few hundred).
+    NNCF's transformer mode (`ModelType.TRANSFORMER`): the Linears' MatMuls (weights per channel, activations per
+    tensor) and the attention's q k^T / a v in int8, LayerNorm, softmax and GELU in float; SmoothQuant
+    (`smooth_quant`: the alpha that moves activation outliers into the weights; < 0 off) and fast bias correction.
+    `ignored`: node names (regular expressions) kept in float, for layers that lose accuracy. OpenVINO runs the
+    result with its int8 kernels (VNNI / AMX where the CPU has them, AVX2 otherwise). vitkit's metadata
+    (preprocessing, token merging) is copied from `src`. Same calibration-set rules as `quantize_static_int8`."""
+    ov = _ov()
+    try:
+        import nncf
+    except ImportError as e:
+        raise ValueError("OpenVINO int8 is NNCF's post-training quantisation: pip install 'vitkit[openvino]' "
+                         "(it installs nncf)") from e
+    _check_calibration(calibration)
+    src, dst = Path(src), Path(dst).with_suffix(".xml")
+    model = ov.Core().read_model(str(src))
+    batches = [b.float().numpy() for b in calibration.split(min(batch_size, len(calibration)))]
+    advanced = nncf.AdvancedQuantizationParameters(
+        smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=smooth_quant))
+    scope = nncf.IgnoredScope(patterns=list(ignored), validate=False) if ignored else None
+    import logging
+
+    nlog = logging.getLogger("nncf")
+    level = nlog.level
+    nlog.setLevel(logging.ERROR)  # its progress bars and INFO lines
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # progress bars
+            q = nncf.quantize(model, nncf.Dataset(batches), model_type=nncf.ModelType.TRANSFORMER,
+                              subset_size=len(calibration), fast_bias_correction=True, ignored_scope=scope,
+                              advanced_parameters=advanced)
+    finally:
+        nlog.setLevel(level)
+    for key, rt in ((META_KEY, "preprocess"), (MERGE_KEY, "token_merging")):
+        doc = _stored_doc(src, key, rt)
+        if doc is not None:
+            q.set_rt_info(doc, ["vitkit", rt])
+    output = _stored_doc(src, OUTPUT_KEY, "output")
+    if output is not None:  # the same output, now computed in int8
+        q.set_rt_info(json.dumps({**parse_json(output, src, OUTPUT_KEY), "precision": "int8"}), ["vitkit", "output"])
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(q, str(dst), compress_to_fp16=False)
+    return dst
+

@@ -4,8 +4,10 @@ The runtimes, the precisions each runs, the packages they need and how a model i
 served rows of one table, `vitkit.inference.backends.BACKENDS` (torch, onnxruntime, openvino).
 
 Precisions are vitkit's one vocabulary (`vitkit.utils.precision`: fp32, bf16, bf16-autocast, int8, and auto).
-`resolve_runtime("auto")` picks, on a CPU, the fastest runtime that is installed for that precision by
-the measurements in BENCHMARKS.md ("Serving on CPUs"); on a GPU, torch. `build_predictor` is the one place
+`resolve_runtime("auto")` picks, on a CPU, the fastest runtime that is installed for that precision by a table of
+measured speeds per CPU kind (`vitkit/inference/runtime_speeds.json`: ISA x runtime x precision -> speed relative
+to torch fp32, written by benchmarks/int8_openvino.py), in `BACKENDS`' order for a CPU kind it has no rows for; on a
+GPU, torch. `build_predictor` is the one place
 where these choices are made (and where an automatic runtime that cannot run a model falls back to torch); each
 choice is logged with its reason. The optional runtimes are extras: `pip install 'vitkit[onnx]'`,
 `'vitkit[openvino]'`.
@@ -14,6 +16,8 @@ choice is logged with its reason. The optional runtimes are extras: `pip install
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,11 +26,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitkit.inference.backends import BACKENDS, RUNTIMES, ExportedModel
+from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel
 from vitkit.inference.cpu_fused import fused_for_cpu
-from vitkit.inference.export import quantize_int8, quantize_static_int8
+from vitkit.inference.export import quantize_int8, quantize_openvino_int8, quantize_static_int8
 from vitkit.utils import precision as precision_mod
-from vitkit.utils.hardware import set_threads
+from vitkit.utils.hardware import isa_kind, set_threads
 from vitkit.utils.precision import PRECISIONS
 
 #: precisions each runtime runs; the order of runtimes is auto's preference on a CPU (BENCHMARKS.md)
@@ -44,12 +48,40 @@ def runtime_available(runtime: str) -> bool:
 AUTO_MIN_IMAGES = 256
 
 
+SPEED_TABLE = Path(__file__).with_name("runtime_speeds.json")
+
+
+@functools.cache
+def speed_table(path: Path = SPEED_TABLE) -> tuple[dict[str, object], ...]:
+    """The rows of the measured runtime speed table: {isa, runtime, precision, calibrated, vs_torch_fp32, model,
+    batch, machine, date} (none where the file is missing)."""
+    return tuple(json.loads(path.read_text())["rows"]) if path.is_file() else ()
+
+
+def _measured_choice(candidates: list[str], precision: str, calibrated: bool, isa: str,
+                     rows: tuple[dict[str, object], ...]) -> tuple[str, str] | None:
+    """(runtime, why) of the fastest of `candidates` for `precision` on CPUs of kind `isa` by the table's `rows`,
+    or None where the table measured none of them there."""
+    speed = {r["runtime"]: r for r in rows if r["isa"] == isa and r["precision"] == precision
+             and r["runtime"] in candidates and (precision != "int8" or r["calibrated"] == calibrated)}
+    if not speed:
+        return None
+    best = max(speed.values(), key=lambda r: float(r["vs_torch_fp32"]))
+    others = ", ".join(f"{n} {float(r['vs_torch_fp32']):.2f}x" for n, r in speed.items() if r is not best)
+    return str(best["runtime"]), (f"measured fastest for {precision} on {isa} CPUs: {float(best['vs_torch_fp32']):.2f}x "
+                                  f"torch fp32 ({best['model']}, batch {best['batch']}, {best['date']}"
+                                  f"{'; ' + others if others else ''}; runtime_speeds.json)")
+
+
 def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "cpu", n_images: int | None = None,
-                    available: Callable[[str], bool] = runtime_available) -> tuple[str, str]:
-    """(runtime, why) for `precision` (already resolved). `auto` on a CPU takes the first installed runtime
-    that runs `precision`, in `SUPPORTED`'s order (fastest measured first), except that a job of fewer than
-    `AUTO_MIN_IMAGES` images stays in torch where torch runs the precision; on a GPU, torch. An explicit
-    runtime that cannot run `precision`, or is not installed, is refused with what to do instead."""
+                    available: Callable[[str], bool] = runtime_available, calibrated: bool = False,
+                    isa: str | None = None) -> tuple[str, str]:
+    """(runtime, why) for `precision` (already resolved). `auto` on a CPU takes, among the installed runtimes that
+    run `precision` (OpenVINO int8 only `calibrated`: NNCF's quantisation is static), the fastest measured on this
+    CPU kind (`isa`, default `isa_kind()`) by `speed_table`, or the first in `SUPPORTED`'s order where the table has
+    no row for it; except that a job of fewer than `AUTO_MIN_IMAGES` images stays in torch where torch runs the
+    precision; on a GPU, torch. An explicit runtime that cannot run `precision`, or is not installed, is refused
+    with what to do instead."""
     if runtime not in RUNTIMES:
         raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}; got {runtime!r}")
     if precision not in PRECISIONS:
@@ -58,14 +90,21 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
     if runtime == "auto":
         if gpu:
             if precision == "int8":
-                raise ValueError("int8 runs on the CPU (onnxruntime); use --device cpu, or fp32 / bf16 on the GPU")
+                raise ValueError("int8 runs on the CPU (onnxruntime, OpenVINO); use --device cpu, or fp32 / bf16 on "
+                                 "the GPU")
             return "torch", "on a GPU"
         if n_images is not None and n_images < AUTO_MIN_IMAGES and precision in SUPPORTED["torch"]:
             return "torch", f"{n_images} images: exporting to a faster runtime would cost more than it saves"
-        for name, precisions in SUPPORTED.items():
-            if precision in precisions and (name == "torch" or available(name)):
-                return name, f"the fastest installed CPU runtime for {precision} (BENCHMARKS.md)"
-        wants = [n for n, ps in SUPPORTED.items() if precision in ps]
+        candidates = [n for n, ps in SUPPORTED.items() if precision in ps and (n == "torch" or available(n))
+                      and not (n == "openvino" and precision == "int8" and not calibrated)]
+        kind = isa or isa_kind()
+        measured = _measured_choice(candidates, precision, calibrated, kind, speed_table())
+        if measured is not None:
+            return measured
+        if candidates:
+            return candidates[0], f"no measurement for {kind} CPUs in runtime_speeds.json: BACKENDS' order"
+        wants = [n for n, ps in SUPPORTED.items() if precision in ps
+                 and not (n == "openvino" and precision == "int8" and not calibrated)]
         raise ValueError(f"{precision} needs {' or '.join(wants)}: pip install '{EXTRAS[wants[0]]}'")
     if precision not in SUPPORTED[runtime]:
         others = [n for n, ps in SUPPORTED.items() if precision in ps]
@@ -75,6 +114,8 @@ def resolve_runtime(runtime: str, precision: str, device: str | torch.device = "
         raise ValueError(f"--runtime {runtime} runs on the CPU here; use --runtime torch with --device {device}")
     if runtime != "torch" and not available(runtime):
         raise ValueError(f"--runtime {runtime} is not installed: pip install '{EXTRAS[runtime]}'")
+    if runtime == "openvino" and precision == "int8" and not calibrated:
+        raise ValueError(OPENVINO_INT8_NEEDS_CALIBRATION)
     return runtime, "asked for"
 
 
@@ -146,8 +187,8 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
                     calibration: torch.Tensor | None = None) -> Predictor:
     """`model` as a `Predictor` on `runtime` in `precision`: the one place where both are decided. "auto" for either
     is resolved here (`precision.resolve`, `resolve_runtime` with `n_images`, the size of the job); `runtime=None`
-    is torch (the reference numbers), or auto for int8, which only onnxruntime runs. A runtime that `auto` chose
-    but that cannot run this model (an exporter or graph compiler refusing it) falls back to torch, saying so; one
+    is torch (the reference numbers), or onnxruntime for int8 (the portable int8; `auto` may pick OpenVINO). A
+    runtime that `auto` chose but that cannot run this model (an exporter or graph compiler refusing it) falls back to torch, saying so; one
     asked for by name is refused with the reason. onnxruntime and OpenVINO run an ONNX export of `model` (fixed
     resolution, any batch) written to a temporary folder. `threads`: intra-op threads (default: torch's).
     `compile` applies to the torch runtime only. `log` is told every choice and why. `calibration` (normalised
@@ -158,11 +199,13 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     if isinstance(model, ExportedModel):
         return _exported_predictor(model, precision, runtime, compile, device, threads, say, calibration)
     precision, why = precision_mod.resolve(precision, device)
-    asked = runtime or ("auto" if precision == "int8" else "torch")
+    asked = runtime or ("onnxruntime" if precision == "int8" else "torch")
     default = runtime is None
-    runtime, rwhy = resolve_runtime(asked, precision, device, n_images)
+    runtime, rwhy = resolve_runtime(asked, precision, device, n_images, calibrated=calibration is not None)
     if default and runtime == "torch":
         rwhy = "the default: the reference numbers"
+    elif default:
+        rwhy = "the default for int8: the portable path (--runtime auto: the fastest measured on this CPU)"
     if asked == "auto" and compile and runtime != "torch":
         runtime, rwhy = "torch", "--compile asks for torch.compile"
     set_threads(threads)
@@ -191,7 +234,9 @@ def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device
     backend = BACKENDS[runtime]
     with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
         path = backend.export(snapshot(model, torch.float32, say), Path(tmp) / f"model{backend.suffix}", 17)
-        if precision == "int8" and calibration is not None:
+        if precision == "int8" and runtime == "openvino":
+            path = quantize_openvino_int8(path, Path(tmp) / "model.int8.xml", calibration)
+        elif precision == "int8" and calibration is not None:
             path = quantize_static_int8(path, Path(tmp) / "model.int8.onnx", calibration)
         elif precision == "int8":
             path = quantize_int8(path, Path(tmp) / "model.int8.onnx")
@@ -200,6 +245,8 @@ def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device
     what = "int8 (dynamic quantisation of MatMul/Gemm)" if precision == "int8" else precision
     if precision == "int8" and calibration is not None:
         what = f"int8 (static QDQ, calibrated on {len(calibration)} images)"
+    if precision == "int8" and runtime == "openvino":
+        what = f"int8 (NNCF post-training quantisation, calibrated on {len(calibration)} images)"
     return Predictor(run, runtime, precision, f"{runtime}, {what}")
 
 

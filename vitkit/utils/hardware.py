@@ -28,6 +28,18 @@ def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:
     return bool((cpu_flags() if flags is None else flags) & NATIVE_BF16_FLAGS)
 
 
+#: the CPU kinds the runtime speed table (vitkit/inference/runtime_speeds.json) has rows for, fastest units first
+ISA_KINDS = (("amx", frozenset({"amx_int8", "amx_bf16"})), ("avx512_bf16", frozenset({"avx512_bf16"})),
+             ("avx512_vnni", frozenset({"avx512_vnni"})), ("avx2", frozenset({"avx2"})))
+
+
+def isa_kind(flags: set[str] | None = None) -> str:
+    """This CPU's kind for the runtime speed table: its best matrix units (amx, avx512_bf16, avx512_vnni, avx2), or
+    "other"."""
+    have = cpu_flags() if flags is None else flags
+    return next((name for name, need in ISA_KINDS if have & need), "other")
+
+
 def set_threads(n: int | None, flag: str = "--threads") -> None:
     """torch's intra-op thread count, `n` between 1 and this machine's cores (a huge count makes OpenMP crash);
     None keeps torch's choice. A ValueError names `flag` and the bound."""

@@ -8,7 +8,8 @@
 | `bf16-autocast` | fp32    | bf16 under `torch.autocast`| torch: training (fp32 master weights), eval, bench   |
 |                 |         | (LayerNorm, softmax, loss  |                                                      |
 |                 |         | stay fp32)                 |                                                      |
-| `int8`          | int8    | int8 (dynamic quantisation)| inference on onnxruntime                             |
+| `int8`          | int8    | int8 (dynamic, or static   | inference on onnxruntime; OpenVINO (NNCF, calibrated)|
+|                 |         | calibrated on images)      |                                                      |
 
 `auto` resolves to bf16 only where the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with
 AVX512_BF16 or AMX, read from its flags), else fp32, and says what it costs (`options.PRECISION_COST`): elsewhere oneDNN emulates bf16 and it runs slower

@@ -1,0 +1,158 @@
+"""int8 on this CPU (issue 53 item 4, the int8 rows): vitkit torch fp32, onnxruntime int8 (dynamic, static),
+OpenVINO fp32 and OpenVINO int8 (NNCF post-training quantisation), timed interleaved in one process; the rows of
+`--runtime auto`'s table (vitkit/inference/runtime_speeds.json) for this CPU kind.
+
+    python benchmarks/int8_openvino.py [--models vit_s16,vit_b16] [--batches 1,8] [--repeats 5] [--calibration 64]
+                                       [--steps 400] [--write-table]
+
+Speed: ViT-S/16 and ViT-B/16 at 224 px with random weights (speed does not depend on them), both static int8 paths
+calibrated on `--calibration` digits upscaled to 224 px RGB; every path built as `build_predictor` builds it
+(`vitkit.bench.precision.runtime_runners`), timed round-robin (`runtime_speeds`: medians of `--repeats`), so the
+ratios to torch fp32 are the figures (absolute img/s follow the machine's load, recorded before and after).
+Agreement: a digits ViT (16 px, patch 4, width 96, depth 4: the digits_demo architecture) trained here for
+`--steps` steps, each int8 path calibrated on 256 training digits, top-1 agreement with fp32 and accuracy on the
+450 test digits. Where the time goes: OpenVINO's per-layer profile (PERF_COUNT) of the int8 and fp32 ViT-B/16 at
+the largest batch, summed by layer type and kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from vitkit.bench.machine import machine_info
+from vitkit.bench.precision import runtime_agreement, runtime_runners, runtime_speeds, speed_table_rows
+from vitkit.data.digits import load_digits_split
+from vitkit.inference.export import _ov
+from vitkit.models import create_model
+from vitkit.models.preprocess import PreprocessConfig
+from vitkit.utils.hardware import cpu_flags, isa_kind
+
+RESULTS = Path(__file__).parent / "results"
+TABLE = Path(__file__).parents[1] / "vitkit" / "inference" / "runtime_speeds.json"
+PATHS = ("torch fp32", "onnxruntime int8 dynamic", "onnxruntime int8 static", "openvino fp32", "openvino int8")
+
+
+def digits_at(n: int, size: int, train: bool = True) -> torch.Tensor:
+    """`n` digits as (n, 3, size, size) images normalised as ImageNet models take them."""
+    tr, te = load_digits_split()
+    x = (tr if train else te).images[:n]
+    pre = PreprocessConfig(img_size=(size, size), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    return pre.normalize(pre.resize(x).repeat(1, 3, 1, 1))
+
+
+def trained_digits(steps: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = create_model("vit", img_size=16, patch_size=4, in_chans=1, num_classes=10, width=96, depth=4, num_heads=4,
+                         mlp_dim=192)
+    model.preprocess = PreprocessConfig(img_size=(16, 16), mean=(0.5,), std=(0.5,))
+    tr, _ = load_digits_split()
+    x, y = model.preprocess(tr.images), torch.from_numpy(tr.labels)
+    opt = torch.optim.AdamW(model.parameters(), 3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        i = torch.randint(0, len(y), (64,), generator=g)
+        loss = torch.nn.functional.cross_entropy(model(x[i]), y[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def perf_profile(xml: Path, x: torch.Tensor, top: int = 8) -> list[dict[str, object]]:
+    """OpenVINO's per-layer times (PERF_COUNT) of one call on `x`, summed by (layer type, kernel), largest first."""
+    core = _ov().Core()
+    compiled = core.compile_model(str(xml), "CPU", {"PERF_COUNT": True, "PERFORMANCE_HINT": "LATENCY",
+                                                   "INFERENCE_NUM_THREADS": torch.get_num_threads()})
+    req = compiled.create_infer_request()
+    for _ in range(2):
+        req.infer({0: x.numpy()})
+    by: dict[tuple[str, str], float] = defaultdict(float)
+    for p in req.get_profiling_info():
+        by[(p.node_type, p.exec_type)] += p.real_time.total_seconds()
+    total = sum(by.values())
+    return [{"layer": k[0], "kernel": k[1], "ms": 1e3 * v, "share": v / total}
+            for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="vit_s16,vit_b16")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--calibration", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--write-table", action="store_true", help=f"write the ViT-B/16 largest-batch rows to {TABLE}")
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    out: dict[str, object] = {"machine": machine_info("cpu"), "isa": isa_kind(),
+                              "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma"))),
+                              "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                          time.gmtime()),
+                              "load_before": os.getloadavg(), "speed": {}, "profile": {}}
+    with tempfile.TemporaryDirectory(prefix="vitkit-int8-") as tmp:
+        model = trained_digits(args.steps)
+        tr, te = load_digits_split()
+        cal = model.preprocess(tr.images[:256])
+        runners = runtime_runners(model, cal, Path(tmp) / "digits", PATHS)
+        out["agreement"] = runtime_agreement(runners, model.preprocess(te.images), torch.from_numpy(te.labels))
+        print("agreement", json.dumps(out["agreement"]), flush=True)
+        for name in args.models.split(","):
+            model = create_model(name)
+            torch.nn.init.normal_(model.head.weight, std=0.02)
+            folder = Path(tmp) / name
+            folder.mkdir()
+            t0 = time.perf_counter()
+            runners = runtime_runners(model, digits_at(args.calibration, model.config.img_size[0]), folder, PATHS)
+            print(f"{name}: built in {time.perf_counter() - t0:.0f} s", flush=True)
+            for b in batches:
+                s = runtime_speeds(runners, torch.randn(b, 3, *model.config.img_size), args.repeats)
+                out["speed"][f"{name} b{b}"] = s
+                print(name, b, json.dumps({k: round(v["vs_torch_fp32"], 2) for k, v in s.items()}), flush=True)
+            x = torch.randn(batches[-1], 3, *model.config.img_size)
+            out["profile"][name] = {"openvino int8": perf_profile(folder / "m.int8.xml", x),
+                                    "openvino fp32": perf_profile(folder / "m.xml", x)}
+    out["load_after"] = os.getloadavg()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "int8_openvino.json").write_text(json.dumps(out, indent=1) + "\n")
+    (RESULTS / "int8_openvino.md").write_text(markdown(out))
+    if args.write_table:
+        key = f"{args.models.split(',')[-1]} b{batches[-1]}"
+        rows = speed_table_rows(out["speed"][key], out["isa"], model=key.split()[0], batch=batches[-1],
+                                machine=out["machine"].get("cpu", ""), date=out["date"][:10])
+        table = json.loads(TABLE.read_text()) if TABLE.is_file() else {"rows": []}
+        table["rows"] = [r for r in table["rows"] if r["isa"] != out["isa"]] + rows
+        TABLE.write_text(json.dumps(table, indent=1) + "\n")
+    print(markdown(out))
+
+
+def markdown(out: dict) -> str:
+    lines = [f"# int8 on {out['machine'].get('cpu', '?')} ({out['isa']}: {' '.join(out['flags'])})", "",
+             f"{out['date']}, {out['threads']} threads; load average before {out['load_before'][0]:.1f}, after "
+             f"{out['load_after'][0]:.1f} (a machine shared with other jobs: ratios from interleaved runs are the "
+             "figures, img/s are not). Written by benchmarks/int8_openvino.py.", "",
+             "| model, batch | " + " | ".join(PATHS) + " |", "|---" * (len(PATHS) + 1) + "|"]
+    for key, s in out["speed"].items():
+        cells = [f"{s[p]['vs_torch_fp32']:.2f}x ({s[p]['img_s']:.1f} img/s)" for p in PATHS]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines += ["", "Agreement with fp32 torch on the 450 digits test images (digits ViT trained here, int8 calibrated "
+              "on 256 training digits):", "", "| path | top-1 agreement | accuracy |", "|---|---|---|"]
+    for p, a in out["agreement"].items():
+        lines.append(f"| {p} | {100 * a['agreement']:.2f}% | {100 * a['accuracy']:.2f}% |")
+    for name, prof in out["profile"].items():
+        for path, rows in prof.items():
+            lines += ["", f"PERF_COUNT, {name} {path}, batch of the last row: time by layer type and kernel", "",
+                      "| layer | kernel | ms | share |", "|---|---|---|---|"]
+            lines += [f"| {r['layer']} | {r['kernel']} | {r['ms']:.1f} | {100 * r['share']:.0f}% |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

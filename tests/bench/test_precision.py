@@ -1,0 +1,44 @@
+"""The serving paths timed and compared for `--runtime auto`'s table (vitkit.bench.precision: runtime_runners,
+runtime_speeds, runtime_agreement, speed_table_rows), on a tiny trained model and real digit images."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import trained_digits_vit
+
+pytest.importorskip("nncf")
+pytest.importorskip("onnxruntime")
+
+
+def test_every_serving_path_is_built_timed_and_compared(tmp_path) -> None:
+    from vitkit.bench.precision import (
+        RUNTIME_PATHS,
+        runtime_agreement,
+        runtime_runners,
+        runtime_speeds,
+        speed_table_rows,
+    )
+    from vitkit.data.digits import load_digits_split
+    from vitkit.inference.runtime import SUPPORTED
+
+    model = trained_digits_vit()
+    train, test = load_digits_split()
+    runners = runtime_runners(model, model.preprocess(train.images[:64]), tmp_path)
+    assert list(runners) == list(RUNTIME_PATHS)
+    x, y = model.preprocess(test.images[:200]), torch.from_numpy(test.labels[:200])
+    agree = runtime_agreement(runners, x, y)
+    assert agree["torch fp32"]["agreement"] == 1.0 and agree["onnxruntime fp32"]["agreement"] == 1.0
+    for name in ("onnxruntime int8 dynamic", "onnxruntime int8 static", "openvino int8"):
+        assert agree[name]["agreement"] >= 0.95, (name, agree[name])  # each int8 path a real, faithful int8
+    speeds = runtime_speeds(runners, x[:8], repeats=3)
+    assert speeds["torch fp32"]["vs_torch_fp32"] == 1.0
+    assert all(s["img_s"] > 0 and s["vs_torch_fp32"] > 0 for s in speeds.values())
+    rows = speed_table_rows(speeds, "avx2", model="digits", batch=8)
+    got = {(r["runtime"], r["precision"], r["calibrated"]) for r in rows}
+    assert got == {("torch", "fp32", False), ("onnxruntime", "fp32", False), ("onnxruntime", "int8", False),
+                   ("onnxruntime", "int8", True), ("openvino", "fp32", False), ("openvino", "int8", True)}
+    assert all(r["precision"] in SUPPORTED[r["runtime"]] and r["isa"] == "avx2" for r in rows)
+    with pytest.raises(ValueError, match="serving path 'tvm int8'"):
+        runtime_runners(model, x[:8], tmp_path / "x", ["tvm int8"])

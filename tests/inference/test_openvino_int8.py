@@ -1,0 +1,164 @@
+"""OpenVINO int8 by NNCF's post-training quantisation (`quantize_openvino_int8`), calibrated on the user's images:
+through predict / embed / export (`--runtime openvino --precision int8 --calibrate DIR`), its agreement with fp32 on
+real digit images, the refusals of what does not combine, and `--runtime auto`'s choice from the measured table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import digits_test_tensors, saved_trained_digits, trained_digits_vit
+from tests.inputs import assert_one_line_error, run_cli
+from vitkit.cli import main
+
+pytest.importorskip("nncf")
+ov = pytest.importorskip("openvino")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[Path, Path]:
+    """(a trained digits model's folder, a folder of 100 digit images: the calibration set and the inputs)."""
+    return saved_trained_digits(tmp_path_factory.mktemp("ov_int8"))
+
+
+def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved) -> None:
+    from vitkit.inference.backends import _export_openvino, exported_runner
+    from vitkit.inference.export import exported_preprocess, quantize_openvino_int8
+    from vitkit.inference.predict import calibration_images
+
+    model = trained_digits_vit()
+    calib = calibration_images([str(saved[1])], model.preprocess)
+    xml = _export_openvino(model, tmp_path / "m.xml")
+    q = quantize_openvino_int8(xml, tmp_path / "m.int8.xml", calib)
+    assert q.with_suffix(".bin").is_file()
+    ir = ov.Core().read_model(str(q))
+    fq = [n for n in ir.get_ops() if n.get_type_name() == "FakeQuantize"]
+    fed = {t.get_node().get_friendly_name() for n in fq for o in n.outputs() for t in o.get_target_inputs()
+           if t.get_node().get_type_name() == "MatMul"}
+    n_matmul = sum(n.get_type_name() == "MatMul" for n in ir.get_ops())
+    assert len(fed) >= n_matmul - 1, (len(fed), n_matmul)  # every Linear's MatMul takes int8 (quantised) inputs
+    assert not any(n.get_type_name() == "FakeQuantize" for n in ov.Core().read_model(str(xml)).get_ops())
+    assert exported_preprocess(q) == model.preprocess  # vitkit's metadata travels to the int8 IR
+    x, y = digits_test_tensors(model)
+    with torch.no_grad():
+        ref = model(x)
+    got = exported_runner(q)(x)
+    agree = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    drop = (ref.argmax(-1) == y).float().mean().item() - (got.argmax(-1) == y).float().mean().item()
+    # 450 test digits never seen in calibration: NNCF's int8 keeps >= 97% of fp32's answers (measured 98.2%) and
+    # its accuracy; ranges fitted to other data, or weights rounded to a wrong scale, fall far below
+    assert agree >= 0.97 and drop <= 0.02, (agree, drop)
+    assert (got - ref).abs().max().item() > 1e-4  # int8 really computed: not the fp32 graph again
+    with pytest.raises(ValueError, match="at least 8 calibration images"):
+        quantize_openvino_int8(xml, tmp_path / "x.xml", calib[:3])
+    with pytest.warns(UserWarning, match="calibrated on 10 images: .* a few hundred"):
+        quantize_openvino_int8(xml, tmp_path / "x.xml", calib[:10])
+
+
+def test_predict_and_embed_run_openvino_int8_and_agree_with_fp32(tmp_path, saved, capsys) -> None:
+    model_dir, imgs = saved
+    rows = {}
+    for name, extra in (("fp32", ["--runtime", "torch", "--precision", "fp32"]),
+                        ("int8", ["--runtime", "openvino", "--precision", "int8", "--calibrate", str(imgs)])):
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["predict", str(imgs), "--model", str(model_dir), "--topk", "1", "--output", str(out),
+                     "--no-progress", *extra]) == 0
+        rows[name] = [json.loads(line) for line in out.read_text().splitlines()]
+    err = capsys.readouterr().err
+    assert "openvino, int8 (NNCF post-training quantisation, calibrated on 100 images) (asked for)" in err, err
+    assert len(rows["int8"]) == len(rows["fp32"]) == 100
+    same = np.mean([a["labels"][0] == b["labels"][0] for a, b in zip(rows["fp32"], rows["int8"])])
+    assert same >= 0.95, same  # top-1 agreement with fp32 on the 100 calibration digits
+    feats = {}
+    for name, extra in (("fp32", ["--runtime", "torch"]),
+                        ("int8", ["--runtime", "openvino", "--precision", "int8", "--calibrate", str(imgs)])):
+        out = tmp_path / f"{name}.npz"
+        assert main(["embed", str(imgs), "--model", str(model_dir), "-o", str(out), "--no-progress", *extra]) == 0
+        with np.load(out, allow_pickle=False) as z:
+            feats[name] = z["features"]
+    a, b = feats["fp32"], feats["int8"]
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    # pooled features of a width-48 model: int8 keeps their direction (mean cosine measured 0.99+); a quantisation
+    # whose scales were wrong (or uncalibrated) turns them well below
+    assert cos.mean() >= 0.98 and cos.min() >= 0.9, (cos.mean(), cos.min())
+    assert not np.allclose(a, b, atol=1e-5)
+
+
+def test_export_writes_the_int8_ir_beside_and_checks_it_on_the_images(tmp_path, saved) -> None:
+    from vitkit.inference.backends import exported_runner
+    from vitkit.inference.export import exported_preprocess
+
+    model_dir, imgs = saved
+    out = tmp_path / "m.xml"
+    r = run_cli("export", str(model_dir), "--format", "openvino", "--out", str(out), "--precision", "int8",
+                "--calibrate", str(imgs))
+    assert r.returncode == 0, r.stderr
+    for f in ("m.xml", "m.bin", "m.int8.xml", "m.int8.bin"):
+        assert (tmp_path / f).is_file(), f
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("openvino int8 vs pytorch"))
+    # checked on (32 of) the calibration images, not on noise: at most 3 of them answered otherwise than fp32
+    assert "32 of your images" in line and float(line.split("top-1 agreement ")[1]) >= 0.9, line
+    pre = exported_preprocess(tmp_path / "m.int8.xml")
+    assert pre is not None and pre.img_size == (16, 16)  # runnable by predict --model m.int8.xml (its metadata)
+    x = torch.zeros(2, 1, 16, 16)
+    assert exported_runner(tmp_path / "m.int8.xml")(x).shape == (2, 10)
+
+
+def test_what_does_not_combine_is_refused(tmp_path, saved) -> None:
+    model_dir, imgs = saved
+    # NNCF's quantisation is static: no images, no OpenVINO int8 (onnxruntime's dynamic int8 needs none)
+    assert_one_line_error(run_cli("predict", str(imgs), "--model", str(model_dir), "--runtime", "openvino",
+                                  "--precision", "int8", "--output", str(tmp_path / "p.jsonl")),
+                          "OpenVINO int8", "--calibrate")
+    assert_one_line_error(run_cli("export", str(model_dir), "--format", "openvino", "--out", str(tmp_path / "m.xml"),
+                                  "--precision", "int8"), "OpenVINO int8", "--calibrate")
+    assert_one_line_error(run_cli("export", str(model_dir), "--format", "aoti", "--out", str(tmp_path / "m.pt2"),
+                                  "--precision", "int8"), "int8", "--format onnx or --format openvino")
+    assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_auto_takes_the_fastest_measured_runtime_for_this_cpu_kind(monkeypatch) -> None:
+    from vitkit.inference import runtime
+
+    rows = ({"isa": "avx2", "runtime": "openvino", "precision": "int8", "calibrated": True, "vs_torch_fp32": 3.1,
+             "model": "vit_b16", "batch": 8, "date": "d"},
+            {"isa": "avx2", "runtime": "onnxruntime", "precision": "int8", "calibrated": True, "vs_torch_fp32": 1.9,
+             "model": "vit_b16", "batch": 8, "date": "d"},
+            {"isa": "avx2", "runtime": "onnxruntime", "precision": "int8", "calibrated": False, "vs_torch_fp32": 2.2,
+             "model": "vit_b16", "batch": 8, "date": "d"},
+            {"isa": "amx", "runtime": "onnxruntime", "precision": "int8", "calibrated": True, "vs_torch_fp32": 9.0,
+             "model": "vit_b16", "batch": 8, "date": "d"})
+    monkeypatch.setattr(runtime, "speed_table", lambda path=None: rows)
+    name, why = runtime.resolve_runtime("auto", "int8", calibrated=True, isa="avx2", available=lambda n: True)
+    assert name == "openvino" and "3.10x torch fp32" in why and "onnxruntime 1.90x" in why, why
+    name, why = runtime.resolve_runtime("auto", "int8", calibrated=True, isa="amx", available=lambda n: True)
+    assert name == "onnxruntime" and "on amx CPUs" in why  # another CPU kind, its own rows
+    # no images: OpenVINO int8 cannot run, whatever the table says
+    name, why = runtime.resolve_runtime("auto", "int8", isa="avx2", available=lambda n: True)
+    assert name == "onnxruntime" and "2.20x" in why
+    name, why = runtime.resolve_runtime("auto", "int8", isa="avx2", available=lambda n: n != "openvino",
+                                        calibrated=True)
+    assert name == "onnxruntime"  # not installed: the next measured
+    name, why = runtime.resolve_runtime("auto", "fp32", isa="avx512_vnni", available=lambda n: True)
+    assert name == "openvino" and "no measurement for avx512_vnni" in why  # unmeasured: BACKENDS' order
+    with pytest.raises(ValueError, match="--calibrate"):
+        runtime.resolve_runtime("openvino", "int8", available=lambda n: True)
+
+
+
+def test_the_shipped_table_has_this_machines_kind_measured() -> None:
+    from vitkit.inference.runtime import SUPPORTED, speed_table
+    from vitkit.utils.hardware import ISA_KINDS, isa_kind
+
+    rows = speed_table()
+    assert {r["isa"] for r in rows} <= {k for k, _ in ISA_KINDS}
+    assert any(r["isa"] == "avx2" and r["runtime"] == "openvino" and r["precision"] == "int8" for r in rows)
+    for r in rows:
+        assert r["precision"] in SUPPORTED[r["runtime"]] and float(r["vs_torch_fp32"]) > 0, r
+        assert {"model", "batch", "machine", "date", "calibrated"} <= set(r), r
+    assert isa_kind({"avx2", "fma"}) == "avx2" and isa_kind({"avx2", "avx512_vnni"}) == "avx512_vnni"
+    assert isa_kind({"avx512_bf16", "amx_int8"}) == "amx" and isa_kind(set()) == "other"
