@@ -250,4 +250,5 @@ def test_a_timm_folder_whose_pretrained_cfg_input_size_differs_runs_at_it(tmp_pa
     assert got.config.img_size == (48, 48) and got.preprocess.img_size == (48, 48)
     assert got.config.posemb_resample == "bicubic_antialias" and "32x32" in got.config.extra["resampled_for_input"]
     want = resample_posemb(m.pos_embed.detach(), (6, 6), (4, 4), 1, antialias=True)
-    torch.testing.assert_close(got.pos_embed.detach(), want)
+    torch.testing.assert_close(got.position_embedding((6, 6)).detach(), want)  # E_pos at the input size, once
+    torch.testing.assert_close(got.pos_embed.detach(), m.pos_embed.detach())  # the stored table kept as it came

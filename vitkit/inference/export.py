@@ -54,8 +54,9 @@ def _prepared(model: nn.Module, path: str | Path,
     model = copy.deepcopy(model).float().eval()
     if img_size is not None:
         model.set_img_size(img_size)
-    if hasattr(model, "fix_position_table"):  # a kept checkpoint table: resampled once for the graph's fixed size
-        model.fix_position_table()
+    for m in model.modules():  # a kept checkpoint table (also inside a wrapper, e.g. embed's FeatureNet):
+        if hasattr(m, "fix_position_table"):  # resampled once for the graph's fixed size
+            m.fix_position_table()
     return path, model, torch.zeros(2, model.config.in_chans, *model.config.img_size)
 
 
@@ -181,7 +182,7 @@ def exported_output(path: str | Path) -> dict[str, object] | None:
     doc = _stored_doc(Path(path), OUTPUT_KEY, "output")
     if doc is None:
         return None
-    out = json.loads(doc)
+    out = parse_json(doc, path, OUTPUT_KEY)
     if not (isinstance(out, dict) and isinstance(out.get("output"), str) and isinstance(out.get("num_classes"), int)):
         raise ValueError(f"{path}: its stored {OUTPUT_KEY} {doc[:200]!r} is not what vitkit writes")
     return out
@@ -458,7 +459,7 @@ def _copy_tags(src: str | Path, dst: Path) -> None:
         _tag_onnx(dst, _onnx_doc(src, key), key)
     output = _onnx_doc(src, OUTPUT_KEY)
     if output is not None:  # the same output, now computed in int8
-        _tag_onnx(dst, json.dumps({**json.loads(output), "precision": "int8"}), OUTPUT_KEY)
+        _tag_onnx(dst, json.dumps({**parse_json(output, src, OUTPUT_KEY), "precision": "int8"}), OUTPUT_KEY)
 
 
 #: NNCF's SmoothQuant migration strength for the MatMuls of `quantize_openvino_int8` (its transformer default, 0.95);

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION,
 from vitkit.inference.cpu_fused import fused_for_cpu
 from vitkit.inference.export import quantize_int8, quantize_openvino_int8, quantize_static_int8
 from vitkit.utils import precision as precision_mod
+from vitkit.utils.files import read_json
 from vitkit.utils.hardware import isa_kind, set_threads
 from vitkit.utils.precision import PRECISIONS
 
@@ -55,7 +55,7 @@ SPEED_TABLE = Path(__file__).with_name("runtime_speeds.json")
 def speed_table(path: Path = SPEED_TABLE) -> tuple[dict[str, object], ...]:
     """The rows of the measured runtime speed table: {isa, runtime, precision, calibrated, vs_torch_fp32, model,
     batch, machine, date} (none where the file is missing)."""
-    return tuple(json.loads(path.read_text())["rows"]) if path.is_file() else ()
+    return tuple(read_json(path, "runtime speed table")["rows"]) if path.is_file() else ()
 
 
 def _measured_choice(candidates: list[str], precision: str, calibrated: bool, isa: str,

@@ -428,8 +428,9 @@ class Trainer:
                 raise ValueError(f"every image of the batch of step {self.step} was unreadable")
             loss, acc, n = self.train_step(self.step, batch.x, batch.y, batch.positions)
             if not math.isfinite(loss):  # NaN or Inf: every later step would be made of it
-                raise FloatingPointError(f"loss became {loss} at step {self.step} (non-finite); lower optim.lr, set "
-                                         "optim.clip_norm, or check what scales the model's outputs (lora.alpha)")
+                raise FloatingPointError(f"loss became {_finite_name(loss)} at step {self.step} (non-finite); lower "
+                                         "optim.lr, set optim.clip_norm, or check what scales the model's outputs "
+                                         "(lora.alpha)")
             self.step += 1
             w = self.log_window  # this rank's sums since the last log line: loss x n, correct, n
             self.log_window = [w[0] + loss * n, w[1] + acc * n, w[2] + n]
@@ -468,3 +469,8 @@ class Trainer:
         if self.ema is not None and self.step >= cfg.steps:  # the averaged weights are the result (appendix B.1.1)
             self.ema.copy_to(self.model)  # (not at a stop_at pause: training goes on from the raw weights)
         return last
+
+
+def _finite_name(loss: float) -> str:
+    """A non-finite loss as people write it: NaN, inf or -inf."""
+    return "NaN" if loss != loss else str(loss)
