@@ -50,8 +50,7 @@ def test_shots_and_table() -> None:
 
 
 def test_fewshot_cli_prints_the_table(tmp_path: Path, capsys) -> None:
-    from helpers import digits_model
-
+    from tests.helpers import digits_model
     from vitkit.formats import save_pretrained
 
     save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), tmp_path / "m")

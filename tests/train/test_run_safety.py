@@ -106,8 +106,7 @@ def test_curves_keep_dev_and_test_apart() -> None:
 def test_logged_loss_is_weighted_by_examples(tmp_path: Path) -> None:
     """The logged loss is the mean over the examples of the steps since the last line (the figure a
     multi-process run reduces across ranks)."""
-    from helpers import digits_trainer
-
+    from tests.helpers import digits_trainer
     from vitkit.train.config import TrainConfig
     from vitkit.train.metrics import read_metrics
 
@@ -131,8 +130,7 @@ def test_logged_loss_is_weighted_by_examples(tmp_path: Path) -> None:
 def test_a_resume_between_log_lines_logs_what_an_uninterrupted_run_logs(tmp_path: Path) -> None:
     """The sums since the last log line are part of the training state: resuming at step 7 with a log line
     every 5 steps logs at step 10 the mean of steps 6-10, as the uninterrupted run does, bit for bit."""
-    from helpers import digits_trainer
-
+    from tests.helpers import digits_trainer
     from vitkit.train.config import TrainConfig
     from vitkit.train.metrics import read_metrics
 
@@ -381,8 +379,7 @@ def test_sweep_and_train_exit_1_when_they_skip_images(tmp_path: Path, capsys) ->
 def test_a_resumed_runs_training_time_counts_every_sitting(tmp_path: Path) -> None:
     """`train_s` of a run stopped and resumed is the time of both fits (the state carries it), not the last one's;
     a state from before the time was kept says from which step its time counts (`train_s_from`)."""
-    from helpers import digits_trainer
-
+    from tests.helpers import digits_trainer
     from vitkit.train.config import TrainConfig
 
     cfg = TrainConfig(steps=12, batch_size=16, lr=1e-3, warmup_steps=0, log_every=5, tensorboard=False)
