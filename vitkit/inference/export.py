@@ -452,14 +452,24 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     return dst
 
 
+def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:
+    """(ONNX key, OpenVINO rt_info name, JSON) of vitkit's metadata stored with `src` (`.onnx` or `.xml`), to carry
+    to its int8 quantisation, which keeps the graph, not always its metadata: the preprocessing, the token merging,
+    and the output record, now computed in int8."""
+    tags = []
+    for key, rt in ((META_KEY, "preprocess"), (MERGE_KEY, "token_merging"), (OUTPUT_KEY, "output")):
+        doc = _stored_doc(Path(src), key, rt)
+        if doc is not None and key == OUTPUT_KEY:
+            doc = json.dumps({**parse_json(doc, src, OUTPUT_KEY), "precision": "int8"})
+        if doc is not None:
+            tags.append((key, rt, doc))
+    return tags
+
+
 def _copy_tags(src: str | Path, dst: Path) -> None:
-    """vitkit's metadata (preprocessing, token merging) copied from `src` to `dst`: quantisation keeps the graph,
-    not always its metadata."""
-    for key in (META_KEY, MERGE_KEY):
-        _tag_onnx(dst, _onnx_doc(src, key), key)
-    output = _onnx_doc(src, OUTPUT_KEY)
-    if output is not None:  # the same output, now computed in int8
-        _tag_onnx(dst, json.dumps({**parse_json(output, src, OUTPUT_KEY), "precision": "int8"}), OUTPUT_KEY)
+    """`_int8_tags(src)` written into the ONNX file `dst`."""
+    for key, _, doc in _int8_tags(src):
+        _tag_onnx(dst, doc, key)
 
 
 #: NNCF's SmoothQuant migration strength for the MatMuls of `quantize_openvino_int8` (its transformer default, 0.95);
@@ -502,13 +512,8 @@ def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.
                               advanced_parameters=advanced)
     finally:
         nlog.setLevel(level)
-    for key, rt in ((META_KEY, "preprocess"), (MERGE_KEY, "token_merging")):
-        doc = _stored_doc(src, key, rt)
-        if doc is not None:
-            q.set_rt_info(doc, ["vitkit", rt])
-    output = _stored_doc(src, OUTPUT_KEY, "output")
-    if output is not None:  # the same output, now computed in int8
-        q.set_rt_info(json.dumps({**parse_json(output, src, OUTPUT_KEY), "precision": "int8"}), ["vitkit", "output"])
+    for _, rt, doc in _int8_tags(src):
+        q.set_rt_info(doc, ["vitkit", rt])
     dst.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(q, str(dst), compress_to_fp16=False)
     return dst
