@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_options import cli_reference
+from tests.commands.test_options import cli_reference
 from vitkit.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
