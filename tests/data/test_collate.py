@@ -3,7 +3,10 @@ resolution under --max-patches with the aspect ratio kept, token dropping at fix
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -93,3 +96,25 @@ def test_packer_refuses_what_it_cannot_do() -> None:
         NativePacker(PRE, 8, 16, drop_rate=0.5)(samples())
     with pytest.raises(ValueError, match=r"sample 0: expected an image \(3, H, W\)"):
         NativePacker(PRE, 8, 16)([(torch.rand(1, 8, 8), 0)], train=False)
+
+
+def test_navit_accuracy_benchmark_matches_tokens_and_gives_a_verdict(tmp_path: Path) -> None:
+    """benchmarks/navit_accuracy.py, a seconds-long slice (2 seeds of 8 steps, a tiny ViT): both arms train through
+    run_experiment, the native arm for as many steps as give the square arm's patch tokens, and the paired
+    difference is the per-seed differences' mean with a verdict."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "navit_accuracy.py"
+    spec = importlib.util.spec_from_file_location("navit_accuracy", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "r.json"
+    res = bench.main(["--seeds", "0", "1", "--steps", "8", "--images", "40", "--classes", "4", "--width", "16",
+                      "--depth", "1", "--batch", "8", "--json", str(out)])
+    assert json.loads(out.read_text())["verdict"] == res["verdict"] in ("helps", "hurts", "no difference")
+    tok = res["tokens"]
+    assert tok["native_mean_patches_per_image"] < 16  # the long words fit fewer of the 16 patches ...
+    assert tok["steps"]["native"] > tok["steps"]["square"]  # ... so the native arm runs more steps
+    assert abs(tok["native_patch_tokens_expected"] - tok["square_patch_tokens"]) <= 8 * 16 / 2  # half a step at most
+    assert [r["arm"] for r in res["runs"]] == ["square", "native"] * 2
+    diff = [n - s for n, s in zip(res["native_top1"], res["square_top1"])]
+    assert res["native_minus_square"]["mean"] == pytest.approx(sum(diff) / 2)
+

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitkit.data.collate import NativePacker
-from vitkit.data.glyphs import STREAM_MAX_IMAGES
+from vitkit.data.glyphs import STREAM_MAX_IMAGES, WORD_ALPHABET, WORD_MAX_LETTERS
 from vitkit.data.transforms import AUGMENTS, TrainTransform
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils import check_choice, check_int, check_range
 from vitkit.utils.recipe import RecipeSection, key
 
-DATA_NAMES = ("digits", "lfw", "glyphs", "shards", "hf", "cifar10", "cifar100", "folder", "list", "auto")
+DATA_NAMES = ("digits", "lfw", "glyphs", "glyph_words", "shards", "hf", "cifar10", "cifar100", "folder", "list",
+              "auto")
 GLYPH_MEMORY = 4 << 30  # bytes of glyph images a run may draw and hold
 # glyphs are drawn at most this size (each pixel's distance to every stroke segment: a 1,024 px image costs 64x a
 # 128 px one, and a stream of them never kept up with a step); the model resizes them to its input size
@@ -40,8 +41,8 @@ AUGREG: dict[str, dict[str, Any]] = {
 class DataConfig(RecipeSection):
     """Where the images come from, how the training images are augmented and how they are loaded."""
 
-    name: str = key("data.name", "auto", "digits | lfw | glyphs | shards | hf | cifar10 | cifar100 | folder | list | "
-                    "auto (from the path)")
+    name: str = key("data.name", "auto", "digits | lfw | glyphs | glyph_words | shards | hf | cifar10 | "
+                    "cifar100 | folder | list | auto (from the path)")
     path: str = key("data.path", "")
     test_path: str = key("data.test_path", "", "list files: a separate test list; shards: the test shards' pattern; "
                          "hf: test Parquet")
@@ -130,8 +131,15 @@ class DataConfig(RecipeSection):
             raise ValueError(f"data.glyph_classes = {self.glyph_classes:,} is more than data.glyph_images = "
                              f"{self.glyph_images:,}: most classes would have no image")
         check_int("data.glyph_size", self.glyph_size, low=4, high=GLYPH_MAX_SIZE)
+        if self.name == "glyph_words" and not 2 <= self.glyph_classes <= WORD_ALPHABET * WORD_MAX_LETTERS:
+            raise ValueError(f"data.glyph_classes = {self.glyph_classes:,}: glyph_words has at most "
+                             f"{WORD_ALPHABET * WORD_MAX_LETTERS} classes (words of 1-{WORD_MAX_LETTERS} letters of "
+                             f"{WORD_ALPHABET})")
         if not isinstance(self.glyph_stream, bool):
             raise ValueError(f"data.glyph_stream must be true or false, got {self.glyph_stream!r}")
+        if self.glyph_stream and self.name == "glyph_words":
+            raise ValueError("data.glyph_stream draws single glyphs when loaded; glyph_words are drawn up front: set "
+                             "data.glyph_stream = false")
         if self.glyph_stream:
             check_int("data.glyph_images", self.glyph_images, high=STREAM_MAX_IMAGES)
         elif self.glyph_images * self.glyph_size**2 > GLYPH_MEMORY:  # drawn up front and held in memory

@@ -243,3 +243,82 @@ class GlyphStream:
 def glyph_test_size(train_images: int) -> int:
     """Size of the glyph test split that goes with a training set: 10%, between 1,000 and 10,000."""
     return min(10_000, max(1_000, train_images // 10))
+
+
+# -- words: strips of glyphs at their own aspect ratio (native resolution, NaViT) --------------------------
+
+WORD_ALPHABET = 10  # letters: glyph prototypes of the same seed's first WORD_ALPHABET classes
+WORD_MAX_LETTERS = 4  # words of 1..4 letters: images of aspect 1:1 .. 4:1
+
+
+def _words(classes: int, seed: int) -> list[tuple[int, ...]]:
+    """The spelling of each class: class c has 1 + c % WORD_MAX_LETTERS letters drawn from the alphabet, every
+    spelling distinct (redrawn until it is)."""
+    short = -(-classes // WORD_MAX_LETTERS)  # classes of one letter: at most the alphabet
+    if short > WORD_ALPHABET:
+        raise ValueError(f"glyph words: {classes} classes need {short} distinct one-letter words, the alphabet has "
+                         f"{WORD_ALPHABET}; at most {WORD_ALPHABET * WORD_MAX_LETTERS} classes")
+    rng = np.random.default_rng([seed, 54])
+    words: list[tuple[int, ...]] = []
+    for c in range(classes):
+        while (w := tuple(int(v) for v in rng.integers(0, WORD_ALPHABET, 1 + c % WORD_MAX_LETTERS))) in words:
+            pass
+        words.append(w)
+    return words
+
+
+class GlyphWords:
+    """`images` words of glyphs (1 channel, uint8), each `size` px high and `size` px a letter wide: a data set of
+    mixed aspect ratios (1:1 to 4:1) in which the aspect ratio carries information (a word's length), for
+    native-resolution training (NaViT; issue 54's native vs square-resize comparison).
+
+    Class c is a word of 1 + c % 4 letters from an alphabet of 10 glyph prototypes (`glyphs`' first 10 classes of
+    the same seed); an image of class c draws each letter as `glyphs` draws an image (control points jittered, its
+    own pose and pixel noise), with one stroke width, ink and paper for the whole word, side by side. Resized to a
+    square, a four-letter word's letters are squeezed to a quarter of a one-letter word's width; at its own aspect
+    ratio every letter keeps its shape. The set is a pure function of (images, classes, size, seed, split); the test
+    split draws from another stream than train (same words)."""
+
+    def __init__(self, images: int, classes: int = 20, size: int = 16, seed: int = 0, split: str = "train") -> None:
+        check_int("glyph word images", images)
+        check_int("glyph word classes", classes, low=2)
+        check_int("glyph size", size, low=4)
+        if split not in SPLIT_IDS:
+            raise ValueError(f"glyph split must be train or test, got {split!r}")
+        self.words = _words(classes, seed)
+        self.classes = ["-".join(map(str, w)) for w in self.words]
+        self.channels, self.name = 1, f"glyph-words/{split}"
+        rng = np.random.default_rng([seed, SPLIT_IDS[split], 54])
+        self.labels = rng.integers(0, classes, images)
+        letters = np.array([a for y in self.labels for a in self.words[y]], dtype=np.int64)
+        owner = np.repeat(np.arange(images), [len(self.words[y]) for y in self.labels])  # the image of each letter
+        n = len(letters)
+        jitter = rng.normal(0.0, JITTER_STD, size=(n, 3, 3, 2))
+        ang, scale = rng.uniform(*UNIFORM["angle"], n), rng.uniform(*UNIFORM["scale"], n)
+        shift = rng.uniform(*UNIFORM["shift"], (n, 2))
+        style = [rng.uniform(*UNIFORM[k], (images, 1))[owner] for k in ("width", "ink", "paper")]
+        drawn = np.empty((n, 1, size, size), np.uint8)
+        protos = _prototypes(WORD_ALPHABET, seed)
+        for b in _blocks(n, size):
+            noise = rng.normal(0.0, NOISE_STD, (b.stop - b.start, size * size))
+            drawn[b] = _render(protos, letters[b], jitter[b], ang[b], scale[b], shift[b], [v[b] for v in style],
+                               noise, size)
+        starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=images))])
+        self.images = [torch.from_numpy(np.concatenate(list(drawn[starts[i]:starts[i + 1]]), axis=-1))
+                       for i in range(images)]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def get(self, i: int, min_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+        return self.images[i].float() / 255.0, int(self.labels[i])
+
+    def describe(self, i: int) -> str:
+        return f"{self.name}[{i}]"
+
+
+@lru_cache(maxsize=4)
+def glyph_words(images: int, classes: int = 20, size: int = 16, seed: int = 0, split: str = "train") -> GlyphWords:
+    """`GlyphWords`, drawn once per process for the same arguments (runs on one data set share the draw)."""
+    return GlyphWords(images, classes, size, seed, split)
+
