@@ -108,6 +108,39 @@ def test_train_native_flag_is_the_recipe_keys(tmp_path: Path, capsys) -> None:  
     assert "--native needs --max-patches N" in capsys.readouterr().err
 
 
+def test_finetune_native_trains_a_checkpoint_on_packed_images(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """`vitkit finetune --native --max-patches N`: a square checkpoint (E_pos learned on a 4x4 grid) fine-tuned on
+    images of mixed aspect ratios, each at its own grid (E_pos resampled per image, §3.2), packed; the saved model's
+    test figure is its packed evaluation. --max-patches alone is refused before the checkpoint is read."""
+    import vitkit
+    from vitkit.models import create_model
+
+    model = create_model("vit", img_size=16, patch_size=4, in_chans=3, width=32, depth=2, num_heads=2, mlp_dim=64,
+                         num_classes=5)
+    model.preprocess = PreprocessConfig(img_size=(16, 16))
+    vitkit.save_pretrained(model, tmp_path / "ckpt")
+    root, out = _folder(tmp_path / "imgs"), tmp_path / "ft"
+    argv = ["finetune", "--model", str(tmp_path / "ckpt"), "--config", "digits_finetune", "--data", str(root),
+            "--steps", "40", "--lr", "3e-3", "--out", str(out), "--no-progress", "--set", "optim.name=adamw",
+            "--set", "schedule.warmup_steps=2", "--set", "train.batch_size=8", "--set", "train.eval_every=0",
+            "--set", "data.dev_fraction=0", "--set", "data.holdout=0.25", "--set", "data.flip=true"]
+    assert main([*argv, "--max-patches", "16"]) == 2
+    assert "--max-patches applies to --native" in capsys.readouterr().err
+    assert main([*argv, "--native", "--max-patches", "16", "--set", "data.pack_budget=32"]) == 0
+    data = json.loads((out / "run_config.json").read_text())["data"]
+    assert data["max_patches"] == 16 and data["augment"] == "none"
+    res = json.loads((out / "result.json").read_text())
+    assert res["test"]["top1"] >= 0.75  # stripes' direction: chance is 0.5
+    tuned = load_pretrained(out / "model")
+    assert tuned.config.num_classes == 2 and not torch.equal(tuned.pos_embed, model.pos_embed)
+    cfg = load_config("digits_finetune", ["data.name=folder", f"data.path={root}", "data.dev_fraction=0",
+                                          "data.holdout=0.25", "data.channels=3"])
+    test = open_splits(cfg.data)["test"]
+    batch = NativePacker(tuned.preprocess, 4, 16, 32)([test.get(i) for i in range(len(test))], train=False)
+    assert sorted({tuple(g) for g in batch.batch.grids.tolist()}) != [(4, 4)]  # the images kept their own grids
+    assert evaluate_batches(tuned, [(batch.batch, batch.labels)])["top1"] == pytest.approx(res["test"]["top1"])
+
+
 TINY = ["--no-progress", "--set", "model.width=16", "--set", "model.depth=1", "--set", "model.num_heads=2", "--set",
         "model.mlp_dim=32", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
         "train.batch_size=8", "--set", "train.tensorboard=false", "--set", "data.num_workers=0"]

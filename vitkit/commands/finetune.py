@@ -5,6 +5,8 @@ The head is replaced by a zero-initialised K-way layer and the position embeddin
 384 px); the image channels and normalisation come from the checkpoint. On the bundled digits:
 `vitkit finetune --model runs/train/model --config digits_finetune`. `--lora R` trains LoRA adapters on the frozen
 encoder instead of every weight (vitkit.models.lora); `--grad-checkpoint` trades a forward pass for activations.
+`--native --max-patches N` fine-tunes at native resolution (NaViT): each image at its own aspect ratio under N patches,
+packed, the checkpoint's position embeddings resampled to each image's grid (§3.2).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
-from vitkit.commands._run_args import add_run_arguments, prepare, report
+from vitkit.commands._run_args import add_native_arguments, add_run_arguments, native_values, prepare, report
 from vitkit.utils.options import TRAIN_PRECISIONS, add_img_size_argument, precision_help
 
 HELP = "fine-tune a pretrained model (new head, resampled position embeddings) with the paper's recipe"
@@ -50,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=precision_help(("auto", *TRAIN_PRECISIONS), "the recipe's train.precision"))
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
     p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
+    add_native_arguments(p)
     add_run_arguments(p, "finetune_base", "finetune")
     add_load_arguments(p)
 
@@ -59,9 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.formats import load_pretrained
     from vitkit.train.run import run_experiment
 
+    native = native_values(args)  # checked before the checkpoint is read
     hints = {k: v for k, v in load_hints(args).items() if v is not None}
     source = load_pretrained(args.model, **hints)  # read once: its channels decide the data's, then it is trained
-    values = {"model.pretrained": args.model, "data.channels": source.config.in_chans,
+    values = {**native, "model.pretrained": args.model, "data.channels": source.config.in_chans,
               **{f"model.{k}": v for k, v in hints.items() if k != "allow_pickle"}}  # model.revision: a hub id's
     if args.data:
         named = args.data in ("digits", "lfw")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.commands._run_args import add_run_arguments, prepare, report
+from vitkit.commands._run_args import add_native_arguments, add_run_arguments, native_values, prepare, report
 
 HELP = "train (pre-train or fine-tune) from a TOML recipe, with exact --resume"
 
@@ -27,23 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run STEPS steps of batch 8 on synthetic data (checks a recipe without its data; "
                    "saves no checkpoint or model unless --save)")
     p.add_argument("--save", action="store_true", help="with --dry-run: also save the checkpoint and the model")
-    p.add_argument("--native", action="store_true",
-                   help="native resolution (NaViT): each image at its own aspect ratio, resized whole to at most "
-                   "--max-patches patches, packed; sets data.max_patches and data.augment = none")
-    p.add_argument("--max-patches", type=int, default=None, help="with --native: at most this many patches per image")
-
-
-def native_values(args: argparse.Namespace) -> dict[str, object]:
-    """The recipe values --native --max-patches N stand for (an explicit --set still wins)."""
-    from vitkit.utils import check_int
-
-    if not args.native:
-        if args.max_patches is not None:
-            raise ValueError("--max-patches applies to --native (native resolution)")
-        return {}
-    if args.max_patches is None:
-        raise ValueError("--native needs --max-patches N: the most patches an image may have")
-    return {"data.max_patches": check_int("--max-patches", args.max_patches), "data.augment": "none"}
+    add_native_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
