@@ -159,6 +159,19 @@ def test_what_cannot_pack_is_refused_by_name(kw: dict, merge: int, pattern: str)
         m.forward_packed([torch.randn(3, 32, 32)])
 
 
+def test_packed_input_to_the_per_block_record_is_refused_by_name() -> None:
+    """intermediates (inspect's attention maps, fewshot), timm's forward_intermediates / forward_features and tokens
+    read one batch of equal images: a PackedBatch is refused naming the packed paths and the per-image way."""
+    m = tiny()
+    b = m.pack(images(SIZES[:2]))
+    calls = (m.intermediates, m.forward_intermediates, m.forward_features, m.tokens,
+             lambda x: m.intermediates(x, attention=True))
+    for call in calls:
+        with pytest.raises(ValueError, match=r"packed images \(a PackedBatch, native resolution\) run through forward, "
+                                             r"forward_packed and tokens_packed only.*model.intermediates\(image\[None\]\)"):
+            call(b)
+
+
 def test_bad_packed_batches_are_refused() -> None:
     m = tiny()
     ims = images(SIZES[:2])

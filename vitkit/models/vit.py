@@ -216,7 +216,15 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
 
     def _embed(self, x: torch.Tensor, patch_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
                ) -> tuple[torch.Tensor, tuple[int, int]]:
-        """`embed`, and the patch grid of `x` (the input checked once)."""
+        """`embed`, and the patch grid of `x` (the input checked once; packed images refused by name: the per-block
+        record of `intermediates`, timm's `forward_intermediates` / `forward_features` and `vitkit inspect` read
+        one batch of equal images)."""
+        if isinstance(x, PackedBatch):
+            raise ValueError("packed images (a PackedBatch, native resolution) run through forward, forward_packed "
+                             "and tokens_packed only; intermediates (per-block outputs, attention maps: vitkit "
+                             "inspect), forward_intermediates, forward_features and tokens take a batch of equal "
+                             "images (B, C, H, W): run an image alone for its own, "
+                             "model.intermediates(image[None])")
         grid = self.config.grid_of_images(x)
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
         if patch_fn is not None:
