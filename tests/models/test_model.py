@@ -198,3 +198,41 @@ def test_hybrid_registry_names_and_size() -> None:
     assert abs(sum(p.numel() for p in b16.parameters()) / 1e6 - 98.95) < 0.01
     tiny_hybrid = vitkit.create_model("vit_r50_ti16", img_size=32, num_classes=3)
     assert tiny_hybrid(torch.randn(1, 3, 32, 32)).shape == (1, 3)
+
+
+def test_flexivit_patch_size_change_keeps_a_resized_patch_s_token() -> None:
+    """set_patch_size (FlexiViT's PI-resize, timm's resample_patch_embed): an image whose every 8 px patch is resized
+    to 16 px (the kernel's own resize, bicubic) gives the 16 px model the tokens, so the logits, the 8 px model gave
+    the original; E_pos is resampled to the new grid; the hybrid and bad sizes are refused by name."""
+    import torch.nn.functional as F
+
+    m = VisionTransformer(ViTConfig(img_size=32, patch_size=8, width=32, depth=2, num_heads=2, mlp_dim=64,
+                                    num_classes=5))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    m.eval()
+    x = torch.randn(2, 3, 32, 32, generator=g)
+    cells = x.unfold(2, 8, 8).unfold(3, 8, 8).permute(0, 2, 3, 1, 4, 5).reshape(-1, 3, 8, 8)  # (B*4*4, C, 8, 8)
+    up = F.interpolate(cells, size=(16, 16), mode="bicubic", antialias=True, align_corners=False)
+    big = up.reshape(2, 4, 4, 3, 16, 16).permute(0, 3, 1, 4, 2, 5).reshape(2, 3, 64, 64)
+    with torch.no_grad():
+        want, tokens = m(x), m.patch_embed(x)
+        m.set_patch_size(16, img_size=64)
+        assert (m.config.patch_size, m.config.grid_size) == (16, (4, 4))
+        assert torch.allclose(m.patch_embed(big), tokens, atol=1e-4)
+        assert torch.allclose(m(big), want, atol=1e-4)
+        naive = F.interpolate(x, size=(64, 64), mode="nearest")  # another resize: other tokens
+        assert (m.patch_embed(naive) - tokens).abs().max() > 1e-2
+        pe = m.pos_embed.clone()
+        m.set_patch_size(8)  # smaller patches at 64 px: an 8x8 grid, E_pos resampled to it (least squares kernel)
+        assert m.pos_embed.shape[1] == 1 + 64 and m(big).shape == (2, 5) and not torch.equal(m.pos_embed[:, :17], pe)
+    with pytest.raises(ValueError, match="hybrid's patches are cells of its ResNet stem"):
+        VisionTransformer(ViTConfig(img_size=32, patch_size=2, width=32, depth=1, num_heads=2, mlp_dim=64,
+                                    resnet_layers=(1,), resnet_width=0.5)).set_patch_size(4)
+    with pytest.raises(ValueError, match="positive integer, got 0"):
+        m.set_patch_size(0)
+    with pytest.raises(ValueError, match="not divisible by the patch stride 24"):
+        m.set_patch_size(24)  # 64 px is not a whole number of 24 px patches
+    assert m.config.patch_size == m.patch_embed.proj.weight.shape[-1] == 8  # a refused change changes nothing

@@ -226,6 +226,26 @@ class Block(nn.Module):
         return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # eq. 3: z = MLP(LN(z')) + z'
 
 
+def resample_patch_kernel(weight: torch.Tensor, size: int, mode: str = "bicubic") -> torch.Tensor:
+    """The patch embedding's kernel (D, C, P, P) for patches of `size` px (FlexiViT, Beyer et al. 2023, §3.4 "PI-resize";
+    timm's `resample_patch_embed`): with B the matrix of resizing a P x P patch to size x size (`mode`, antialiased),
+    the new kernel is pinv(B^T) w, so that a patch resized up by B gets the token it got at P px (<B x, w'> = <x, w>,
+    exact for size >= P; for size < P the least-squares kernel)."""
+    old = weight.shape[-1]
+    if weight.ndim != 4 or weight.shape[-2] != old:
+        raise ValueError(f"resample_patch_kernel: expected a square kernel (D, C, P, P), got {tuple(weight.shape)}")
+    if size < 1:
+        raise ValueError(f"resample_patch_kernel: the new patch size must be >= 1, got {size}")
+    if size == old:
+        return weight.clone()
+    basis = torch.eye(old * old, dtype=torch.float64).reshape(old * old, 1, old, old)
+    resize = F.interpolate(basis, size=(size, size), mode=mode, antialias=True, align_corners=False)
+    b = resize.reshape(old * old, size * size).T  # (size^2, P^2): column j is basis patch j resized
+    pinv = torch.linalg.pinv(b.T)  # (size^2, P^2)
+    flat = weight.detach().to(torch.float64).reshape(-1, old * old)  # (D * C, P^2)
+    return (flat @ pinv.T).reshape(*weight.shape[:2], size, size).to(weight.dtype)
+
+
 class PatchEmbed(nn.Module):
     """eq. 1's x_p E: a P x P stride-P convolution is exactly the linear map of flattened patches.
 

@@ -67,10 +67,15 @@ class TimmApi:
             self.head_dist.reset_parameters()
 
     def set_input_size(self, img_size: int | tuple[int, int] | None = None, patch_size: Any = None) -> None:
-        """timm's name for `set_img_size` (E_pos resampled in 2D, §3.2); a new patch size is refused."""
-        if patch_size is not None and tuple(torch.nn.modules.utils._pair(patch_size)) != (self.config.patch_size,) * 2:
-            raise ValueError(f"patch_size={patch_size!r}: vitkit does not resample the patch embedding "
-                             f"(this model's patches are {self.config.patch_size} px)")
+        """timm's name for `set_img_size` (E_pos resampled in 2D, §3.2) and, with `patch_size`, `set_patch_size`
+        (FlexiViT's pseudo-inverse resize of the patch embedding, as timm's `resample_patch_embed`)."""
+        if patch_size is not None:
+            p = tuple(torch.nn.modules.utils._pair(patch_size))
+            if p[0] != p[1]:
+                raise ValueError(f"patch_size={patch_size!r}: vitkit's patches are square")
+            if p[0] != self.config.patch_size:
+                self.set_patch_size(int(p[0]), img_size)
+                return
         if img_size is not None:
             self.set_img_size(img_size)
 

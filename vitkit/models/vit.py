@@ -41,6 +41,7 @@ from vitkit.models.layers import (  # noqa: F401 - re-exported
     Tokens,
     TwoHeads,
     init_original,
+    resample_patch_kernel,
 )
 from vitkit.models.packing import Layout, PackedBatch
 from vitkit.models.posemb import resample_axis, resample_posemb, sincos_2d
@@ -135,9 +136,34 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
         """Permanently move the model to another resolution, resampling E_pos in 2D (§3.2). A model that keeps a
         checkpoint's own table (`config.posemb_grid`) keeps it: E_pos is resampled from it, once, for the new size
         (never from an earlier resampling)."""
-        new = to_pair(img_size, "img_size")
+        self._move_positions(self.config.replace(img_size=to_pair(img_size, "img_size")), mode)
+
+    def set_patch_size(self, patch: int, img_size: int | tuple[int, int] | None = None, mode: str = "bicubic") -> None:
+        """Permanently change the patch size (FlexiViT, Beyer et al. 2023): the patch embedding's kernel resampled by
+        its pseudo-inverse resize (`resample_patch_kernel`: a patch resized up with the image keeps its token), E_pos
+        resampled in 2D (§3.2) to the new grid of `img_size` (default: the present size). The hybrid's ResNet stem is
+        refused (its patches are cells of a feature map, not pixels)."""
+        cfg = self.config
+        if cfg.resnet_layers is not None:
+            raise ValueError("set_patch_size: the hybrid's patches are cells of its ResNet stem's feature map, not "
+                             "pixels; its patch size is part of the architecture")
+        if isinstance(patch, bool) or not isinstance(patch, int) or patch < 1:
+            raise ValueError(f"set_patch_size: the patch size must be a positive integer, got {patch!r}")
+        new_cfg = cfg.replace(patch_size=patch, img_size=cfg.img_size if img_size is None else to_pair(img_size,
+                                                                                                     "img_size"))
+        proj = self.patch_embed.proj
+        conv = nn.Conv2d(proj.in_channels, proj.out_channels, patch, stride=patch, bias=proj.bias is not None)
+        conv = conv.to(device=proj.weight.device, dtype=proj.weight.dtype)
+        with torch.no_grad():
+            conv.weight.copy_(resample_patch_kernel(proj.weight, patch, mode))
+            if proj.bias is not None:
+                conv.bias.copy_(proj.bias)
+        self.patch_embed.proj = conv
+        self._move_positions(new_cfg, mode)
+
+    def _move_positions(self, new_cfg: ViTConfig, mode: str) -> None:
+        """E_pos (and relative tables) resampled from the present grid to `new_cfg`'s, then `new_cfg` taken."""
         old_grid = self.config.grid_size
-        new_cfg = self.config.replace(img_size=new)  # validates divisibility
         prefix = self.config.num_class_tokens
         if self.config.posemb == "learn1d" and self.config.posemb_grid is None:  # a kept table stays as it came
             self.pos_embed = nn.Parameter(torch.cat(
