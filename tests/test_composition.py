@@ -111,6 +111,7 @@ VARIANTS: dict[str, Callable[[], VisionTransformer]] = {
     "hybrid": lambda: vit(resnet_layers=(1,), resnet_width=0.5, patch_size=2),  # ResNet stem (stride 4) + 2 px
     "quickgelu": lambda: vit(gelu="quick"),
     "non_square": lambda: vit(img_size=(32, 48)),  # a 4 x 6 grid
+    "factorized_posemb": lambda: vit(posemb="factorized"),  # NaViT's E_pos: X- and Y-embeddings summed
     "hooked": lambda: hooked(vit()),
     "lora": lambda: with_lora(vit()),
     "tome_gap": lambda: merged(vit(pooling="gap", class_token=True)),  # a class token beside GAP: cls, cls_mean
@@ -182,11 +183,17 @@ def call_hooks(mod: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
 def reference(m: VisionTransformer, x: torch.Tensor) -> Reference:
     """The encoder of eq. 1-4 run from the model's submodules, with ToMe written out (see the module docstring)."""
     cfg = m.config
-    assert cfg.posemb == "learn1d" and cfg.posemb_placement == "input", "reference(): add this position embedding"
+    assert cfg.posemb in ("learn1d", "factorized") and cfg.posemb_placement == "input", \
+        "reference(): add this position embedding"
     B = x.shape[0]
     z = m.patch_embed(x).flatten(2).transpose(1, 2)
     cls = [t.expand(B, -1, -1) for t in (m.cls_token, m.dist_token) if t is not None]
-    z = torch.cat([*cls, z], 1) + m.pos_embed
+    if cfg.posemb == "factorized":  # NaViT: E_pos(r, c) = row_r + col_c, the class token its own
+        grid = (m.pos_embed_row[0][:, None] + m.pos_embed_col[0][None, :]).reshape(1, -1, cfg.width)
+        pe = torch.cat([m.pos_embed_cls, grid], 1)
+    else:
+        pe = m.pos_embed
+    z = torch.cat([*cls, z], 1) + pe
     if m.reg_token is not None:
         c = len(cls)
         z = torch.cat([z[:, :c], m.reg_token.expand(B, -1, -1), z[:, c:]], 1)
@@ -625,6 +632,7 @@ SAVER_REFUSES: dict[tuple[str, str], str] = {
     ("lora_tome", "hf"): "GAP pooling", ("gap_fc_norm", "npz"): "fc_norm", ("map", "npz"): "pooling='map'", ("registers_layerscale", "npz"): "registers",
     ("deit_distilled", "npz"): "distill_token", ("quickgelu", "npz"): "QuickGELU", ("tome_map", "npz"): "pooling='map'",
     ("tome_gap", "npz"): "class token that is not pooled", ("lora_tome", "npz"): "class token that is not pooled",
+    **{("factorized_posemb", fmt): "posemb='factorized'" for fmt in ("hf", "timm", "npz")},
 }
 LORA_REFUSAL = "merge_lora"
 

@@ -236,3 +236,25 @@ def test_flexivit_patch_size_change_keeps_a_resized_patch_s_token() -> None:
     with pytest.raises(ValueError, match="not divisible by the patch stride 24"):
         m.set_patch_size(24)  # 64 px is not a whole number of 24 px patches
     assert m.config.patch_size == m.patch_embed.proj.weight.shape[-1] == 8  # a refused change changes nothing
+
+
+def test_factorized_position_embedding_is_row_plus_column() -> None:
+    """posemb="factorized" (NaViT): E_pos(r, c) = X_r + Y_c, two tables of width D (learn2d concatenates two of
+    D/2); at another grid each table is resampled along its own axis; per-layer placement is refused by name."""
+    m = VisionTransformer(ViTConfig(img_size=(16, 32), patch_size=8, width=32, depth=1, num_heads=2, mlp_dim=64,
+                                    num_classes=3, posemb="factorized"))
+    with torch.no_grad():
+        for p in (m.pos_embed_row, m.pos_embed_col, m.pos_embed_cls):
+            p.normal_()
+    assert m.pos_embed_row.shape == (1, 2, 32) and m.pos_embed_col.shape == (1, 4, 32)
+    pe = m.position_embedding((2, 4))
+    assert torch.equal(pe[0, 0], m.pos_embed_cls[0, 0])
+    for r in range(2):
+        for c in range(4):
+            assert torch.equal(pe[0, 1 + r * 4 + c], m.pos_embed_row[0, r] + m.pos_embed_col[0, c])
+    wide = m.position_embedding((2, 8))  # only the column table is resampled: every row keeps its X_r difference
+    assert torch.allclose(wide[0, 1:9] - wide[0, 9:17], (m.pos_embed_row[0, 0] - m.pos_embed_row[0, 1]).expand(8, -1),
+                          atol=1e-6)
+    assert m(torch.randn(2, 3, 16, 32)).shape == (2, 3)
+    with pytest.raises(ValueError, match="posemb_placement 'every_layer' applies to learned 1D / 2D"):
+        ViTConfig(posemb="factorized", posemb_placement="every_layer")

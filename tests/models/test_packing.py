@@ -24,6 +24,7 @@ VARIANTS = {
     "distilled": dict(distill_token=True),
     "gap_fc_norm_sincos": dict(pooling="gap", fc_norm=True, posemb="sincos2d"),
     "learn2d_layerscale": dict(posemb="learn2d", layer_scale=0.1),
+    "factorized_gap": dict(posemb="factorized", pooling="gap", num_registers=1),  # NaViT's E_pos
 }
 
 

@@ -306,7 +306,7 @@ def unwrap_state(obj: Any, path: Path) -> dict[str, torch.Tensor]:
 def resample_warning(cfg: Any, how: str, target: str) -> None:
     """Log when `target` (a peer's model class) resamples E_pos to other input sizes otherwise (`how`, a
     `posemb_resample` value) than the model does; at the model's own size the outputs are equal."""
-    if cfg.posemb_resample != how and cfg.posemb in ("learn1d", "learn2d"):
+    if cfg.posemb_resample != how and cfg.posemb in ("learn1d", "learn2d", "factorized"):
         log.warning(
             "%s resamples the position embeddings to other input sizes by %r, this model by %r: outputs at other "
             "sizes differ slightly (the model's own size is exact)", target, how, cfg.posemb_resample)

@@ -18,7 +18,7 @@ from vitkit.models.resnet import hybrid_stride, root_width
 from vitkit.utils import check_choice, check_fields, check_int, check_range, to_pair
 
 Pooling = Literal["token", "gap", "map"]  # class token, global average (D.3), attention pooling (MAP)
-PosEmb = Literal["learn1d", "learn2d", "relative", "none", "sincos2d", "sincos2d_big_vision"]
+PosEmb = Literal["learn1d", "learn2d", "factorized", "relative", "none", "sincos2d", "sincos2d_big_vision"]
 SINCOS = ("sincos2d", "sincos2d_big_vision")
 # appendix D.4's placements of 1-D / 2-D position embeddings: once at the input (the paper's default), a
 # table learned per layer and added before each block, or one table added before every block
@@ -79,7 +79,8 @@ class ViTConfig:
     # --- position embeddings (§3.1; appendix D.4; other resolutions §3.2) ---------------------------------------
     posemb: PosEmb = "learn1d"  # appendix D.4: none, learned 1D / 2D (absolute), relative (in the attention);
     # "sincos2d": fixed 2-D sine-cosine ("Better plain ViT baselines", Beyer et al. 2022); "sincos2d_big_vision":
-    # big_vision's exact formula (other frequencies and channel order, models/posemb.py)
+    # big_vision's exact formula (other frequencies and channel order, models/posemb.py); "factorized": NaViT's
+    # learned X- and Y-embeddings of width D, summed (learn2d concatenates two of D/2)
     posemb_placement: Placement = "input"  # appendix D.4, for learn1d / learn2d
     posemb_resample: PosembResample = "bicubic"  # how a learned 1D E_pos is resampled to another grid (§3.2):
     # "bicubic" to the grid's size (transformers' classes); "bicubic_antialias" (timm's resample_abs_pos_embed, DINOv2's
@@ -190,7 +191,7 @@ class ViTConfig:
                              "fc_norm, and no representation_size under heads")
 
     def _check_posemb(self) -> None:
-        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "relative", "none", *SINCOS))
+        check_choice("posemb", self.posemb, ("learn1d", "learn2d", "factorized", "relative", "none", *SINCOS))
         check_choice("posemb_placement", self.posemb_placement, ("input", "every_layer", "every_layer_shared"))
         check_choice("posemb_resample", self.posemb_resample, POSEMB_RESAMPLE)
         if self.posemb_grid is not None:

@@ -227,7 +227,7 @@ class Block(nn.Module):
 
 
 def resample_patch_kernel(weight: torch.Tensor, size: int, mode: str = "bicubic") -> torch.Tensor:
-    """The patch embedding's kernel (D, C, P, P) for patches of `size` px (FlexiViT, Beyer et al. 2023, §3.4 "PI-resize";
+    """The patch embedding's kernel (D, C, P, P) for patches of `size` px (FlexiViT, Beyer et al. 2023, "PI-resize";
     timm's `resample_patch_embed`): with B the matrix of resizing a P x P patch to size x size (`mode`, antialiased),
     the new kernel is pinv(B^T) w, so that a patch resized up by B gets the token it got at P px (<B x, w'> = <x, w>,
     exact for size >= P; for size < P the least-squares kernel)."""

@@ -70,9 +70,12 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
         if cfg.posemb == "learn1d":  # one table over the flattened sequence, class token included
             th, tw = cfg.table_grid  # a checkpoint's own grid where the model keeps its table (posemb_grid)
             self.pos_embed = nn.Parameter(torch.zeros(n, cfg.num_class_tokens + th * tw, D))
-        elif cfg.posemb == "learn2d":  # appendix D.4: X- and Y-embeddings of size D/2, concatenated
-            self.pos_embed_row = nn.Parameter(torch.zeros(n, gh, D // 2))
-            self.pos_embed_col = nn.Parameter(torch.zeros(n, gw, D // 2))
+        elif cfg.posemb in ("learn2d", "factorized"):
+            # appendix D.4's learn2d: X- and Y-embeddings of size D/2, concatenated; NaViT's "factorized":
+            # X- and Y-embeddings of size D, summed
+            d = D // 2 if cfg.posemb == "learn2d" else D
+            self.pos_embed_row = nn.Parameter(torch.zeros(n, gh, d))
+            self.pos_embed_col = nn.Parameter(torch.zeros(n, gw, d))
             self.pos_embed_cls = nn.Parameter(torch.zeros(n, cfg.num_class_tokens, D))
         self.pos_drop = nn.Dropout(cfg.dropout)
         self.norm_pre: nn.Module = nn.LayerNorm(D, eps=cfg.ln_eps) if cfg.pre_norm else nn.Identity()
@@ -169,7 +172,7 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
             self.pos_embed = nn.Parameter(torch.cat(
                 [resample_posemb(t[None], new_cfg.grid_size, old_grid, prefix, mode, **self._resample_kwargs())
                  for t in self.pos_embed.data]))
-        elif self.config.posemb == "learn2d":
+        elif self.config.posemb in ("learn2d", "factorized"):
             gh, gw = new_cfg.grid_size
             self.pos_embed_row = nn.Parameter(torch.cat([resample_axis(t[None], gh, mode) for t in self.pos_embed_row.data]))
             self.pos_embed_col = nn.Parameter(torch.cat([resample_axis(t[None], gw, mode) for t in self.pos_embed_col.data]))
@@ -223,10 +226,13 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
         row, col = self.pos_embed_row[i : i + 1], self.pos_embed_col[i : i + 1]
         if grid != cfg.grid_size:
             row, col = resample_axis(row, gh), resample_axis(col, gw)
-        D2 = row.shape[-1]
-        grid_pe = torch.cat(
-            [row[:, :, None, :].expand(1, gh, gw, D2), col[:, None, :, :].expand(1, gh, gw, D2)], dim=-1
-        ).reshape(1, gh * gw, 2 * D2)
+        if cfg.posemb == "factorized":  # NaViT: E_pos(r, c) = row_r + col_c
+            grid_pe = (row[:, :, None, :] + col[:, None, :, :]).reshape(1, gh * gw, -1)
+        else:
+            D2 = row.shape[-1]
+            grid_pe = torch.cat(
+                [row[:, :, None, :].expand(1, gh, gw, D2), col[:, None, :, :].expand(1, gh, gw, D2)], dim=-1
+            ).reshape(1, gh * gw, 2 * D2)
         return torch.cat([self.pos_embed_cls[i : i + 1], grid_pe], dim=1)
 
     # ----------------------------------------------------------------------------- forward
