@@ -11,7 +11,9 @@ square arm resizes every image to 32x32 (no crop), the native arm keeps each ima
 Equal compute is equal image tokens (patches) processed in training: the square arm sees 16 patches an image; the
 native arm's images have fewer on average (an image of aspect 3:1 fits 2x6 = 12 of the 16), so the native arm runs
 steps * 16 / mean-native-patches steps (rounded) of the same batch: the same expected number of patch tokens (the
-class token, one an image, and the packed rows' padding, which the mask hides, are not counted). Test accuracy is
+class token, one an image, and the packed rows' padding, which the mask hides, are not counted). `--match steps`
+gives both arms the same steps instead (the native arm then sees fewer real tokens; with first-fit rows of
+--budget patches its padded rows hold about as many slots as the square batch). Test accuracy is
 taken at the end, each arm evaluated as it trained (square images / packed native ones).
 
     nice -n 5 python benchmarks/navit_accuracy.py --seeds 0 1 2 3 4 [--steps 600] [--threads 1]
@@ -60,6 +62,9 @@ def main(argv: list[str] | None = None) -> dict:
             "max-patches": SIDE * SIDE // PATCH**2, "budget": 64, "threads": 1}
     for name, default in ints.items():
         ap.add_argument(f"--{name}", type=int, default=default)
+    ap.add_argument("--match", choices=("tokens", "steps"), default="tokens",
+                    help="equal compute as equal real patch tokens (default), or as equal steps of the same batch "
+                    "(equal packed slots when the padding fills the difference)")
     ap.add_argument("--json", default=str(Path(__file__).parent / "results" / "navit_accuracy.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -72,10 +77,12 @@ def main(argv: list[str] | None = None) -> dict:
               "train.ckpt_every=0", "train.tensorboard=false", f"train.log_every={max(1, args.steps // 4)}"]
     train = glyph_words(args.images, args.classes, args.letter, 0, "train")  # the run's own training split (seed 0)
     m = mean_native_patches(train, args.max_patches)
-    steps = {"square": args.steps, "native": round(args.steps * square_patches / m)}
+    steps = {"square": args.steps, "native": round(args.steps * square_patches / m) if args.match == "tokens"
+             else args.steps}
     arms = {"square": [], "native": [f"data.max_patches={args.max_patches}", f"data.pack_budget={args.budget}"]}
     runs = scratch_dir("vitkit-navit-acc-")
     result: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_info(),
+                    "match": args.match,
                     "python": platform.python_version(), "args": vars(args),
                     "data": f"GlyphWords({args.images}, {args.classes} classes, {args.letter} px letters); test "
                             f"split of the same words, other images",
