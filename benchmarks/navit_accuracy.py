@@ -18,7 +18,7 @@ taken at the end, each arm evaluated as it trained (square images / packed nativ
 
     nice -n 5 python benchmarks/navit_accuracy.py --seeds 0 1 2 3 4 [--steps 600] [--threads 1]
 
-Writes benchmarks/results/navit_accuracy.json: per-seed test top-1 of both arms, the paired difference (native -
+Writes benchmarks/results/navit_accuracy_<steps>steps.json (or --json): per-seed test top-1 of both arms, the paired difference (native -
 square) with its 95% t-interval (vitkit.reproduce.stats.paired) and the verdict: "helps" (interval above 0),
 "hurts" (below 0), "no difference" (it contains 0); the load average before and after each run.
 """
@@ -65,8 +65,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--match", choices=("tokens", "steps"), default="tokens",
                     help="equal compute as equal real patch tokens (default), or as equal steps of the same batch "
                     "(equal packed slots when the padding fills the difference)")
-    ap.add_argument("--json", default=str(Path(__file__).parent / "results" / "navit_accuracy.json"))
+    ap.add_argument("--json", default=None, help="default: benchmarks/results/navit_accuracy_<steps>steps.json")
     args = ap.parse_args(argv)
+    if args.json is None:
+        args.json = str(Path(__file__).parent / "results" / f"navit_accuracy_{args.steps}steps.json")
     torch.set_num_threads(args.threads)
     square_patches = (SIDE // PATCH) ** 2
     common = ["data.name=glyph_words", f"data.glyph_images={args.images}", f"data.glyph_classes={args.classes}",
