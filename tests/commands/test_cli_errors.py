@@ -80,6 +80,11 @@ def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsy
     # --native --max-patches 10^6 asked the allocator for 1 TB ("enforce fail at alloc_cpu.cpp"); 10^9 hung
     assert main(["predict", str(img), "--model", str(folder), "--native", "--max-patches", "1000000"]) == 2
     assert "--max-patches must be at most 262,144, got 1000000" in capsys.readouterr().err
+    # export --bench's batch of 10^6 images asked the allocator for 12 GB after the export; 10^9 repeats ran for days
+    for flags, says in ((["--batch", "1000000"], "--batch must be at most 4,096, got 1000000"),
+                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000")):
+        assert main(["export", str(folder), "--out", str(tmp_path / "m.onnx"), "--bench", *flags]) == 2
+        assert says in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
     monkeypatch.setenv("VITKIT_MAX_IMAGE_PIXELS", "abc")
     assert main(["eval", "--model", str(folder), "--data", str(noise_folder(tmp_path / "data"))]) == 2
     assert "VITKIT_MAX_IMAGE_PIXELS='abc' is not a whole number" in capsys.readouterr().err
