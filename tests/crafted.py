@@ -739,6 +739,14 @@ def c_bare_timm_other_size(d: Path) -> list[str]:
     return ["predict", str(_png(d / "x.png")), "--model", str(f), "--num-heads", "2", "--img-size", "48"]
 
 
+
+def c_bench_batch(d: Path) -> list[str]:
+    return ["export", str(_model(d / "m")), "--out", str(d / "m.onnx"), "--bench", "--batch", str(10**6)]
+
+
+def c_bench_repeats(d: Path) -> list[str]:
+    return ["export", str(_model(d / "m")), "--out", str(d / "m.onnx"), "--bench", "--repeats", str(10**9)]
+
 CASES: list[Case] = [
     ("int32 tensor, HF folder", "silently wrong", c_int_hf, "refused"),
     ("bool tensor, bare timm .safetensors", "silently wrong", c_bool_timm, "refused"),
@@ -840,6 +848,8 @@ CASES: list[Case] = [
     ("vitkit.embed: a typo beside a folder", "silently wrong", c_embed_api_typo, "refused"),
     ("vitkit.embed: a torn PNG in the folder", "silently wrong", c_embed_api_torn, "refused"),
     ("bare timm file at --img-size 48", "silently wrong", c_bare_timm_other_size, "ran"),
+    ("export --bench --batch 10^6", "hangs and memory", c_bench_batch, "refused"),
+    ("export --bench --repeats 10^9", "hangs and memory", c_bench_repeats, "refused"),
 ]
 
 _AT = {fn: i for i, (_, _, fn, _) in enumerate(CASES)}
