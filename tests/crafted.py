@@ -747,6 +747,11 @@ def c_bench_batch(d: Path) -> list[str]:
 def c_bench_repeats(d: Path) -> list[str]:
     return ["export", str(_model(d / "m")), "--out", str(d / "m.onnx"), "--bench", "--repeats", str(10**9)]
 
+
+def c_vitkit_bench_batch(d: Path) -> list[str]:
+    return ["bench", "--models", "vit_ti16", "--img-size", "32", "--peers", "none", "--no-memory", "--batch",
+            str(10**7)]
+
 CASES: list[Case] = [
     ("int32 tensor, HF folder", "silently wrong", c_int_hf, "refused"),
     ("bool tensor, bare timm .safetensors", "silently wrong", c_bool_timm, "refused"),
@@ -850,6 +855,7 @@ CASES: list[Case] = [
     ("bare timm file at --img-size 48", "silently wrong", c_bare_timm_other_size, "ran"),
     ("export --bench --batch 10^6", "hangs and memory", c_bench_batch, "refused"),
     ("export --bench --repeats 10^9", "hangs and memory", c_bench_repeats, "refused"),
+    ("bench --batch 10^7", "hangs and memory", c_vitkit_bench_batch, "refused"),
 ]
 
 _AT = {fn: i for i, (_, _, fn, _) in enumerate(CASES)}

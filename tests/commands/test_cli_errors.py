@@ -85,6 +85,10 @@ def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsy
                         (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000")):
         assert main(["export", str(folder), "--out", str(tmp_path / "m.onnx"), "--bench", *flags]) == 2
         assert says in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
+    for flags, says in ((["--batch", "1,10000000"], "--batch must be at most 4,096, got 10000000"),
+                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000")):
+        assert main(["bench", "--models", "vit_ti16", "--img-size", "32", "--peers", "none", *flags]) == 2
+        assert says in capsys.readouterr().err
     monkeypatch.setenv("VITKIT_MAX_IMAGE_PIXELS", "abc")
     assert main(["eval", "--model", str(folder), "--data", str(noise_folder(tmp_path / "data"))]) == 2
     assert "VITKIT_MAX_IMAGE_PIXELS='abc' is not a whole number" in capsys.readouterr().err
