@@ -668,6 +668,90 @@ def c_skimage_unbundled(d: Path) -> list[str]:
             "--no-progress"]
 
 
+
+# round 4, second pass (issue #50): the allocator's, Python's and torch's words the first pass left
+def c_max_pixels_huge(d: Path) -> list[str]:
+    return ["predict", str(_png(d / "x.png")), "--model", str(_model(d / "m")), "--max-pixels", str(2**62)]
+
+
+def c_max_pixels_1e15(d: Path) -> list[str]:
+    return ["predict", str(_png(d / "x.png")), "--model", str(_model(d / "m")), "--max-pixels", str(10**15)]
+
+
+def c_max_patches_1e6(d: Path) -> list[str]:
+    return ["predict", str(_png(d / "x.png")), "--model", str(_model(d / "m")), "--native", "--max-patches",
+            str(10**6)]
+
+
+def c_max_patches_1e9(d: Path) -> list[str]:
+    return ["predict", str(_png(d / "x.png")), "--model", str(_model(d / "m")), "--native", "--max-patches",
+            str(10**9)]
+
+
+def c_shots_1e20(d: Path) -> list[str]:
+    return ["fewshot", "--model", str(_gray(d / "m")), "--shots", str(10**20), "--seeds", "1"]
+
+
+def c_seeds_1e20(d: Path) -> list[str]:
+    return ["fewshot", "--model", str(_gray(d / "m")), "--seeds", str(10**20)]
+
+
+def c_seeds_1e9(d: Path) -> list[str]:
+    return ["fewshot", "--model", str(_gray(d / "m")), "--seeds", str(10**9)]
+
+
+def _interpolation(d: Path, mode: object) -> list[str]:
+    m = _model(d / "m")
+    doc = json.loads((m / "config.json").read_text())
+    doc["preprocess"]["interpolation"] = mode
+    (m / "config.json").write_text(json.dumps(doc))
+    return ["predict", str(_png(d / "x.png")), "--model", str(m)]
+
+
+def c_interp_linear(d: Path) -> list[str]:
+    return _interpolation(d, "linear")
+
+
+def c_interp_area(d: Path) -> list[str]:
+    return _interpolation(d, "area")
+
+
+def c_embed_api_typo(d: Path) -> list[str]:
+    _png(d / "imgs" / "a.png")
+    return _api(f"""
+import vitkit
+vitkit.embed({str(_model(d / 'm'))!r}, [{str(d / 'imgs')!r}, {str(d / 'imgs' / 'typo.png')!r}])
+""")
+
+
+def c_embed_api_torn(d: Path) -> list[str]:
+    _png(d / "imgs" / "a.png")
+    (d / "imgs" / "torn.png").write_bytes(b"\x89PNG\r\n")
+    return _api(f"""
+import vitkit
+vitkit.embed({str(_model(d / 'm'))!r}, [{str(d / 'imgs')!r}])
+""")
+
+
+def c_bare_timm_other_size(d: Path) -> list[str]:
+    f = _model(d / "m.safetensors", "timm")
+    save_file(load_file(f), str(f))  # the tensors alone: no metadata names the model
+    return ["predict", str(_png(d / "x.png")), "--model", str(f), "--num-heads", "2", "--img-size", "48"]
+
+
+
+def c_bench_batch(d: Path) -> list[str]:
+    return ["export", str(_model(d / "m")), "--out", str(d / "m.onnx"), "--bench", "--batch", str(10**6)]
+
+
+def c_bench_repeats(d: Path) -> list[str]:
+    return ["export", str(_model(d / "m")), "--out", str(d / "m.onnx"), "--bench", "--repeats", str(10**9)]
+
+
+def c_vitkit_bench_batch(d: Path) -> list[str]:
+    return ["bench", "--models", "vit_ti16", "--img-size", "32", "--peers", "none", "--no-memory", "--batch",
+            str(10**7)]
+
 CASES: list[Case] = [
     ("int32 tensor, HF folder", "silently wrong", c_int_hf, "refused"),
     ("bool tensor, bare timm .safetensors", "silently wrong", c_bool_timm, "refused"),
@@ -756,16 +840,35 @@ CASES: list[Case] = [
     ("glyph stream at 1024 px", "hangs and memory", c_glyph_1024, "refused"),
     ("save_pretrained onto a symlinked folder", "errors", c_save_symlinked, "ran"),
     ("skimage:lfw_subset (not bundled)", "errors", c_skimage_unbundled, "refused"),
+    # round 4, second pass (issue #50)
+    ("predict --max-pixels 2^62", "hangs and memory", c_max_pixels_huge, "ran"),
+    ("predict --max-pixels 10^15", "hangs and memory", c_max_pixels_1e15, "ran"),
+    ("predict --native --max-patches 10^6", "hangs and memory", c_max_patches_1e6, "refused"),
+    ("predict --native --max-patches 10^9", "hangs and memory", c_max_patches_1e9, "refused"),
+    ("fewshot --shots 10^20", "errors", c_shots_1e20, "refused"),
+    ("fewshot --seeds 10^20", "errors", c_seeds_1e20, "refused"),
+    ("fewshot --seeds 10^9", "hangs and memory", c_seeds_1e9, "refused"),
+    ("config.json interpolation \"linear\"", "errors", c_interp_linear, "refused"),
+    ("config.json interpolation \"area\"", "silently wrong", c_interp_area, "refused"),
+    ("vitkit.embed: a typo beside a folder", "silently wrong", c_embed_api_typo, "refused"),
+    ("vitkit.embed: a torn PNG in the folder", "silently wrong", c_embed_api_torn, "refused"),
+    ("bare timm file at --img-size 48", "silently wrong", c_bare_timm_other_size, "ran"),
+    ("export --bench --batch 10^6", "hangs and memory", c_bench_batch, "refused"),
+    ("export --bench --repeats 10^9", "hangs and memory", c_bench_repeats, "refused"),
+    ("bench --batch 10^7", "hangs and memory", c_vitkit_bench_batch, "refused"),
 ]
 
-ROUND4 = {name for name, *_ in CASES[CASES.index(next(c for c in CASES if c[2] is c_ad_nan)):]}
+_AT = {fn: i for i, (_, _, fn, _) in enumerate(CASES)}
+ROUND4 = {name for name, *_ in CASES[_AT[c_ad_nan]:_AT[c_max_pixels_huge]]}
+ROUND4B = {name for name, *_ in CASES[_AT[c_max_pixels_huge]:]}
 # what a case's output must also say (the answer is right only if it is said)
 SAYS = {"timm .pth with state_dict_ema": "state_dict_ema", "convert --to timm bare .safetensors": "metadata",
         "eval --workers 200": "200 data-loading workers asked for on", "bench --merge 2 (deprecated spelling)": "write --merge-rows 2",
         "1x10^6 PNG in eval, centre-crop model": "tall.png", "train --resume, FIFO metrics.jsonl": "metrics.jsonl",
         "/proc/self/mem as an image": "/proc/self/mem", "UTF-16 recipe": "r.toml", "binary list file": "list.txt",
         "convert --to timm onto a folder": "t.safetensors: is a folder",
-        "fewshot --shots 10^6": "the 1000000-shot row uses", "train.batch_size = 10^9": "using batch"}
+        "fewshot --shots 10^6": "the 1000000-shot row uses", "train.batch_size = 10^9": "using batch",
+        "bare timm file at --img-size 48": "posemb_grid is not in the file"}
 # what may appear under $HOME: matplotlib's font cache (any program that draws a figure writes it)
 HOME_ALLOWED = (".cache/matplotlib", ".config/matplotlib")
 # address-space limit of a case's process (MiB), tighter than --memory where the issue measured a peak
@@ -885,6 +988,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", default=None, help="run only these classes (e.g. 'silently wrong')")
     ap.add_argument("--names", nargs="+", default=None, help="run only the cases whose name holds one of these")
     ap.add_argument("--round4", action="store_true", help="run only round 4's cases (issue #50)")
+    ap.add_argument("--round4b", action="store_true", help="run only round 4's second pass (issue #50)")
     ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON")
     args = ap.parse_args()
     here = str(Path(__file__).resolve().parent.parent)
@@ -894,7 +998,7 @@ def main() -> int:
     rows, counts, classes = [], Counter(), Counter()
     for name, group, build, want in CASES:
         if (args.only and group not in args.only) or (args.names and not any(n in name for n in args.names)) or \
-                (args.round4 and name not in ROUND4):
+                (args.round4 and name not in ROUND4) or (args.round4b and name not in ROUND4B):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)

@@ -75,6 +75,20 @@ def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsy
     assert f"--threads must be a whole number from 1 to {os.cpu_count()}" in capsys.readouterr().err
     assert main(["predict", str(img), "--model", str(folder), "--max-pixels", "0"]) == 2
     assert "pixel limit must be >= 1" in capsys.readouterr().err
+    # a limit past any file: 2^62 ended in an OverflowError, 10^15 in MemoryError (the reader allocated its cap)
+    assert main(["predict", str(img), "--model", str(folder), "--max-pixels", str(2**62)]) == 0
+    # --native --max-patches 10^6 asked the allocator for 1 TB ("enforce fail at alloc_cpu.cpp"); 10^9 hung
+    assert main(["predict", str(img), "--model", str(folder), "--native", "--max-patches", "1000000"]) == 2
+    assert "--max-patches must be at most 262,144, got 1000000" in capsys.readouterr().err
+    # export --bench's batch of 10^6 images asked the allocator for 12 GB after the export; 10^9 repeats ran for days
+    for flags, says in ((["--batch", "1000000"], "--batch must be at most 4,096, got 1000000"),
+                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000")):
+        assert main(["export", str(folder), "--out", str(tmp_path / "m.onnx"), "--bench", *flags]) == 2
+        assert says in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
+    for flags, says in ((["--batch", "1,10000000"], "--batch must be at most 4,096, got 10000000"),
+                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000")):
+        assert main(["bench", "--models", "vit_ti16", "--img-size", "32", "--peers", "none", *flags]) == 2
+        assert says in capsys.readouterr().err
     monkeypatch.setenv("VITKIT_MAX_IMAGE_PIXELS", "abc")
     assert main(["eval", "--model", str(folder), "--data", str(noise_folder(tmp_path / "data"))]) == 2
     assert "VITKIT_MAX_IMAGE_PIXELS='abc' is not a whole number" in capsys.readouterr().err
@@ -85,6 +99,7 @@ def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsy
     ('train.compile="banana"', "compile must be true, false or a torch.compile backend"),
     ("train.seed=1e14", "train.seed must be a whole number"),
     ("train.seed=100000000000000", "train.seed must be at most 4,294,967,295"),
+    ("data.max_patches=1000000", "data.max_patches must be at most 262,144"),
     ("optim.lr=1e300", "optim.lr must be a number in \\(0, 100\\]"),
     ("model.width=" + "[" * 5000 + "]" * 5000, "nested too deep|model.width"),
 ])

@@ -66,7 +66,7 @@ def test_the_crafted_input_script_gives_its_cases_their_verdicts(tmp_path: Path)
     from tests import crafted as mod
 
     for i, (name, group, build, want) in enumerate(mod.CASES):
-        if group in ("data loss", "errors", "held checkpoints"):
+        if group in ("data loss", "errors", "held checkpoints") and name not in mod.ROUND4B:  # (each has its test)
             d = tmp_path / str(i)
             d.mkdir()
             r = mod._in_process(build(d), 30, d)

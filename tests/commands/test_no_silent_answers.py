@@ -43,6 +43,8 @@ def test_fewshot_settings_that_measure_nothing_are_refused(tmp_path: Path, capsy
     for flags, why in ((["--shots", "-5"], "shots must be whole numbers >= 1, got [-5]"),
                        (["--shots", "0,1"], "shots must be whole numbers >= 1, got [0, 1]"),
                        (["--seeds", "0"], "at least one random draw"),
+                       (["--seeds", str(10**20)], f"--seeds must be at most 10,000 random draws of the shots, got {10**20}"),
+                       (["--shots", str(10**20)], "shots must be at most 1,000,000,000 examples per class"),
                        (["--l2", "nan"], "l2 must be a finite number >= 0, got nan"),
                        (["--l2", "-1"], "l2 must be a finite number >= 0, got -1.0")):
         capsys.readouterr()

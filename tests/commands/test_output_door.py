@@ -98,8 +98,15 @@ def test_inputs_that_name_nothing_are_errors(ckpt: Path, tmp_path: Path, capsys:
     assert f"{empty}: this list file names no image" in capsys.readouterr().err
     assert not (tmp_path / "e.npz").exists()
     model = vitkit.load_pretrained(ckpt / "m")
-    with pytest.raises(ValueError, match="none of the 1 images could be read: .*typo.png"):
+    with pytest.raises(FileNotFoundError, match="no such image file: .*typo.png"):
         vitkit.embed(model, tmp_path / "typo.png")
+    with pytest.raises(FileNotFoundError, match="no such image file: .*typo.png"):  # before any work, beside good ones
+        vitkit.embed(model, [ckpt / "imgs", tmp_path / "typo.png"])
+    (tmp_path / "torn.png").write_bytes(b"\x89PNG\r\n")
+    with pytest.raises(ValueError, match=r"1 of the 4 images could not be read: .*torn.png.*skip_unreadable=True"):
+        vitkit.embed(model, [ckpt / "imgs", tmp_path / "torn.png"])  # (was: 3 rows, the torn file in .skipped only)
+    kept = vitkit.embed(model, [ckpt / "imgs", tmp_path / "torn.png"], skip_unreadable=True)
+    assert kept.features.shape[0] == 3 and "torn.png" in kept.skipped[0]
     with pytest.raises(TypeError, match="got PIL.Image.Image"):
         vitkit.embed(model, [Image.new("L", (16, 16))])
     with pytest.raises(TypeError, match="got torch.Tensor"):

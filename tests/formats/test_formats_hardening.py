@@ -284,6 +284,54 @@ def test_two_writers_of_one_folder_and_a_symlinked_folder(tmp_path: Path) -> Non
     vitkit.load_pretrained(tmp_path / "link")
 
 
+def _save_holding(model: torch.nn.Module, out: Path, inside: object, go: object) -> None:
+    """A writer process: `save_pretrained(model, out)` that stops inside the folder's lock until `go` is set."""
+    import vitkit.formats as formats
+
+    real = formats._replace_folder
+
+    def held(*a: object) -> Path:
+        inside.set()  # type: ignore[attr-defined]
+        assert go.wait(60)  # type: ignore[attr-defined]
+        return real(*a)
+
+    formats._replace_folder = held
+    vitkit.save_pretrained(model, out)
+
+
+def test_two_processes_writing_one_folder_at_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A real race: one process is inside `save_pretrained(m, out)` while this one calls `save_pretrained` and
+    `vitkit convert ... out --overwrite` into the same folder: both are refused naming the first one's pid (before
+    the lock, one deleted the other's temporary folder and failed with a raw [Errno 2]); the first ends, and the
+    folder holds its model whole, with nothing left beside it."""
+    import multiprocessing
+
+    mk = lambda w: vitkit.create_model("vit", width=w, depth=1, num_heads=2, mlp_dim=32, img_size=16,  # noqa: E731
+                                       patch_size=8)
+    first, second = mk(16), mk(32)
+    src = save_pretrained(second, tmp_path / "src")
+    out = tmp_path / "out"
+    ctx = multiprocessing.get_context("fork")
+    inside, go = ctx.Event(), ctx.Event()
+    writer = ctx.Process(target=_save_holding, args=(first, out, inside, go))
+    writer.start()
+    try:
+        assert inside.wait(60), "the first writer never took the folder's lock"
+        held = f"checkpoint folder {out} is in use by another vitkit job \\(pid {writer.pid}\\)"
+        with pytest.raises(BlockingIOError, match=held):
+            vitkit.save_pretrained(second, out)
+        assert main(["convert", str(src), str(out), "--to", "vitkit", "--overwrite"]) == 2
+        assert f"in use by another vitkit job (pid {writer.pid})" in capsys.readouterr().err
+    finally:
+        go.set()
+        writer.join(60)
+    assert writer.exitcode == 0
+    got = vitkit.load_pretrained(out)
+    assert got.config.width == 16
+    torch.testing.assert_close(got.state_dict(), first.state_dict(), atol=0, rtol=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
 def test_a_killed_convert_to_a_bare_file_leaves_nothing_after_the_next_write(tmp_path: Path) -> None:
     """Before: a `convert --to timm t.safetensors` killed mid-write left its hidden `.t.safetensors.XXXX.tmp`
     behind for good; now the next write of the file removes it (holding the file's lock: never a live writer's)."""

@@ -149,3 +149,25 @@ def test_convert_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     with torch.no_grad():
         assert torch.allclose(vitkit.load_pretrained(tmp_path / "hf")(x), ref(x), atol=1e-6)
     assert main(["convert", str(tmp_path / "nothing"), str(tmp_path / "o"), "--to", "hf"]) == 2
+
+
+def test_a_bare_file_loaded_at_another_size_says_which_table_rule_it_applied(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    """A bare timm state dict names no family, so whether its position table is kept at its own grid (DINOv2's rule,
+    resampled from it at every size) or resampled once at load (timm's) cannot be read from it: loaded at another
+    size, the rule applied is said and kept in `config.extra["assumed"]` (before: applied silently); at the table's
+    own size nothing is assumed (both rules give the same model), and a file that names its family is not asked."""
+    from safetensors.torch import load_file
+
+    m = vitkit.create_model("vit", width=16, depth=1, num_heads=2, mlp_dim=32, img_size=32, patch_size=8)
+    f = vitkit.save_pretrained(m, tmp_path / "m.safetensors", format="timm")
+    save_file(load_file(f), str(f))  # the tensors alone: no vitkit metadata naming the model
+    with caplog.at_level("WARNING", logger="vitkit"):
+        at48 = vitkit.load_pretrained(f, num_heads=2, img_size=48)
+    note = at48.config.extra["assumed"]["posemb_grid"]
+    assert "its 4x4 position table is resampled once to img_size=[48, 48] at load (timm's rule)" in note
+    assert "DINOv2" in note and "posemb_grid is not in the file" in caplog.text
+    assert at48.config.posemb_grid is None and at48.config.img_size == (48, 48)
+    assert "posemb_grid" not in vitkit.load_pretrained(f, num_heads=2).config.extra["assumed"]
+    assert "posemb_grid" not in vitkit.load_pretrained(f, num_heads=2, img_size=32).config.extra["assumed"]
+    hub = vitkit.save_pretrained(m, tmp_path / "hub", format="timm")  # a folder whose config names it
+    assert "posemb_grid" not in vitkit.load_pretrained(hub, img_size=48).config.extra.get("assumed", {})

@@ -49,6 +49,22 @@ def test_shots_and_table() -> None:
     assert table[10]["mean"] > 0.9 and table[10]["mean"] >= table[1]["mean"] - 0.05
 
 
+def test_counts_past_any_use_are_refused_by_name_before_any_fit() -> None:
+    """`fewshot --shots 10^20` and `--seeds 10^20` ended in numpy's / Python's OverflowError ("vitkit's own
+    failure"), `--seeds 10^9` ran 10^9 fits; each is refused naming the bound (shots past a class's examples are
+    still capped and said: the 10^6-shot crafted case)."""
+    labels = np.repeat(np.arange(2), 4)
+    feats = np.random.default_rng(0).normal(size=(8, 3))
+    data = (feats, labels)
+    with pytest.raises(ValueError, match="shots must be at most 1,000,000,000 examples per class, got 10{20}"):
+        fewshot_table(data, data, 2, shots=(1, 10**20), seeds=(0,))
+    with pytest.raises(ValueError, match=r"at most 10,000 random draws .*got range\(0, 10{20}\)"):
+        fewshot_table(data, data, 2, shots=(1,), seeds=range(10**20))
+    with pytest.raises(ValueError, match="at most 10,000 random draws .*got 10001"):
+        fewshot_table(data, data, 2, shots=(1,), seeds=range(10_001))
+    assert set(fewshot_table(data, data, 2, shots=(1, 10**6), seeds=range(2))) == {1, 10**6}
+
+
 def test_fewshot_cli_prints_the_table(tmp_path: Path, capsys) -> None:
     from tests.helpers import digits_model
     from vitkit.formats import save_pretrained

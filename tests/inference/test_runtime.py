@@ -160,6 +160,26 @@ def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None
         for b in (1, 5, 37):
             err = (run(x[:b]) - ref[:b]).abs().max().item()
             assert err < 1e-4 * ref.abs().max().item(), (fmt, b, err)
+    # the compiled .pt2 through `predict --model m.pt2` and `vitkit.embed` (its own preprocessing and labels)
+    from PIL import Image
+
+    for i in range(6):
+        (tmp_path / "imgs").mkdir(exist_ok=True)
+        Image.fromarray((load_digits_split()[1].images[i, 0].numpy() * 255).round().astype("uint8")).save(
+            tmp_path / "imgs" / f"{i}.png")
+    rows = {}
+    for src in ("m", "m/model.pt2"):
+        out = tmp_path / f"{src.replace('/', '_')}.csv"
+        assert main(["predict", str(tmp_path / "imgs"), "--model", str(tmp_path / src), "--output", str(out),
+                     "--no-progress"]) == 0
+        rows[src] = list(csv.reader(out.open()))[1:]
+    assert "runtime: aoti, fp32 (model.pt2: the file's own)" in capsys.readouterr().err
+    assert [r[1] for r in rows["m/model.pt2"]] == [r[1] for r in rows["m"]] and len(rows["m"]) == 6
+    assert max(abs(float(a[2]) - float(b[2])) for a, b in zip(rows["m/model.pt2"], rows["m"])) < 1e-4
+    torch.testing.assert_close(torch.from_numpy(vitkit.embed(tmp_path / "m" / "model.pt2", tmp_path / "imgs",
+                                                             feature="logits").features),
+                               torch.from_numpy(vitkit.embed(model, tmp_path / "imgs", feature="logits").features),
+                               atol=1e-4, rtol=1e-4)
     assert main(["export", str(tmp_path / "m"), "--format", "aoti", "--precision", "int8"]) == 2
 
 
@@ -268,8 +288,17 @@ def test_predict_embed_and_eval_run_vitkits_own_exports(tmp_path: Path, capsys) 
             assert max(abs(float(a[2]) - float(b[2])) for a, b in zip(rows, ref)) < 1e-4
             assert top1(src) == ref_top1
             np.testing.assert_allclose(embedded(src, "logits"), ref_logits, atol=1e-4, rtol=1e-4)
-    np.testing.assert_allclose(embedded(str(tmp_path / "b.onnx"), "pooled"),
-                               embedded(str(tmp_path / "backbone"), "pooled"), atol=1e-4, rtol=1e-4)
+    pooled = embedded(str(tmp_path / "backbone"), "pooled")
+    np.testing.assert_allclose(embedded(str(tmp_path / "b.onnx"), "pooled"), pooled, atol=1e-4, rtol=1e-4)
+    # the Python API takes the same exports (it said "not a checkpoint format"), and refuses what the graph lacks
+    api = vitkit.embed(tmp_path / "m.onnx", tmp_path / "imgs", feature="logits")
+    np.testing.assert_allclose(api.features, ref_logits, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(vitkit.embed(str(tmp_path / "b.onnx"), [tmp_path / "imgs"]).features, pooled,
+                               atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="graph outputs 'logits'"):
+        vitkit.embed(tmp_path / "m.onnx", tmp_path / "imgs")
+    with pytest.raises(ValueError, match="run by onnxruntime"):
+        vitkit.embed(tmp_path / "m.onnx", tmp_path / "imgs", feature="logits", runtime="torch")
     capsys.readouterr()
     onnx_file = str(tmp_path / "m.onnx")
     for args, says in ((["--merge", "2"], "--merge"), (["--img-size", "32"], "exported at 16x16"),

@@ -57,6 +57,7 @@ def add_native_arguments(p: argparse.ArgumentParser) -> None:
 def check_native(args: argparse.Namespace) -> None:
     """--native's option checks, before any work: --max-patches only with --native; torch only (an exported graph
     has one input size; int8 runs in onnxruntime; --compile would recompile for every packed shape)."""
+    from vitkit.models.config import MAX_TOKENS
     from vitkit.utils import check_int
 
     if not getattr(args, "native", False):
@@ -64,7 +65,7 @@ def check_native(args: argparse.Namespace) -> None:
             raise ValueError("--max-patches applies to --native (native resolution)")
         return
     if args.max_patches is not None:
-        check_int("--max-patches", args.max_patches)
+        check_int("--max-patches", args.max_patches, high=MAX_TOKENS)  # (10^6 asked the allocator for 1 TB)
     if args.runtime not in (None, "auto", "torch"):
         raise ValueError(f"--native runs in torch: an exported {args.runtime} graph has one fixed input size, not "
                          "packed images of their own sizes; use --runtime torch")

@@ -83,7 +83,11 @@ def run(args: argparse.Namespace) -> int:
 
     args.int8 = export_int8(args.precision, args.int8)
     check_export(args.format, args.int8, bool(args.calibrate))
-    check_int("--batch", args.batch, low=1)
+    # --bench's input batch and its repeats, before any work: 10^6 images asked the allocator for 12 GB ("enforce fail
+    # at alloc_cpu.cpp"), 10^9 repeats ran for days
+    check_int("--batch", args.batch, low=1, high=4096)
+    if args.bench:
+        check_int("--repeats", args.repeats, low=3, high=1000)
     if args.format == "onnx":  # before torch's exporter, whose own message is about its internals
         import onnx
 
@@ -136,7 +140,6 @@ def run(args: argparse.Namespace) -> int:
     if args.bench:  # the reliability rules of `vitkit bench`: medians of interleaved repeats, spread, flags
         from vitkit.bench.timing import unreliable
 
-        check_int("--repeats", args.repeats, low=3)
         t = bench_exports(model, paths, batch=args.batch, repeats=args.repeats)
         base = t["pytorch"]
         for name, tm in t.items():

@@ -13,6 +13,7 @@ from typing import Any
 from vitkit.data.collate import NativePacker
 from vitkit.data.glyphs import STREAM_MAX_IMAGES, WORD_ALPHABET, WORD_MAX_LETTERS
 from vitkit.data.transforms import AUGMENTS, TrainTransform
+from vitkit.models.config import MAX_TOKENS
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils import check_choice, check_int, check_range
 from vitkit.utils.recipe import RecipeSection, key
@@ -154,9 +155,9 @@ class DataConfig(RecipeSection):
         check_int("data.randaugment[0]", ra[0], low=0, high=16)  # RandAugment applies 1-3 operations
         check_range("data.randaugment[1]", ra[1], 0.0, 30.0, high_open=False)
         check_range("data.random_erasing", self.random_erasing, 0.0, 1.0, high_open=False)
-        check_int("data.max_patches", self.max_patches, low=0)
+        check_int("data.max_patches", self.max_patches, low=0, high=MAX_TOKENS)  # before a table of that length
         check_int("data.min_patches", self.min_patches, low=0)
-        check_int("data.pack_budget", self.pack_budget, low=0)
+        check_int("data.pack_budget", self.pack_budget, low=0, high=MAX_TOKENS)
         check_range("data.token_drop", self.token_drop, 0.0, 1.0)
         if not self.max_patches and (self.min_patches or self.token_drop or self.pack_budget):
             raise ValueError("data.min_patches, data.token_drop and data.pack_budget apply to native resolution: set "

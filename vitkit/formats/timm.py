@@ -50,6 +50,7 @@ from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.resnet import hybrid_stride
 from vitkit.models.timm_api import GELU_ACTS, POOL_FROM_TIMM, TIMM_ACTS, TIMM_POOL
 from vitkit.models.vit import VisionTransformer, ViTConfig
+from vitkit.utils import to_pair
 from vitkit.utils.atomic import atomic_write_text, atomic_write_with
 from vitkit.utils.files import parse_json, read_json
 
@@ -264,6 +265,26 @@ def _no_embed_class(tokens: int, token: bool) -> bool:
     return token and square_side(tokens) is not None
 
 
+def _say_bare_table_rule(meta: dict[str, Any], cfg: ViTConfig, choices: Choices) -> None:
+    """A file that names no family (no architecture, no vitkit config: a bare state dict) loaded at another size
+    than its learned table's: the table is resampled once at load (timm's rule), which is lossy for a family that
+    keeps its table and resamples from it at every size (DINOv2: its 37x37 table serves 224 and 518 px). Which rule
+    the file wants cannot be read from it: the one applied is said and kept in `config.extra["assumed"]`."""
+    size = choices.hints.get("img_size")
+    if meta.get("architecture") or "vitkit" in meta or size is None or cfg.posemb != "learn1d" or cfg.posemb_grid:
+        return
+    s = cfg.total_stride
+    asked = to_pair(size, "img_size")
+    if (asked[0] // s, asked[1] // s) == cfg.grid_size:
+        return
+    g = cfg.grid_size
+    choices.assumed["posemb_grid"] = (
+        f"None: a bare timm file names no model family, so its {g[0]}x{g[1]} position table is resampled once to "
+        f"img_size={list(asked)} at load (timm's rule) and any later size from that; a DINOv2 file (whose table "
+        "serves every size, resampled from its own grid: transformers' Dinov2Model) should be loaded from a folder "
+        "or hub id that names it, or without img_size (exact at the table's own size)")
+
+
 def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTransformer:
     """Load a timm ViT state dict / hub folder, eval mode (`hints`: see `Choices`)."""
     src = Path(path)
@@ -281,6 +302,7 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
         cfg = cfg.replace(posemb_resample=how)
     if families.keeps_table(meta.get("architecture")) and cfg.posemb == "learn1d" and cfg.posemb_grid is None:
         cfg = cfg.replace(posemb_grid=cfg.grid_size)  # its table as it came, whatever size the model runs at
+    _say_bare_table_rule(meta, cfg, choices)
     if not meta.get("pretrained_cfg") and PRE_KEY not in meta:
         choices.assumed["preprocess"] = ("mean = std = 0.5, bilinear resize without crop: vitkit's default; a bare "
                                          "timm state dict stores no preprocessing (a hub folder's pretrained_cfg does)")

@@ -13,6 +13,7 @@ for timm's files, `forward_head(pre_logits=True)` (a distilled DeiT's: the mean 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from torch import nn
 
 from vitkit.data.base import FileDataset
 from vitkit.formats.families import pooled_feature
+from vitkit.inference.backends import ExportedModel, is_exported, load_exported
 from vitkit.inference.evaluate import check_finite, eval_loader
 from vitkit.inference.predict import expand_inputs, native_batches, native_runner
 from vitkit.inference.runtime import build_predictor
@@ -214,31 +216,47 @@ def embed_native(fnet: FeatureNet, paths: list[str], max_patches: int, batch_siz
 
 
 def embed(model: nn.Module | str | Path, images: list[str] | str | Path, feature: str = "pooled",
-          normalize: bool = False, batch_size: int = 32, precision: str = "fp32", runtime: str | None = "torch",
+          normalize: bool = False, batch_size: int = 32, precision: str | None = None, runtime: str | None = None,
           threads: int | None = None, workers: int = 0, device: str = "cpu",
           progress: Callable[[int, list[str]], Any] | None = None,
-          log: Callable[[str], None] | None = None) -> Embeddings:
-    """Features of image files, folders or list files (`vitkit embed`'s Python twin): `model` a loaded model or
-    any checkpoint `load_pretrained` reads; `feature` one of `FEATURES` ("pooled": the family's own pooled
-    output); `normalize`: unit L2 norm (cosine retrieval). Precision and runtime as `build_predictor` takes them."""
-    if isinstance(model, (str, Path)):
-        from vitkit.formats import load_pretrained  # noqa: PLC0415 - formats sits below; loaded only for a path
-
-        model = load_pretrained(model)
+          log: Callable[[str], None] | None = None, skip_unreadable: bool = False) -> Embeddings:
+    """Features of image files, folders or list files (`vitkit embed`'s Python twin): `model` a loaded model, any
+    checkpoint `load_pretrained` reads, or one of vitkit's exports (`.onnx`, `.xml`, `.pt2`: run on its own runtime
+    with its own preprocessing, as `vitkit embed --model m.onnx`); `feature` one of `FEATURES` ("pooled": the
+    family's own pooled output); `normalize`: unit L2 norm (cosine retrieval). Precision and runtime as
+    `build_predictor` takes them (None: fp32 in torch; an export's own). An input that cannot be read raises,
+    naming it (a path that does not exist before any work); `skip_unreadable=True` keeps the readable ones' rows
+    and names the others in `.skipped`, as the command line does."""
     items = list(images) if isinstance(images, (list, tuple)) else [images]
     bad = next((i for i in items if not isinstance(i, (str, Path))), None)
     if bad is not None:
         raise TypeError(f"vitkit.embed takes image file paths, folders or list files (str or Path), got "
                         f"{type(bad).__module__}.{type(bad).__name__}: save in-memory images to files first")
     paths = expand_inputs([str(i) for i in items])
-    fnet = FeatureNet(model, feature, normalize)  # the predictor runs a snapshot in eval mode
+    missing = [p for p in paths if not os.path.lexists(p)]
+    if missing and not skip_unreadable:  # a typo, named before the model is loaded
+        raise FileNotFoundError(f"no such image file: {', '.join(missing[:3])}"
+                                + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+    if isinstance(model, (str, Path)) and is_exported(model):
+        model = load_exported(model)
+    elif isinstance(model, (str, Path)):
+        from vitkit.formats import load_pretrained  # noqa: PLC0415 - formats sits below; loaded only for a path
+
+        model = load_pretrained(model)
+    if isinstance(model, ExportedModel):
+        fnet: Any = model.as_features(feature, normalize)
+    else:
+        fnet = FeatureNet(model, feature, normalize)  # the predictor runs a snapshot in eval mode
+        runtime = "torch" if runtime is None else runtime
     if fnet.note and log is not None:
         log(fnet.note)
     net = build_predictor(fnet, precision, runtime, False, device, threads, log=log, n_images=len(paths))
     out = embed_files(net, model.preprocess, paths, batch_size, workers, progress=progress)
-    if not out.paths:  # the CLI names each skipped file and exits 1; a Python caller would get an empty array
-        raise ValueError(f"none of the {len(paths)} images could be read: " + "; ".join(out.skipped[:3])
-                         + (f"; and {len(out.skipped) - 3} more" if len(out.skipped) > 3 else ""))
+    if out.skipped and (not skip_unreadable or not out.paths):  # the CLI names each and exits 1
+        raise ValueError(f"{len(out.skipped)} of the {len(paths)} images could not be read: "
+                         + "; ".join(out.skipped[:3]) + (f"; and {len(out.skipped) - 3} more" if len(out.skipped) > 3
+                                                         else "")
+                         + ("" if skip_unreadable else " (skip_unreadable=True keeps the others' features)"))
     out.feature = fnet.feature
     return out
 

@@ -26,6 +26,9 @@ from vitkit.models.resnet import ResNetV2
 
 DEFAULT_L2 = 2.0**10
 KNN_K, KNN_TEMPERATURE = 20, 0.07  # DINO's eval_knn defaults
+# bounds before any work: more shots than any class holds are capped (and said), but a count past a C long
+# crashed numpy (OverflowError); 10^9 seeds ran for days (each seed is a fit)
+MAX_SHOTS, MAX_SEEDS = 10**9, 10_000
 METHODS = ("ridge", "knn")
 BIAS_CONSTANT = 100.0
 REPRESENTATIONS = ("pre_logits", "token")
@@ -147,8 +150,16 @@ def check_fewshot_args(shots: Sequence[int], seeds: Sequence[int], l2: float) ->
     bad = [s for s in shots if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1]
     if bad or not len(shots):
         raise ValueError(f"shots must be whole numbers >= 1, got {list(shots)}")
-    if not len(seeds):
+    if max(shots) > MAX_SHOTS:
+        raise ValueError(f"shots must be at most {MAX_SHOTS:,} examples per class, got {max(shots)}")
+    try:
+        n_seeds: int | str = len(seeds)
+    except OverflowError:  # len(range(10**20))
+        n_seeds = f"{seeds!r}"
+    if not n_seeds:
         raise ValueError("seeds: at least one random draw of the shots is needed (--seeds N with N >= 1)")
+    if isinstance(n_seeds, str) or n_seeds > MAX_SEEDS:
+        raise ValueError(f"seeds: at most {MAX_SEEDS:,} random draws of the shots (--seeds N), got {n_seeds}")
     if not (isinstance(l2, (int, float, np.floating)) and np.isfinite(l2) and l2 >= 0):
         raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
 

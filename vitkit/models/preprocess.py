@@ -26,6 +26,9 @@ EVAL_DECODE_MARGIN = 8
 CROP_MODES = ("center", "squash")
 MAX_RESIZE_RATIO = 64  # the resize before a centre crop: at most this many times the model's input pixels
 CROP_OFFSETS = ("round", "floor")
+# the resizes vitkit reproduces (Pillow's / transformers' / timm's); another torch mode name ("linear", "area") failed
+# inside torch.nn.functional.interpolate (NotImplementedError) or resized as no reference does
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -65,6 +68,9 @@ class PreprocessConfig:
                              "and every std a finite number > 0 (else every input becomes NaN or Inf)")
         if self.crop_pct is not None and not (isinstance(self.crop_pct, (int, float)) and 0.05 <= self.crop_pct <= 1):
             raise ValueError(f"preprocessing crop_pct must be in [0.05, 1] (or none), got {self.crop_pct!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"preprocessing interpolation must be one of {', '.join(INTERPOLATIONS)}, got "
+                             f"{self.interpolation!r}")
         if self.crop_mode not in CROP_MODES:
             raise ValueError(f"preprocessing crop_mode must be one of {', '.join(CROP_MODES)}, got {self.crop_mode!r}")
         if self.crop_offset not in CROP_OFFSETS:
@@ -92,7 +98,7 @@ class PreprocessConfig:
         `default`'s size, `default`'s values where `pc` has none. timm's evaluation resizes to size / crop_pct, then
         centre-crops (1.0 crops the longer side too); "squash" with 1.0 is a plain resize, vitkit's no-crop."""
         interpolation = pc.get("interpolation", default.interpolation)
-        if interpolation not in ("bilinear", "bicubic", "nearest"):
+        if interpolation not in INTERPOLATIONS:
             raise ValueError(f"pretrained_cfg interpolation {interpolation!r}: vitkit resizes with bilinear, bicubic "
                              "or nearest")
         crop, mode = pc.get("crop_pct"), pc.get("crop_mode") or "center"

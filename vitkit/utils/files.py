@@ -64,16 +64,25 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = 
     """The bytes of `path`, which must be a regular file of at most `max_bytes`; a ValueError naming the file
     otherwise (a device, a FIFO, a folder, or a file over the cap, which is checked before anything is read)."""
     fd = _open_regular(path, max_bytes, what)
-    try:
+    chunks: list[bytes] = []
+    got = 0
+    try:  # read what the file holds, in bounded chunks: `read(max_bytes + 1)` would allocate the cap itself (a
+        # --max-pixels of 10^15 asked for 8 PB: MemoryError; 2^62 an OverflowError) before reading a byte
+        size = os.fstat(fd).st_size
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(max_bytes + 1)
+            while got <= max_bytes:
+                chunk = f.read(min(max(size + 1 - got, 1 << 16), 1 << 26, max_bytes + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
     except OSError as e:  # a file that will not be read (/proc/self/mem: EIO), named like any other unreadable file
         raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from e
     finally:
         os.close(fd)
-    if len(data) > max_bytes:  # grew while being read
+    if got > max_bytes:  # grew while being read
         raise ValueError(f"cannot read {what} {path}: more than {max_bytes:,} bytes")
-    return data
+    return b"".join(chunks)
 
 
 def scratch_dir(prefix: str = "vitkit-") -> Path:
