@@ -30,7 +30,7 @@ from vitkit.reproduce.rules import (
     registered,
     verdict,
 )
-from vitkit.reproduce.stats import LEVEL, Estimate, sweep_text
+from vitkit.reproduce.stats import LEVEL, Estimate, pick_rate, sweep_text
 from vitkit.reproduce.summary import load_results
 from vitkit.utils.atomic import atomic_write_text
 
@@ -259,6 +259,132 @@ def sittings_table(log: Path) -> str:
                         f"{f'{wall:,} s ({wall / 3600:.2f} h)' if wall else 'no end stamp'} |")
     head = ["| sitting | start (UTC) | end | wall clock (GNU time) |", "|---:|---|---|---:|"]
     return "\n".join(head + rows + [f"| | | stamped total | {total:,} s ({total / 3600:.2f} h) |"])
+
+
+# a result's numbers that are not measurements: the plan (sizes, seeds, grids, counts) and the runs' timings
+NOT_MEASURED = frozenset({"images", "seed", "seeds", "params", "forward_flops_per_image", "train_flops", "steps",
+                          "scratch_steps", "glyph_images", "glyph_classes", "batch", "eval_every", "finetune_steps",
+                          "finetune_batch", "fewshot_seeds", "shots", "sizes", "schedules", "mpp_lrs", "pooling_lrs",
+                          "lr_grid", "mpp_lr_grid", "train_s", "train_s_from_step", "threads", "wall_s", "flops", "x",
+                          # the plan itself, and the words
+                          "scale", "crossover_scale", "device", "markdown", "figures", "claim", "experiment"})
+
+
+def measured_numbers(res: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], float]:
+    """Every measured number of a result JSON by its path (list items by index): accuracies per run and per seed,
+    their means and intervals, rates picked, early-stopping steps; the plan's numbers and timings left out."""
+    out: dict[tuple[str, ...], float] = {}
+    if isinstance(res, dict):
+        for k, v in res.items():
+            if k not in NOT_MEASURED:
+                out.update(measured_numbers(v, (*path, str(k))))
+    elif isinstance(res, list):
+        for i, v in enumerate(res):
+            out.update(measured_numbers(v, (*path, str(i))))
+    elif isinstance(res, (int, float)) and not isinstance(res, bool):
+        out[path] = float(res)
+    return out
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two runs of one experiment, number by number (`measured_numbers`): how many are equal bit for bit, how many
+    differ, the largest difference among accuracies (values in [0, 1], in points) and where, and what only one has."""
+    na, nb = measured_numbers(a), measured_numbers(b)
+    common = sorted(set(na) & set(nb))
+    differ = [k for k in common if na[k] != nb[k]]
+    acc = [k for k in differ if 0.0 <= na[k] <= 1.0 and 0.0 <= nb[k] <= 1.0]
+    worst = max(acc, key=lambda k: abs(na[k] - nb[k]), default=None)
+    return {"compared": len(common), "equal": len(common) - len(differ), "differ": len(differ),
+            "largest": None if worst is None else (100 * abs(na[worst] - nb[worst]), "/".join(worst)),
+            "only_one": len(set(na) ^ set(nb))}
+
+
+def replication_table(first: dict[str, dict[str, Any]], second: dict[str, dict[str, Any]]) -> str:
+    """The laptop run against its re-run on another CPU: per experiment, the verdicts by the same rule, the picked
+    rates, and the measured numbers equal bit for bit or not (the largest accuracy difference, in points)."""
+    lines = ["| # | experiment | committed run: verdict | re-run: verdict | rates picked | measured numbers: "
+             "equal / differ (largest accuracy difference, points) |", "|---|---|---|---|---|---|"]
+    for i, name in NUMBERED.items():
+        if name not in second:
+            lines.append(f"| {i} | {TITLES[name]} | {_judged(name, first)[2].label} | (not in the re-run) | | |")
+            continue
+        ja, jb = _judged(name, first)[2], _judged(name, second)[2]
+        c = compare_runs(first[name], second[name])
+        same_picks = _picks(first[name]) == _picks(second[name])
+        big = f" ({c['largest'][0]:.1f})" if c["largest"] else ""
+        extra = f"; {c['only_one']} in one run only" if c["only_one"] else ""
+        lines.append(f"| {i} | {TITLES[name]} | {ja.label} | {'the same' if ja.label == jb.label else f'**{jb.label}**'} | "
+                     f"{'the same' if same_picks else 'differ'} | {c['equal']:,} / {c['differ']:,}{big}{extra} |")
+    return "\n".join(lines)
+
+
+def _picks(res: dict[str, Any]) -> dict[str, Any]:
+    """The rates a result picked: its `lr` and `mpp_lr` as written, and each sweep's pick (the smaller of a tie)."""
+    return {"lr": res.get("lr"), "mpp_lr": res.get("mpp_lr"),
+            "sweeps": {k: pick_rate(v) for k, v in (res.get("lr_sweeps") or {}).items()}}
+
+
+TIME_FIELDS = {"wall": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", "user": r"User time \(seconds\): (\S+)",
+               "system": r"System time \(seconds\): (\S+)", "rss_kb": r"Maximum resident set size \(kbytes\): (\d+)",
+               "exit": r"Exit status: (\d+)"}
+
+
+def time_log(log: Path) -> dict[str, Any]:
+    """A reproduction's committed log (its `start` / `end` stamps, `uptime` lines and GNU time's `-v` report): the
+    start and end, the wall clock (seconds), the CPU seconds (user + system), the peak RSS of the largest process,
+    and the load average at the start and at the end."""
+    if not log.is_file():
+        raise ValueError(f"{log}: the run's log is missing")
+    text = log.read_text()
+    got: dict[str, Any] = {}
+    for key, pat in TIME_FIELDS.items():
+        m = re.search(pat, text)
+        if m is None:
+            raise ValueError(f"{log}: no GNU time line for {key!r} (expected /usr/bin/time -v's report)")
+        got[key] = m[1]
+    secs = 0.0
+    for part in got["wall"].split(":"):
+        secs = secs * 60 + float(part)
+    loads = re.findall(r"load average: ([\d.]+), ([\d.]+), ([\d.]+)", text)
+    stamps = {k: (re.search(rf"^{k} (\S+)", text, re.M) or [None, None])[1] for k in ("start", "end")}
+    return {"start": stamps["start"], "end": stamps["end"], "wall_s": secs,
+            "cpu_s": float(got["user"]) + float(got["system"]), "rss_gib": int(got["rss_kb"]) / 2**20,
+            "exit": int(got["exit"]), "load_start": loads[0] if loads else None,
+            "load_end": loads[-1] if len(loads) > 1 else None}
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m // 60} h {m % 60} min {s} s" if m >= 60 else f"{m} min {s} s"
+
+
+def laptop_times_table(log: Path) -> str:
+    """Section 5: the laptop scale's invocations: the committed run (no log exists: the figures of commit cd5829f)
+    and the re-run, from its committed log."""
+    r = time_log(log)
+    load = (f"{', '.join(r['load_start'])} at the start" if r["load_start"] else "not recorded") + (
+        f"; {', '.join(r['load_end'])} at the end" if r["load_end"] else "")
+    return "\n".join([
+        "| invocation | machine | wall clock | CPU (user + system) | peak RSS | load average (1, 5, 15 min) | source |",
+        "|---|---|---|---|---|---|---|",
+        "| the committed run, 2026-11-26 | 2-core Intel Xeon (AVX512_BF16, AMX) | 39 min 48 s | 3,685 s | 0.88 GiB | "
+        "not recorded (the test suite ran beside it for its first 15 minutes) | commit cd5829f's text; no log exists |",
+        f"| the re-run, {(r['start'] or '')[:10]} (exit {r['exit']}) | 2-core AMD EPYC (AVX2 only) | "
+        f"{_clock(r['wall_s'])} | {r['cpu_s']:,.0f} s | {r['rss_gib']:.2f} GiB | {load} | "
+        f"[{log.name}](benchmarks/results/reproduce/laptop/{log.name}) |"])
+
+
+def ties_table(runs: dict[str, dict[str, Any]], alternatives: dict[str, dict[str, Any]]) -> str:
+    """Experiment 10 under each rate of a tied SGD pick: the verdict at the pick and at every other tied rate
+    (`alternatives`: a label -> the result as it reads with that rate, benchmarks/reproduce_tied_rate.py)."""
+    rule = RULES["optim"]
+    p = rule.parts[0]
+    lines = ["| run | SGD rate | Adam − SGD, 5-shot digits (paired by seed) | outcome | verdict |", "|---|---:|---|---|---|"]
+    for label, res in {**runs, **alternatives}.items():
+        _, ev, j = verdict("optim", res)
+        lines.append(f"| {label} | {res['lr']['sgd']:.3g} | {part_text(p, ev.parts[p.key])} | {j.outcomes[p.key]} | "
+                     f"{j.label} |")
+    return "\n".join(lines)
 
 
 BLOCKS: dict[str, Callable[[dict[str, dict[str, dict[str, Any]]]], str]] = {
