@@ -43,12 +43,16 @@ def main() -> int:
     ap.add_argument("--work", type=Path, required=True, help="a laptop-scale reproduction folder for the runs")
     ap.add_argument("--out", type=Path, required=True, help="folder for optim_sgd<rate>.json")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (the laptop run's: 2)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="train at this SGD rate instead of the result's other tied rates (another run's tie)")
     args = ap.parse_args()
     res = json.loads(args.result.read_text())
     if res.get("experiment") != "optim":
         raise SystemExit(f"{args.result}: not the optim experiment's result (experiment = {res.get('experiment')!r})")
     sweep = res["lr_sweeps"]["sgd"]
-    rates = tuning.other_tied_rates(sweep)
+    # a rate given as printed (0.9) is the sweep's own float where the sweep tried it (0.8999999999999998: 0.3 x 3)
+    given = [next((r["lr"] for r in sweep if f"{r['lr']:g}" == f"{args.rate:g}"), args.rate)] if args.rate else None
+    rates = given or tuning.other_tied_rates(sweep)
     if not rates:
         print(f"{args.result}: the SGD pick {res['lr']['sgd']:g} is not tied on dev; nothing to do")
         return 0
@@ -59,7 +63,7 @@ def main() -> int:
         got = tuning.seeded_at_rate(wb, lambda seed=0: Pretrain("ResNet", "B", optimizer="sgd", seed=seed), rate)
         seed0 = wb.pretrain(Pretrain("ResNet", "B", optimizer="sgd", seed=0, lr=rate))
         dev0 = seed0["best"][f"digits_dev_{LAPTOP.select_shots}shot"]
-        swept = next(r["dev"] for r in sweep if r["lr"] == rate)
+        swept = next((r["dev"] for r in sweep if f"{r['lr']:g}" == f"{rate:g}"), None)
         alt = copy.deepcopy(res)
         alt["results"]["sgd"] = got
         alt["lr"]["sgd"] = rate
@@ -67,16 +71,17 @@ def main() -> int:
         alt.pop("figures", None)
         alt["tied_rate"] = {
             "of": str(args.result), "picked": res["lr"]["sgd"], "rate": rate, "cpu": cpu_model(),
-            "seed0_dev": dev0, "sweep_dev": swept, "seed0_equals_sweep": dev0 == swept,
+            "seed0_dev": dev0, "sweep_dev": swept, "seed0_equals_sweep": None if swept is None else dev0 == swept,
             "wall_s": round(time.time() - t0, 1),
         }
         path = args.out / f"optim_sgd{rate:g}.json"
         atomic_write_text(path, json.dumps(alt, indent=2) + "\n")
         _, _, j = verdict("optim", alt)
         _, _, j0 = verdict("optim", res)
-        print(f"{path}: SGD at {rate:g} (seed-0 dev {dev0:.4f}, the sweep's {swept:.4f}: "
-              f"{'equal' if dev0 == swept else 'DIFFERENT'}); verdict {j.label} (at the pick {res['lr']['sgd']:g}: "
-              f"{j0.label})")
+        same = "not in the sweep" if swept is None else f"the sweep's {swept:.4f}: " + (
+            "equal" if dev0 == swept else "DIFFERENT")
+        print(f"{path}: SGD at {rate:g} (seed-0 dev {dev0:.4f}, {same}); verdict {j.label} (at the pick "
+              f"{res['lr']['sgd']:g}: {j0.label})")
     return 0
 
 
