@@ -4,11 +4,13 @@ equals its rendering, the answer comes first and is short, and a change in a res
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from vitkit.reproduce import report
 from vitkit.reproduce.report import (
     BLOCK,
     BLOCKS,
@@ -115,3 +117,22 @@ def test_experiment_10_is_judged_under_each_tied_rate(runs: dict) -> None:
     rows = ties_table({"committed": runs["laptop"]["optim"]}, {"other rate": alt}).splitlines()[2:]
     assert rows[0].startswith("| committed | 0.3 | -0.9 [") and "| inconclusive |" in rows[0]
     assert rows[1].startswith("| other rate | 0.9 | +4.2 [") and "reproduces: 1 of 1 held" in rows[1]
+
+
+def test_the_rerun_blocks_read_what_is_committed(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a re-run folder the blocks say what is missing; with one (here: a copy of the committed run, and an
+    experiment-10 result at another SGD rate) they compare and judge it."""
+    monkeypatch.setattr(report, "RERUN", tmp_path / "laptop_rerun")
+    assert "not committed yet" in report.replication_block(runs)
+    assert "not trained yet" in report.ties_block(runs)
+    (tmp_path / "laptop_rerun").mkdir()
+    for name, res in runs["laptop"].items():
+        (tmp_path / "laptop_rerun" / f"{name}.json").write_text(json.dumps(res))
+    alt = copy.deepcopy(runs["laptop"]["optim"])
+    alt["lr"]["sgd"] = 0.9
+    (tmp_path / "laptop_rerun" / "optim_sgd0.9.json").write_text(json.dumps(alt))
+    rows = report.replication_block(runs).splitlines()[2:]
+    assert len(rows) == 10 and all("| the same | the same |" in r and " / 0 |" in r for r in rows)
+    ties = report.ties_block(runs).splitlines()
+    assert ties[3].startswith("| re-run (AMD EPYC), its pick | 0.3 |")
+    assert ties[4].startswith("| re-run (AMD EPYC), SGD at 0.9: [optim_sgd0.9.json]") and "not trained" not in ties[-1]

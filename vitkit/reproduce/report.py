@@ -11,6 +11,7 @@ of the committed JSON, so the report cannot fall behind its results.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -353,22 +354,33 @@ def time_log(log: Path) -> dict[str, Any]:
             "load_end": loads[-1] if len(loads) > 1 else None}
 
 
+def _shown(path: Path) -> Path:
+    """A path as the page names it: from the repository root where it lies inside."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def _clock(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     return f"{m // 60} h {m % 60} min {s} s" if m >= 60 else f"{m} min {s} s"
 
 
-def laptop_times_table(log: Path) -> str:
+COMMITTED_LAPTOP = ("| the committed run, 2026-11-26 | 2-core Intel Xeon (AVX512_BF16, AMX) | 39 min 48 s | 3,685 s | 0.88 GiB | "
+                    "not recorded (the test suite ran beside it for its first 15 minutes) | commit cd5829f's text; no log "
+                    "exists |")
+
+
+def laptop_times_table(log: Path | None) -> str:
     """Section 5: the laptop scale's invocations: the committed run (no log exists: the figures of commit cd5829f)
-    and the re-run, from its committed log."""
+    and the re-run, from its committed log (`None`: not committed yet, said)."""
+    lines = ["| invocation | machine | wall clock | CPU (user + system) | peak RSS | load average (1, 5, 15 min) | "
+             "source |", "|---|---|---|---|---|---|---|", COMMITTED_LAPTOP]
+    if log is None:
+        return "\n".join([*lines, f"| the re-run on a second CPU | | | | | | its log is not committed yet "
+                                   f"(`{_shown(RESULTS)}/laptop/rerun_<date>.log`) |"])
     r = time_log(log)
     load = (f"{', '.join(r['load_start'])} at the start" if r["load_start"] else "not recorded") + (
         f"; {', '.join(r['load_end'])} at the end" if r["load_end"] else "")
-    return "\n".join([
-        "| invocation | machine | wall clock | CPU (user + system) | peak RSS | load average (1, 5, 15 min) | source |",
-        "|---|---|---|---|---|---|---|",
-        "| the committed run, 2026-11-26 | 2-core Intel Xeon (AVX512_BF16, AMX) | 39 min 48 s | 3,685 s | 0.88 GiB | "
-        "not recorded (the test suite ran beside it for its first 15 minutes) | commit cd5829f's text; no log exists |",
+    return "\n".join([*lines,
         f"| the re-run, {(r['start'] or '')[:10]} (exit {r['exit']}) | 2-core AMD EPYC (AVX2 only) | "
         f"{_clock(r['wall_s'])} | {r['cpu_s']:,.0f} s | {r['rss_gib']:.2f} GiB | {load} | "
         f"[{log.name}](benchmarks/results/reproduce/laptop/{log.name}) |"])
@@ -387,9 +399,45 @@ def ties_table(runs: dict[str, dict[str, Any]], alternatives: dict[str, dict[str
     return "\n".join(lines)
 
 
+RERUN = RESULTS / "laptop_rerun"  # the laptop run again, on a second CPU (a replication beside the committed run)
+
+
+def replication_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Section 2's replication: the committed laptop run against its re-run (`RERUN`), or that it is not committed."""
+    if not RERUN.is_dir():
+        return f"The re-run's results are not committed yet (`{_shown(RERUN)}/<experiment>.json`)."
+    return replication_table(runs["laptop"], load_results(RERUN))
+
+
+def rerun_log() -> Path | None:
+    """The laptop re-run's committed log (`laptop/rerun_<date>.log`, the latest), or None."""
+    logs = sorted((RESULTS / "laptop").glob("rerun_*.log"))
+    return logs[-1] if logs else None
+
+
+def ties_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Experiment 10's laptop verdict under each tied SGD rate: the committed run at its pick, the re-run at its pick,
+    and each rate `benchmarks/reproduce_tied_rate.py` trained (`RERUN/optim_sgd<rate>.json`)."""
+    picks = {"committed run (Intel Xeon), its pick": runs["laptop"]["optim"]}
+    if (RERUN / "optim.json").is_file():
+        picks["re-run (AMD EPYC), its pick"] = load_results(RERUN)["optim"]
+    others = {}
+    for path in sorted(RERUN.glob("optim_sgd*.json")):
+        res = json.loads(path.read_text())
+        others[f"re-run (AMD EPYC), SGD at {res['lr']['sgd']:.3g}: [{path.name}]"
+               f"(benchmarks/results/reproduce/laptop_rerun/{path.name})"] = res
+    text = ties_table(picks, others)
+    if not others:
+        text += ("\n\nThe other tied rate is not trained yet: `python benchmarks/reproduce_tied_rate.py` trains its "
+                 "seeds and writes the result it gives.")
+    return text
+
+
 BLOCKS: dict[str, Callable[[dict[str, dict[str, dict[str, Any]]]], str]] = {
     "answer": answer_table, "rules": lambda runs: rules_table(), "deviations": deviations_table, "picks": picks_table,
     "multiplicity": multiplicity, "sittings": lambda runs: sittings_table(RESULTS / "long" / "sittings.log"),
+    "replication": replication_block, "laptop-times": lambda runs: laptop_times_table(rerun_log()),
+    "optim-ties": ties_block,
     **{f"parts-{name}": (lambda runs, name=name: parts_table(name, runs)) for name in NUMBERED.values()},
 }
 BLOCK = re.compile(r"(<!-- generated: ([a-z0-9-]+) -->\n).*?(<!-- end: \2 -->)", re.S)
