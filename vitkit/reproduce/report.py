@@ -359,7 +359,7 @@ def _shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def _clock(seconds: float) -> str:
+def clock_text(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     return f"{m // 60} h {m % 60} min {s} s" if m >= 60 else f"{m} min {s} s"
 
@@ -382,7 +382,7 @@ def laptop_times_table(log: Path | None) -> str:
         f"; {', '.join(r['load_end'])} at the end" if r["load_end"] else "")
     return "\n".join([*lines,
         f"| the re-run, {(r['start'] or '')[:10]} (exit {r['exit']}) | 2-core AMD EPYC (AVX2 only) | "
-        f"{_clock(r['wall_s'])} | {r['cpu_s']:,.0f} s | {r['rss_gib']:.2f} GiB | {load} | "
+        f"{clock_text(r['wall_s'])} | {r['cpu_s']:,.0f} s | {r['rss_gib']:.2f} GiB | {load} | "
         f"[{log.name}](benchmarks/results/reproduce/laptop/{log.name}) |"])
 
 
