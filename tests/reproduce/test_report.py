@@ -136,3 +136,30 @@ def test_the_rerun_blocks_read_what_is_committed(runs: dict, tmp_path: Path, mon
     ties = report.ties_block(runs).splitlines()
     assert ties[3].startswith("| re-run (AMD EPYC), its pick | 0.3 |")
     assert ties[4].startswith("| re-run (AMD EPYC), SGD at 0.9: [optim_sgd0.9.json]") and "not trained" not in ties[-1]
+
+
+def test_a_rerun_under_way_is_compared_sweep_by_sweep(runs: dict) -> None:
+    """A snapshot of the re-run's finished units: ResNet-B's sweep exactly the committed one (equal, the same pick);
+    ResNet-S's with an inner rate raised (its pick moves, and is named); Hybrid-B's with its edge raised (unfinished:
+    no pick compared)."""
+    sweeps = report.committed_sweeps(runs["laptop"])
+    assert {"ViT-B", "ResNet-B", "ResNet-B sgd", "ViT-B pool-gap", "ViT-B pos-none"} <= set(sweeps)
+
+    def unit(model: str, row: dict, raise_at: float = 0.0, **kw: object) -> dict:
+        family, size = model.split("-")
+        return {"family": family, "size": size, "posemb": "learn1d", "pooling": "token", "optimizer": "adamw",
+                "objective": "classify", "images": 20_000, "steps": 500, "seed": 0, "lr": row["lr"],
+                "dev": row["dev"] + (0.2 if row["lr"] == raise_at else 0), "glyph_test_top1": row["glyph_test_top1"],
+                **kw}
+
+    units = [unit("ResNet-B", r) for r in sweeps["ResNet-B"]]
+    units += [unit("ResNet-S", r, raise_at=0.012) for r in sweeps["ResNet-S"]]
+    units += [unit("Hybrid-B", r, raise_at=0.012) for r in sweeps["Hybrid-B"]]
+    units.append(unit("ResNet-B", sweeps["ResNet-B"][0], seed=1))  # not a sweep run: left out
+    text = report.sweep_replication(runs["laptop"], {"taken": "T", "units": units})
+    rows = {ln.split(" | ")[0][2:]: ln for ln in text.splitlines() if ln.startswith("| ") and "model" not in ln}
+    assert set(rows) == {"ResNet-B", "ResNet-S", "Hybrid-B"}
+    assert rows["ResNet-B"].endswith("| 0.0 | 0.012 → 0.012 |") and rows["ResNet-S"].endswith("| 0.024 → 0.012 |")
+    assert rows["Hybrid-B"].endswith("| 0.006 → (sweep unfinished) |") and "(not bracketed)" in rows["Hybrid-B"]
+    assert "by T: 10 equal bit for bit to the committed run's, 2 different" in text
+    assert "of 2 finished sweeps, 1 pick the committed rate, 1 another: ResNet-S." in text

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitkit.reproduce.plan import LAPTOP, Pretrain
 from vitkit.reproduce.rules import (
     FRAGILE_P,
     RULES,
@@ -31,8 +32,9 @@ from vitkit.reproduce.rules import (
     registered,
     verdict,
 )
-from vitkit.reproduce.stats import LEVEL, Estimate, pick_rate, sweep_text
+from vitkit.reproduce.stats import LEVEL, Estimate, bracketed, pick_rate, sweep_text
 from vitkit.reproduce.summary import load_results
+from vitkit.reproduce.tuning import model_name
 from vitkit.utils.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -433,11 +435,78 @@ def ties_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
     return text
 
 
+SNAPSHOT = RESULTS / "laptop" / "rerun_units_partial.json"  # the re-run's finished units while it runs
+# experiments 8 and 10 name their sweeps by variant; the models they are (tuning.model_name)
+VARIANT_MODELS = {"pooling": {"token": "ViT-B", "gap": "ViT-B pool-gap"},
+                  "optim": {"adamw": "ResNet-B", "sgd": "ResNet-B sgd"}}
+
+
+def committed_sweeps(results: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, float]]]:
+    """A run's pre-training rate sweeps by model name (`tuning.model_name`), the crossover's (per schedule length)
+    left out."""
+    out: dict[str, list[dict[str, float]]] = {}
+    for name, res in results.items():
+        if name != "crossover":
+            for k, v in (res.get("lr_sweeps") or {}).items():
+                out[VARIANT_MODELS.get(name, {}).get(k, k)] = v
+    return out
+
+
+def sweep_replication(results: dict[str, dict[str, Any]], snapshot: dict[str, Any]) -> str:
+    """The re-run's finished seed-0 sweep runs (`snapshot`, benchmarks/reproduce_rerun_snapshot.py) against the
+    committed run's sweeps, rate by rate: equal bit for bit or not, the largest dev difference, and each finished
+    (bracketed) sweep's pick against the committed pick."""
+    mine: dict[str, list[dict[str, float]]] = {}
+    for u in snapshot["units"]:
+        if (u["seed"], u["objective"], u["images"], u["steps"]) == (0, "classify", LAPTOP.glyph_images, LAPTOP.steps):
+            m = model_name(Pretrain(u["family"], u["size"], posemb=u["posemb"], pooling=u["pooling"],
+                                    optimizer=u["optimizer"]))
+            mine.setdefault(m, []).append({"lr": u["lr"], "dev": u["dev"], "glyph_test_top1": u["glyph_test_top1"]})
+    lines = ["| model | committed run: rate → dev (%) | re-run so far | largest dev difference (points) | pick: "
+             "committed → re-run |", "|---|---|---|---|---|"]
+    equal = differ = 0
+    worst: tuple[float, str] = (0.0, "")
+    moved, kept = [], 0
+    for m, sw in committed_sweeps(results).items():
+        got = sorted(mine.get(m, []), key=lambda r: r["lr"])
+        if not got:
+            continue
+        by_rate = {f"{r['lr']:g}": r for r in sw}
+        gaps = []
+        for g in got:
+            c = by_rate.get(f"{g['lr']:g}")
+            if c is not None:
+                same = c["dev"] == g["dev"] and c["glyph_test_top1"] == g["glyph_test_top1"]
+                equal, differ = equal + same, differ + (not same)
+                gaps.append(100 * abs(c["dev"] - g["dev"]))
+                worst = max(worst, (gaps[-1], f"{m} at {g['lr']:.3g}"))
+        done = bracketed(got)
+        pick = f"{pick_rate(sw):.3g} → {pick_rate(got):.3g}" if done else f"{pick_rate(sw):.3g} → (sweep unfinished)"
+        if done:
+            kept += pick_rate(sw) == pick_rate(got)
+            if pick_rate(sw) != pick_rate(got):
+                moved.append(m)
+        lines.append(f"| {m} | {sweep_text(sw, bold=True)} | {sweep_text(got, bold=done)} | "
+                     f"{max(gaps, default=0):.1f} | {pick} |")
+    lines += ["", f"{equal + differ} sweep runs of the re-run had finished by {snapshot['taken']}: {equal} equal bit "
+              f"for bit to the committed run's, {differ} different (the largest dev difference {worst[0]:.1f} points, "
+              f"{worst[1]}); of {kept + len(moved)} finished sweeps, {kept} pick the committed rate"
+              + (f", {len(moved)} another: {', '.join(moved)}" if moved else "") + "."]
+    return "\n".join(lines)
+
+
+def sweeps_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Section 2: the re-run's sweeps so far against the committed run's, or that no snapshot is committed."""
+    if not SNAPSHOT.is_file():
+        return f"No snapshot of the re-run is committed (`{_shown(SNAPSHOT)}`)."
+    return sweep_replication(runs["laptop"], json.loads(SNAPSHOT.read_text()))
+
+
 BLOCKS: dict[str, Callable[[dict[str, dict[str, dict[str, Any]]]], str]] = {
     "answer": answer_table, "rules": lambda runs: rules_table(), "deviations": deviations_table, "picks": picks_table,
     "multiplicity": multiplicity, "sittings": lambda runs: sittings_table(RESULTS / "long" / "sittings.log"),
     "replication": replication_block, "laptop-times": lambda runs: laptop_times_table(rerun_log()),
-    "optim-ties": ties_block,
+    "optim-ties": ties_block, "rerun-sweeps": sweeps_block,
     **{f"parts-{name}": (lambda runs, name=name: parts_table(name, runs)) for name in NUMBERED.values()},
 }
 BLOCK = re.compile(r"(<!-- generated: ([a-z0-9-]+) -->\n).*?(<!-- end: \2 -->)", re.S)
