@@ -26,6 +26,29 @@ from vitkit.utils.atomic import atomic_write_text
 
 MAX_LOG = 1 << 20
 CURVES = ROOT / "docs" / "reproduction" / "mpp_pretraining_curves.png"
+HISTORY = ROOT / "docs" / "reproduction" / "history.md"
+# history.md §6 showed the 3,000-step run's generic curves.png under this name; the redrawn figure is another run's
+OLD_CAPTION = "The pipeline is not what fails. The curves of the 3,000-step MPP run:"
+NEW_CAPTION = """The pipeline is not what fails. That 3,000-step run's own curves cannot be redrawn: its `metrics.jsonl` was never
+committed, and its figure was the trainer's generic plot (an unnamed accuracy axis, a legend saying "augmented"
+for batches that had no augmentation), so it is no longer shown. The figure below is another MPP run, drawn from
+metrics that are committed (`benchmarks/results/reproduce/laptop_rerun/mpp_pretraining_metrics.jsonl`, by
+`benchmarks/reproduce_mpp_curves.py`): the laptop scale's ViT-B, {steps} MPP steps at its picked rate, seed 0, from
+the laptop re-run on a second CPU (REPRODUCTION.md §2). The 3,000-step run's curves, as read off its generic plot:"""
+
+
+def recaption_history(steps: int) -> None:
+    """history.md §6: the figure under mpp_pretraining_curves.png is now the re-run's, said so (once)."""
+    text = HISTORY.read_text()
+    i = text.find(OLD_CAPTION)
+    if i < 0:
+        return
+    j = text.index("Its\ncolour loss falls", i)
+    k = text.index("![MPP pre-training curves](mpp_pretraining_curves.png)", i)
+    figure = "![MPP pre-training curves](mpp_pretraining_curves.png)\n\n"
+    atomic_write_text(HISTORY, text[:i] + NEW_CAPTION.format(steps=steps).split(" The 3,000-step run's")[0] + "\n\n"
+                      + figure + "The 3,000-step run's curves, as read off its generic plot: its\n"
+                      + text[j + len("Its\n"):] if k < j else text)
 
 
 def timing_note(log: Path, cpu: str) -> str:
@@ -93,6 +116,7 @@ def main() -> int:
     shutil.copyfile(args.run / "pretrain" / run.name(LAPTOP) / "metrics.jsonl", metrics)
     mpp_pretraining_curves(read_metrics(metrics), CURVES, f"masked patch prediction (§4.6): the laptop ViT-B, "
                            f"{run.steps} MPP steps at lr {run.lr:g}, seed 0 (the re-run)", mpp["majority_colour"])
+    recaption_history(run.steps)
     cpu = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Model name:")), "CPU")
     atomic_write_text(RESULTS / "laptop" / "timing.md", timing_note(log, cpu))
     print(f"{log} ({log.stat().st_size:,} bytes); {RERUN}: {len(EXPERIMENT_NAMES) - len(missing)} results"
