@@ -224,3 +224,39 @@ def test_a_resumed_sweeps_finished_extensions_move_the_progress_bar_once(tmp_pat
     wb.count([at(6e-3)], planned=True)
     assert wb.bar.total == wb.bar.n == 3 * SMOKE.steps
     wb.close()
+
+
+def test_a_tied_pick_is_reported_under_the_other_tied_rate(tmp_path: Path) -> None:
+    """Experiment 10's laptop pick rests on an exact dev tie (SGD 0.3 and 0.9): the other tied rate is named, and
+    every pre-training seed is trained at it (the seed-0 run being the sweep's own unit at that rate)."""
+    sweep = [{"lr": 0.1, "dev": 0.7}, {"lr": 0.3, "dev": 0.8}, {"lr": 0.9, "dev": 0.8}, {"lr": 2.7, "dev": 0.6}]
+    assert pick_rate(sweep) == 0.3 and tuning.other_tied_rates(sweep) == [0.9]
+    assert tuning.other_tied_rates(sweep[:2]) == []
+    committed = json.loads((LAPTOP_RESULTS / "optim.json").read_text())
+    assert tuning.other_tied_rates(committed["lr_sweeps"]["sgd"]) == pytest.approx([0.9])
+    wb = Workbench(tmp_path, LAPTOP, progress=False)
+    rounds: list[list[str]] = []
+
+    def pretrain_all(runs: list[Pretrain]) -> list[dict[str, object]]:
+        rounds.append([r.name(wb.scale) for r in runs])
+        return [{"best": {"digits_test_5shot": 0.7 + 0.01 * r.seed}, "glyph_test_top1": 0.9 - 0.01 * r.seed}
+                for r in runs]
+
+    wb.pretrain_all = pretrain_all  # type: ignore[method-assign]
+    got = tuning.seeded_at_rate(wb, lambda seed=0: Pretrain("ResNet", "B", optimizer="sgd", seed=seed), 0.9)
+    assert rounds == [[f"resnet-B_sgd_n20000_steps500_lr0.9_seed{s}" for s in (0, 1, 2)]]  # one round, all seeds
+    assert got["digits_test_5shot"]["values"] == pytest.approx([0.70, 0.71, 0.72])
+    assert got["glyph_test_top1"]["mean"] == pytest.approx(0.89)
+
+
+def test_seeds_at_another_rate_train_for_real_and_read_back(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    wb = Workbench(tmp_path, SMOKE, progress=False)
+    at = lambda seed=0: Pretrain("ResNet", "B", optimizer="sgd", seed=seed)  # noqa: E731
+    got = tuning.seeded_at_rate(wb, at, 0.2)
+    unit = tmp_path / "pretrain" / "resnet-B_sgd_n1000_steps4_lr0.2_seed0" / UNIT_FILE
+    summary = json.loads(unit.read_text())
+    assert summary["optimizer"] == "sgd" and summary["lr"] == pytest.approx(0.2)
+    assert got["digits_test_5shot"]["values"] == [summary["best"]["digits_test_5shot"]]
+    assert 0.0 < got["glyph_test_top1"]["values"][0] <= 1.0
+    assert tuning.seeded_at_rate(wb, at, 0.2) == got  # read back from the folder, not trained again

@@ -396,6 +396,48 @@ def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
                            "supervised pre-training": stored(res["supervised"], seeds)})
 
 
+def mpp_pretraining_curves(records: Sequence[dict[str, Any]], path: Path, title: str,
+                           majority: float | None = None, shots: int = 5) -> str:
+    """One masked-patch-prediction run's curves (§4.6) from its metrics.jsonl records: the masked-colour
+    cross-entropy, the accuracy of the mean colour predicted for the masked patches (the batches trained on, and the
+    glyph test split's masked patches at the end; `majority`: always answering the most frequent colour), and the
+    `shots`-shot digits accuracy of the frozen features during training. One run: no error bars."""
+    train = [r for r in records if "loss" in r and "train_acc" in r]
+    test = [r for r in records if r.get("split") == "test" and "eval_top1" in r]
+    key = f"eval_fewshot_digits_{{}}_{shots}shot"
+    fewshot = [r for r in records if key.format("dev") in r]
+    if not train:
+        raise ValueError(f"{path.name}: the records hold no training line (loss, train_acc): not a run's metrics.jsonl")
+    steps = [r["step"] for r in train]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    ax = axes[0]
+    ax.plot(steps, [r["loss"] for r in train], color="tab:blue", label="masked patches of the batches trained on")
+    for r in test:
+        ax.plot([r["step"]], [r["eval_loss"]], "*", color="tab:red", markersize=11,
+                label="masked patches of the glyph test split (end)")
+    _finish_axis(ax, "pre-training step", "MPP loss", log_x=False, ylabel="masked-colour cross-entropy")
+    ax = axes[1]
+    ax.plot(steps, [100 * r["train_acc"] for r in train], color="tab:blue")
+    for r in test:
+        ax.plot([r["step"]], [100 * r["eval_top1"]], "*", color="tab:red", markersize=11)
+    if majority is not None:
+        ax.axhline(100 * majority, color="grey", linestyle=":", label="always the most frequent colour")
+    ax.set_ylim(0, 100)
+    _finish_axis(ax, "pre-training step", "what MPP learns", log_x=False,
+                 ylabel="masked patches: mean colour right (%)")
+    ax = axes[2]
+    for split, style in (("dev", "o-"), ("test", "s--")):
+        ax.plot([r["step"] for r in fewshot], [100 * r[key.format(split)] for r in fewshot], style,
+                color="tab:green" if split == "dev" else "tab:purple",
+                label=f"frozen features, {shots}-shot digits {split}")
+    ax.set_ylim(0, 100)
+    _finish_axis(ax, "pre-training step", "what transfers (linear few-shot)", log_x=False,
+                 ylabel=f"{shots}-shot digits accuracy (%)")
+    fig.suptitle(title + " (one run: no error bars)", fontsize=11)
+    _legend_below(fig, axes)
+    return _save(fig, path)
+
+
 def variants(res: dict[str, Any], path: Path, experiment: str, a: str, b: str, title: str) -> str:
     """Two variants, each at its own picked pre-training rate (`res["lr"]`): 5-shot digits and glyph test, and
     a − b paired by pre-training seed (appendix D.3's pooling, appendix D.1's optimisers); where `experiment`'s rule

@@ -11,12 +11,14 @@ of the committed JSON, so the report cannot fall behind its results.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitkit.reproduce.plan import LAPTOP, Pretrain
 from vitkit.reproduce.rules import (
     FRAGILE_P,
     RULES,
@@ -30,8 +32,9 @@ from vitkit.reproduce.rules import (
     registered,
     verdict,
 )
-from vitkit.reproduce.stats import LEVEL, Estimate, sweep_text
+from vitkit.reproduce.stats import LEVEL, Estimate, bracketed, pick_rate, sweep_text
 from vitkit.reproduce.summary import load_results
+from vitkit.reproduce.tuning import model_name
 from vitkit.utils.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,9 +264,249 @@ def sittings_table(log: Path) -> str:
     return "\n".join(head + rows + [f"| | | stamped total | {total:,} s ({total / 3600:.2f} h) |"])
 
 
+# a result's numbers that are not measurements: the plan (sizes, seeds, grids, counts) and the runs' timings
+NOT_MEASURED = frozenset({"images", "seed", "seeds", "params", "forward_flops_per_image", "train_flops", "steps",
+                          "scratch_steps", "glyph_images", "glyph_classes", "batch", "eval_every", "finetune_steps",
+                          "finetune_batch", "fewshot_seeds", "shots", "sizes", "schedules", "mpp_lrs", "pooling_lrs",
+                          "lr_grid", "mpp_lr_grid", "train_s", "train_s_from_step", "threads", "wall_s", "flops", "x",
+                          # the plan itself, and the words
+                          "scale", "crossover_scale", "device", "markdown", "figures", "claim", "experiment"})
+
+
+def measured_numbers(res: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], float]:
+    """Every measured number of a result JSON by its path (list items by index): accuracies per run and per seed,
+    their means and intervals, rates picked, early-stopping steps; the plan's numbers and timings left out."""
+    out: dict[tuple[str, ...], float] = {}
+    if isinstance(res, dict):
+        for k, v in res.items():
+            if k not in NOT_MEASURED:
+                out.update(measured_numbers(v, (*path, str(k))))
+    elif isinstance(res, list):
+        for i, v in enumerate(res):
+            out.update(measured_numbers(v, (*path, str(i))))
+    elif isinstance(res, (int, float)) and not isinstance(res, bool):
+        out[path] = float(res)
+    return out
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two runs of one experiment, number by number (`measured_numbers`): how many are equal bit for bit, how many
+    differ, the largest difference among accuracies (values in [0, 1], in points) and where, and what only one has."""
+    na, nb = measured_numbers(a), measured_numbers(b)
+    common = sorted(set(na) & set(nb))
+    differ = [k for k in common if na[k] != nb[k]]
+    acc = [k for k in differ if 0.0 <= na[k] <= 1.0 and 0.0 <= nb[k] <= 1.0]
+    worst = max(acc, key=lambda k: abs(na[k] - nb[k]), default=None)
+    return {"compared": len(common), "equal": len(common) - len(differ), "differ": len(differ),
+            "largest": None if worst is None else (100 * abs(na[worst] - nb[worst]), "/".join(worst)),
+            "only_one": len(set(na) ^ set(nb))}
+
+
+def replication_table(first: dict[str, dict[str, Any]], second: dict[str, dict[str, Any]]) -> str:
+    """The laptop run against its re-run on another CPU: per experiment, the verdicts by the same rule, the picked
+    rates, and the measured numbers equal bit for bit or not (the largest accuracy difference, in points)."""
+    lines = ["| # | experiment | committed run: verdict | re-run: verdict | rates picked | measured numbers: "
+             "equal / differ (largest accuracy difference, points) |", "|---|---|---|---|---|---|"]
+    for i, name in NUMBERED.items():
+        if name not in second:
+            lines.append(f"| {i} | {TITLES[name]} | {_judged(name, first)[2].label} | (not in the re-run) | | |")
+            continue
+        ja, jb = _judged(name, first)[2], _judged(name, second)[2]
+        c = compare_runs(first[name], second[name])
+        same_picks = _picks(first[name]) == _picks(second[name])
+        big = f" ({c['largest'][0]:.1f})" if c["largest"] else ""
+        extra = f"; {c['only_one']} in one run only" if c["only_one"] else ""
+        lines.append(f"| {i} | {TITLES[name]} | {ja.label} | {'the same' if ja.label == jb.label else f'**{jb.label}**'} | "
+                     f"{'the same' if same_picks else 'differ'} | {c['equal']:,} / {c['differ']:,}{big}{extra} |")
+    return "\n".join(lines)
+
+
+def _picks(res: dict[str, Any]) -> dict[str, Any]:
+    """The rates a result picked: its `lr` and `mpp_lr` as written, and each sweep's pick (the smaller of a tie)."""
+    return {"lr": res.get("lr"), "mpp_lr": res.get("mpp_lr"),
+            "sweeps": {k: pick_rate(v) for k, v in (res.get("lr_sweeps") or {}).items()}}
+
+
+TIME_FIELDS = {"wall": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", "user": r"User time \(seconds\): (\S+)",
+               "system": r"System time \(seconds\): (\S+)", "rss_kb": r"Maximum resident set size \(kbytes\): (\d+)",
+               "exit": r"Exit status: (\d+)"}
+
+
+def time_log(log: Path) -> dict[str, Any]:
+    """A reproduction's committed log (its `start` / `end` stamps, `uptime` lines and GNU time's `-v` report): the
+    start and end, the wall clock (seconds), the CPU seconds (user + system), the peak RSS of the largest process,
+    and the load average at the start and at the end."""
+    if not log.is_file():
+        raise ValueError(f"{log}: the run's log is missing")
+    text = log.read_text()
+    got: dict[str, Any] = {}
+    for key, pat in TIME_FIELDS.items():
+        m = re.search(pat, text)
+        if m is None:
+            raise ValueError(f"{log}: no GNU time line for {key!r} (expected /usr/bin/time -v's report)")
+        got[key] = m[1]
+    secs = 0.0
+    for part in got["wall"].split(":"):
+        secs = secs * 60 + float(part)
+    loads = re.findall(r"load average: ([\d.]+), ([\d.]+), ([\d.]+)", text)
+    stamps = {k: (re.search(rf"^{k} (\S+)", text, re.M) or [None, None])[1] for k in ("start", "end")}
+    return {"start": stamps["start"], "end": stamps["end"], "wall_s": secs,
+            "cpu_s": float(got["user"]) + float(got["system"]), "rss_gib": int(got["rss_kb"]) / 2**20,
+            "exit": int(got["exit"]), "load_start": loads[0] if loads else None,
+            "load_end": loads[-1] if len(loads) > 1 else None}
+
+
+def _shown(path: Path) -> Path:
+    """A path as the page names it: from the repository root where it lies inside."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def clock_text(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m // 60} h {m % 60} min {s} s" if m >= 60 else f"{m} min {s} s"
+
+
+COMMITTED_LAPTOP = ("| the committed run, 2026-11-26 | 2-core Intel Xeon (AVX512_BF16, AMX) | 39 min 48 s | 3,685 s | 0.88 GiB | "
+                    "not recorded (the test suite ran beside it for its first 15 minutes) | commit cd5829f's text; no log "
+                    "exists |")
+
+
+def laptop_times_table(log: Path | None) -> str:
+    """Section 5: the laptop scale's invocations: the committed run (no log exists: the figures of commit cd5829f)
+    and the re-run, from its committed log (`None`: not committed yet, said)."""
+    lines = ["| invocation | machine | wall clock | CPU (user + system) | peak RSS | load average (1, 5, 15 min) | "
+             "source |", "|---|---|---|---|---|---|---|", COMMITTED_LAPTOP]
+    if log is None:
+        return "\n".join([*lines, f"| the re-run on a second CPU | | | | | | its log is not committed yet "
+                                   f"(`{_shown(RESULTS)}/laptop/rerun_<date>.log`) |"])
+    r = time_log(log)
+    load = (f"{', '.join(r['load_start'])} at the start" if r["load_start"] else "not recorded") + (
+        f"; {', '.join(r['load_end'])} at the end" if r["load_end"] else "")
+    return "\n".join([*lines,
+        f"| the re-run, {(r['start'] or '')[:10]} (exit {r['exit']}) | 2-core AMD EPYC (AVX2 only) | "
+        f"{clock_text(r['wall_s'])} | {r['cpu_s']:,.0f} s | {r['rss_gib']:.2f} GiB | {load} | "
+        f"[{log.name}](benchmarks/results/reproduce/laptop/{log.name}) |"])
+
+
+def ties_table(runs: dict[str, dict[str, Any]], alternatives: dict[str, dict[str, Any]]) -> str:
+    """Experiment 10 under each rate of a tied SGD pick: the verdict at the pick and at every other tied rate
+    (`alternatives`: a label -> the result as it reads with that rate, benchmarks/reproduce_tied_rate.py)."""
+    rule = RULES["optim"]
+    p = rule.parts[0]
+    lines = ["| run | SGD rate | Adam − SGD, 5-shot digits (paired by seed) | outcome | verdict |", "|---|---:|---|---|---|"]
+    for label, res in {**runs, **alternatives}.items():
+        _, ev, j = verdict("optim", res)
+        lines.append(f"| {label} | {res['lr']['sgd']:.3g} | {part_text(p, ev.parts[p.key])} | {j.outcomes[p.key]} | "
+                     f"{j.label} |")
+    return "\n".join(lines)
+
+
+RERUN = RESULTS / "laptop_rerun"  # the laptop run again, on a second CPU (a replication beside the committed run)
+
+
+def replication_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Section 2's replication: the committed laptop run against its re-run (`RERUN`), or that it is not committed."""
+    if not RERUN.is_dir():
+        return f"The re-run's results are not committed yet (`{_shown(RERUN)}/<experiment>.json`)."
+    return replication_table(runs["laptop"], load_results(RERUN))
+
+
+def rerun_log() -> Path | None:
+    """The laptop re-run's committed log (`laptop/rerun_<date>.log`, the latest), or None."""
+    logs = sorted((RESULTS / "laptop").glob("rerun_*.log"))
+    return logs[-1] if logs else None
+
+
+def ties_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Experiment 10's laptop verdict under each tied SGD rate: the committed run at its pick, the re-run at its pick,
+    and each rate `benchmarks/reproduce_tied_rate.py` trained (`RERUN/optim_sgd<rate>.json`)."""
+    picks = {"committed run (Intel Xeon), its pick": runs["laptop"]["optim"]}
+    if (RERUN / "optim.json").is_file():
+        picks["re-run (AMD EPYC), its pick"] = load_results(RERUN)["optim"]
+    others = {}
+    for path in sorted(RERUN.glob("optim_sgd*.json")):
+        res = json.loads(path.read_text())
+        others[f"re-run (AMD EPYC), SGD at {res['lr']['sgd']:.3g}: [{path.name}]"
+               f"(benchmarks/results/reproduce/laptop_rerun/{path.name})"] = res
+    text = ties_table(picks, others)
+    if not others:
+        text += ("\n\nThe other tied rate is not trained yet: `python benchmarks/reproduce_tied_rate.py` trains its "
+                 "seeds and writes the result it gives.")
+    return text
+
+
+SNAPSHOT = RESULTS / "laptop" / "rerun_units_partial.json"  # the re-run's finished units while it runs
+# experiments 8 and 10 name their sweeps by variant; the models they are (tuning.model_name)
+VARIANT_MODELS = {"pooling": {"token": "ViT-B", "gap": "ViT-B pool-gap"},
+                  "optim": {"adamw": "ResNet-B", "sgd": "ResNet-B sgd"}}
+
+
+def committed_sweeps(results: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, float]]]:
+    """A run's pre-training rate sweeps by model name (`tuning.model_name`), the crossover's (per schedule length)
+    left out."""
+    out: dict[str, list[dict[str, float]]] = {}
+    for name, res in results.items():
+        if name != "crossover":
+            for k, v in (res.get("lr_sweeps") or {}).items():
+                out[VARIANT_MODELS.get(name, {}).get(k, k)] = v
+    return out
+
+
+def sweep_replication(results: dict[str, dict[str, Any]], snapshot: dict[str, Any]) -> str:
+    """The re-run's finished seed-0 sweep runs (`snapshot`, benchmarks/reproduce_rerun_snapshot.py) against the
+    committed run's sweeps, rate by rate: equal bit for bit or not, the largest dev difference, and each finished
+    (bracketed) sweep's pick against the committed pick."""
+    mine: dict[str, list[dict[str, float]]] = {}
+    for u in snapshot["units"]:
+        if (u["seed"], u["objective"], u["images"], u["steps"]) == (0, "classify", LAPTOP.glyph_images, LAPTOP.steps):
+            m = model_name(Pretrain(u["family"], u["size"], posemb=u["posemb"], pooling=u["pooling"],
+                                    optimizer=u["optimizer"]))
+            mine.setdefault(m, []).append({"lr": u["lr"], "dev": u["dev"], "glyph_test_top1": u["glyph_test_top1"]})
+    lines = ["| model | committed run: rate → dev (%) | re-run so far | largest dev difference (points) | pick: "
+             "committed → re-run |", "|---|---|---|---|---|"]
+    equal = differ = 0
+    worst: tuple[float, str] = (0.0, "")
+    moved, kept = [], 0
+    for m, sw in committed_sweeps(results).items():
+        got = sorted(mine.get(m, []), key=lambda r: r["lr"])
+        if not got:
+            continue
+        by_rate = {f"{r['lr']:g}": r for r in sw}
+        gaps = []
+        for g in got:
+            c = by_rate.get(f"{g['lr']:g}")
+            if c is not None:
+                same = c["dev"] == g["dev"] and c["glyph_test_top1"] == g["glyph_test_top1"]
+                equal, differ = equal + same, differ + (not same)
+                gaps.append(100 * abs(c["dev"] - g["dev"]))
+                worst = max(worst, (gaps[-1], f"{m} at {g['lr']:.3g}"))
+        done = bracketed(got)
+        pick = f"{pick_rate(sw):.3g} → {pick_rate(got):.3g}" if done else f"{pick_rate(sw):.3g} → (sweep unfinished)"
+        if done:
+            kept += pick_rate(sw) == pick_rate(got)
+            if pick_rate(sw) != pick_rate(got):
+                moved.append(m)
+        lines.append(f"| {m} | {sweep_text(sw, bold=True)} | {sweep_text(got, bold=done)} | "
+                     f"{max(gaps, default=0):.1f} | {pick} |")
+    lines += ["", f"{equal + differ} sweep runs of the re-run had finished by {snapshot['taken']}: {equal} equal bit "
+              f"for bit to the committed run's, {differ} different (the largest dev difference {worst[0]:.1f} points, "
+              f"{worst[1]}); of {kept + len(moved)} finished sweeps, {kept} pick the committed rate"
+              + (f", {len(moved)} another: {', '.join(moved)}" if moved else "") + "."]
+    return "\n".join(lines)
+
+
+def sweeps_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Section 2: the re-run's sweeps so far against the committed run's, or that no snapshot is committed."""
+    if not SNAPSHOT.is_file():
+        return f"No snapshot of the re-run is committed (`{_shown(SNAPSHOT)}`)."
+    return sweep_replication(runs["laptop"], json.loads(SNAPSHOT.read_text()))
+
+
 BLOCKS: dict[str, Callable[[dict[str, dict[str, dict[str, Any]]]], str]] = {
     "answer": answer_table, "rules": lambda runs: rules_table(), "deviations": deviations_table, "picks": picks_table,
     "multiplicity": multiplicity, "sittings": lambda runs: sittings_table(RESULTS / "long" / "sittings.log"),
+    "replication": replication_block, "laptop-times": lambda runs: laptop_times_table(rerun_log()),
+    "optim-ties": ties_block, "rerun-sweeps": sweeps_block,
     **{f"parts-{name}": (lambda runs, name=name: parts_table(name, runs)) for name in NUMBERED.values()},
 }
 BLOCK = re.compile(r"(<!-- generated: ([a-z0-9-]+) -->\n).*?(<!-- end: \2 -->)", re.S)

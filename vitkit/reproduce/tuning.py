@@ -20,7 +20,7 @@ from typing import Any
 
 from vitkit.reproduce.plan import Pretrain, Scale
 from vitkit.reproduce.runs import Finetune, Unit, Workbench
-from vitkit.reproduce.stats import extension, pick_rate, seeded
+from vitkit.reproduce.stats import best_rates, extension, pick_rate, seeded
 
 # rates added past an edge of a sweep that wins there, per side (stats.extension); 4 as the fine-tuning sweeps' and
 # the laptop crossover's (2 until 2026-11-26, when the long scale's SGD sweep still won at its edge, 2.7, after two)
@@ -130,19 +130,38 @@ def model_name(model: Pretrain) -> str:
     return " ".join([f"{model.family}-{model.size}", *tags])
 
 
+def _seeded_scores(wb: Workbench, got: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs' seeded 5-shot digits test (at the early-stopping step) and glyph test accuracies, as results keep them."""
+    m = f"digits_test_{wb.scale.select_shots}shot"
+    return {m: seeded([r["best"][m] for r in got]), "glyph_test_top1": seeded([r["glyph_test_top1"] for r in got])}
+
+
 def seeded_at_picks(wb: Workbench, variants: dict[str, Callable[..., Pretrain]], own: tuple[float, ...] = ()
                     ) -> tuple[dict[str, float], dict[str, Sweep], dict[str, Any]]:
     """Experiments 8 and 10: each variant (`at(seed=s)`: its run without a rate of its own) at its model's pick,
     every pre-training seed, in one round. Returns the picks and sweeps (by variant) and per variant the seeded
     5-shot digits test (at the early-stopping step) and glyph test accuracies."""
-    m = f"digits_test_{wb.scale.select_shots}shot"
     bases = {name: at(seed=0) for name, at in variants.items()}
     tune(wb, bases.values(), own)
     sweeps = {name: wb.sweeps[model_key(b)] for name, b in bases.items()}
     runs = {name: [resolve(wb, at(seed=s), own) for s in wb.scale.pretrain_seeds] for name, at in variants.items()}
     done = iter(wb.pretrain_all([r for rs in runs.values() for r in rs]))
-    res = {}
-    for name, rs in runs.items():
-        got = [next(done) for _ in rs]
-        res[name] = {m: seeded([r["best"][m] for r in got]), "glyph_test_top1": seeded([r["glyph_test_top1"] for r in got])}
+    res = {name: _seeded_scores(wb, [next(done) for _ in rs]) for name, rs in runs.items()}
     return picks_of(sweeps), sweeps, res
+
+
+def other_tied_rates(sweep: Sweep) -> list[float]:
+    """The rates that reach a sweep's best dev accuracy beside its pick (`stats.pick_rate`: the smaller of a tie),
+    smallest first; empty when the pick is the only best. A verdict resting on a tied pick is reported under each of
+    them too (rules.tied_sweeps flags the tie)."""
+    pick = pick_rate(sweep)
+    return sorted(r for r in best_rates(sweep) if r != pick)
+
+
+def seeded_at_rate(wb: Workbench, at: Callable[..., Pretrain], lr: float) -> dict[str, Any]:
+    """A variant (`at(seed=s)`: its run without a rate of its own) at the rate `lr` instead of its pick, every
+    pre-training seed in one round (`wb.jobs` at a time): its seeded 5-shot digits test and glyph test accuracies, as
+    `seeded_at_picks` gives them per variant. The seed-0 run is the sweep's own unit at that rate (read back where
+    the folder holds it)."""
+    runs = [replace(at(seed=s), lr=unit_lr(wb.scale, at(seed=s), lr)) for s in wb.scale.pretrain_seeds]
+    return _seeded_scores(wb, wb.pretrain_all(runs))
