@@ -156,7 +156,8 @@ def main() -> None:
                                                       flush=True))
     load_after = load()
     flops = vit_flops(vit_config(args.model, 16, img_size=args.img_size, num_classes=1000)).train_step
-    roofs = {"fp32": matmul_peak(DTYPES["fp32"]), "bf16-autocast": matmul_peak(DTYPES["bf16"])}
+    precs = args.precisions.split(",")
+    roofs = {p: matmul_peak(DTYPES["fp32" if p == "fp32" else "bf16"]) for p in precs}
     rows = []
     for name, t in times.items():
         prec = name.split()[1]
