@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         print("note: this CPU has no native bf16 matmul (no avx512_bf16 / amx_bf16): bf16 is emulated and slower")
     peaks, results = run_suite(sc, log=print)
     if args.int8_roof:
-        peaks["int8"] = int8_matmul_peak("onnxruntime")
+        peaks["int8"] = int8_matmul_peak("onnxruntime", sc.peak_sizes, sc.peak_repeats)
     print("matmul peak: " + ", ".join(f"{k} {v / 1e9:.1f} G{'OP' if k == 'int8' else 'FLOP'}/s"
                                       for k, v in peaks.items()))
     print("vitkit/impl = vitkit img/s / impl img/s; % roofline = achieved matmul FLOP/s / measured matmul peak")
