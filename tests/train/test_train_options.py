@@ -1,6 +1,7 @@
 """Training options: gradient checkpointing recomputes the same activations (same loss and
 gradients, dropout included) and the run config's switch reaches the model the engine trains;
-`train.compile` runs the training step through torch.compile with the eager step's losses and weights."""
+`train.compile` runs the training step through torch.compile (and, on the CPU, torch's fused AdamW) with the eager
+step's losses and weights within 1e-5 over 4 steps; a step reads the device once."""
 
 from __future__ import annotations
 
