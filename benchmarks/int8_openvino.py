@@ -18,6 +18,7 @@ the largest batch, summed by layer type and kernel.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import tempfile
@@ -27,17 +28,22 @@ from pathlib import Path
 
 import torch
 
-from vitkit.bench.machine import machine_info
+from vitkit.bench.machine import int8_matmul_peak, machine_info, matmul_peak
+from vitkit.bench.peers import PeerUnavailable, build_hf
 from vitkit.bench.precision import runtime_agreement, runtime_runners, runtime_speeds, speed_table_rows
+from vitkit.bench.suite import Case, config_for
 from vitkit.data.digits import load_digits_split
 from vitkit.inference.export import _ov
+from vitkit.inference.runtime import build_predictor
 from vitkit.models import create_model
+from vitkit.models.flops import vit_flops
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.hardware import cpu_flags, isa_kind
 
 RESULTS = Path(__file__).parent / "results"
 TABLE = Path(__file__).parents[1] / "vitkit" / "inference" / "runtime_speeds.json"
 PATHS = ("torch fp32", "onnxruntime int8 dynamic", "onnxruntime int8 static", "openvino fp32", "openvino int8")
+TOME_PATHS = ("torch fp32", "onnxruntime int8 static", "openvino int8")  # the paths timed again with ToMe
 
 
 def digits_at(n: int, size: int, train: bool = True) -> torch.Tensor:
@@ -90,42 +96,70 @@ def main() -> None:
     ap.add_argument("--calibration", type=int, default=64)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--write-table", action="store_true", help=f"write the ViT-B/16 largest-batch rows to {TABLE}")
+    ap.add_argument("--threads", type=int, default=0, help="torch / runtime threads (0: torch's default)")
+    ap.add_argument("--tome", type=int, default=16, help="also the paths that take token merging at this r (0: none)")
+    ap.add_argument("--no-agreement", action="store_true", help="skip the digits ViT's agreement rows")
+    ap.add_argument("--name", default="int8_openvino", help="results file stem under benchmarks/results")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     out: dict[str, object] = {"machine": machine_info("cpu"), "isa": isa_kind(),
                               "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma"))),
                               "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                           time.gmtime()),
-                              "load_before": os.getloadavg(), "speed": {}, "profile": {}}
+                              "load_before": os.getloadavg(), "speed": {}, "profile": {}, "agreement": {}}
+    # the roofs each row is a share of: fp32 matmul (torch) and int8 matmul (onnxruntime's MatMulInteger)
+    out["roof"] = {"fp32": matmul_peak(torch.float32), "int8": int8_matmul_peak("onnxruntime")}
+    print("roofs (GOP/s)", {k: round(v / 1e9, 1) for k, v in out["roof"].items()}, flush=True)
     with tempfile.TemporaryDirectory(prefix="vitkit-int8-") as tmp:
-        model = trained_digits(args.steps)
-        tr, te = load_digits_split()
-        cal = model.preprocess(tr.images[:256])
-        runners = runtime_runners(model, cal, Path(tmp) / "digits", PATHS)
-        out["agreement"] = runtime_agreement(runners, model.preprocess(te.images), torch.from_numpy(te.labels))
-        print("agreement", json.dumps(out["agreement"]), flush=True)
+        if not args.no_agreement:
+            model = trained_digits(args.steps)
+            tr, te = load_digits_split()
+            cal = model.preprocess(tr.images[:256])
+            runners = runtime_runners(model, cal, Path(tmp) / "digits", PATHS)
+            out["agreement"] = runtime_agreement(runners, model.preprocess(te.images), torch.from_numpy(te.labels))
+            print("agreement", json.dumps(out["agreement"]), flush=True)
         for name in args.models.split(","):
             model = create_model(name)
             torch.nn.init.normal_(model.head.weight, std=0.02)
             folder = Path(tmp) / name
             folder.mkdir()
             t0 = time.perf_counter()
-            runners = runtime_runners(model, digits_at(args.calibration, model.config.img_size[0]), folder, PATHS)
+            cal = digits_at(args.calibration, model.config.img_size[0])
+            runners = runtime_runners(model, cal, folder, PATHS)
+            if args.tome:  # token merging where the path takes it: torch, and both calibrated int8 exports
+                merged = copy.deepcopy(model)
+                merged.set_token_merging(args.tome)
+                (folder / "tome").mkdir()
+                tome = runtime_runners(merged, cal, folder / "tome", TOME_PATHS)
+                runners.update({f"{k} ToMe{args.tome}": v for k, v in tome.items()})
+            try:  # the peer on the torch path (transformers' ViT, SDPA attention, the same architecture)
+                runners["transformers torch fp32"] = build_predictor(build_hf(config_for(Case(name, 224, 1, "infer"))), "fp32",
+                                                                     "torch")
+            except PeerUnavailable as e:
+                print(f"transformers skipped: {e}")
             print(f"{name}: built in {time.perf_counter() - t0:.0f} s", flush=True)
+            flops = vit_flops(model.config).forward
             for b in batches:
                 s = runtime_speeds(runners, torch.randn(b, 3, *model.config.img_size), args.repeats)
+                for k, v in s.items():
+                    dtype = "int8" if "int8" in k else "fp32"
+                    v["pct_roof"] = 100 * v["img_s"] * flops / out["roof"][dtype]  # ToMe rows: the unmerged FLOPs
                 out["speed"][f"{name} b{b}"] = s
-                print(name, b, json.dumps({k: round(v["vs_torch_fp32"], 2) for k, v in s.items()}), flush=True)
+                out["load_after_" + f"{name} b{b}"] = os.getloadavg()
+                print(name, b, json.dumps({k: round(v["vs_torch_fp32"], 2) for k, v in s.items()}),
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
             x = torch.randn(batches[-1], 3, *model.config.img_size)
             out["profile"][name] = {"openvino int8": perf_profile(folder / "m.int8.xml", x),
                                     "openvino fp32": perf_profile(folder / "m.xml", x)}
     out["load_after"] = os.getloadavg()
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "int8_openvino.json").write_text(json.dumps(out, indent=1) + "\n")
-    (RESULTS / "int8_openvino.md").write_text(markdown(out))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(out, indent=1) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(markdown(out))
     if args.write_table:
         key = f"{args.models.split(',')[-1]} b{batches[-1]}"
-        rows = speed_table_rows(out["speed"][key], out["isa"], model=key.split()[0], batch=batches[-1],
+        rows = speed_table_rows({k: v for k, v in out["speed"][key].items() if k in PATHS}, out["isa"], model=key.split()[0], batch=batches[-1],
                                 machine=out["machine"].get("cpu", ""), date=out["date"][:10])
         table = json.loads(TABLE.read_text()) if TABLE.is_file() else {"rows": []}
         table["rows"] = [r for r in table["rows"] if r["isa"] != out["isa"]] + rows
@@ -138,13 +172,17 @@ def markdown(out: dict) -> str:
              f"{out['date']}, {out['threads']} threads; load average before {out['load_before'][0]:.1f}, after "
              f"{out['load_after'][0]:.1f} (a machine shared with other jobs: ratios from interleaved runs are the "
              "figures, img/s are not). Written by benchmarks/int8_openvino.py.", "",
-             "| model, batch | " + " | ".join(PATHS) + " |", "|---" * (len(PATHS) + 1) + "|"]
+             "Roofs: fp32 matmul " + f"{out['roof']['fp32'] / 1e9:.1f} GFLOP/s (torch), int8 matmul "
+             f"{out['roof']['int8'] / 1e9:.1f} GOP/s (onnxruntime MatMulInteger); % roof = img/s x the model's "
+             "matmul FLOPs / the roof of the row's dtype (ToMe rows: the unmerged FLOPs, an effective rate).", "",
+             "| model, batch | path | × torch fp32 | img/s | % of its dtype's roof | spread |", "|---|---|---|---|---|---|"]
     for key, s in out["speed"].items():
-        cells = [f"{s[p]['vs_torch_fp32']:.2f}x ({s[p]['img_s']:.1f} img/s)" for p in PATHS]
-        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+        for p, v in s.items():
+            lines.append(f"| {key} | {p} | {v['vs_torch_fp32']:.2f}x | {v['img_s']:.2f} | {v['pct_roof']:.0f}% | "
+                         f"{100 * v['spread']:.0f}% |")
     lines += ["", "Agreement with fp32 torch on the 450 digits test images (digits ViT trained here, int8 calibrated "
               "on 256 training digits):", "", "| path | top-1 agreement | accuracy |", "|---|---|---|"]
-    for p, a in out["agreement"].items():
+    for p, a in out.get("agreement", {}).items():
         lines.append(f"| {p} | {100 * a['agreement']:.2f}% | {100 * a['accuracy']:.2f}% |")
     for name, prof in out["profile"].items():
         for path, rows in prof.items():

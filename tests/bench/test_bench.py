@@ -157,10 +157,12 @@ def test_bf16_agrees_with_fp32() -> None:
 def test_bench_command_prints_a_table(tmp_path, capsys) -> None:  # noqa: ANN001
     out = tmp_path / "bench.json"
     args = ["bench", "--models", "vit_ti16", "--img-size", "32", "--batch", "2", "--repeats", "1", "--warmup", "0"]
-    assert main(args + ["--peers", "hf-sdpa", "--no-memory", "--json", str(out), "--markdown", str(tmp_path / "b.md")]) == 0
+    assert main(args + ["--peers", "hf-sdpa", "--no-memory", "--json", str(out), "--markdown", str(tmp_path / "b.md"),
+                        "--int8-roof"]) == 0
     text = capsys.readouterr().out
-    assert "vitkit/impl" in text and "matmul peak" in text and "torch:" in text
+    assert "vitkit/impl" in text and "matmul peak" in text and "torch:" in text and "int8 " in text
     doc = json.loads(out.read_text())
+    assert doc["peaks"]["int8"] > 0  # the int8 roof (onnxruntime's MatMulInteger) beside the float peaks
     assert {r["impl"] for r in doc["results"]} == {"vitkit", "hf-sdpa"}
     assert (tmp_path / "b.md").read_text().startswith("| case |")
 

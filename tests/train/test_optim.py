@@ -1,5 +1,5 @@
 """The optimiser choice of vitkit/train/optim.py: Adam(W) on a CUDA device runs torch's fused kernel, the CPU's update
-is torch's default as before. The tests marked `cuda` need a GPU and are skipped without one."""
+is torch's default as before unless the fused one is asked for (the compiled training step asks). The tests marked `cuda` need a GPU and are skipped without one."""
 
 from __future__ import annotations
 
@@ -53,6 +53,25 @@ def test_adamw_on_the_cpu_is_torchs_default_update() -> None:
     got, want = _steps([(a, opt), (b, ref)])
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert not build_optimizer(_model().parameters(), "adam", 1e-3).defaults.get("fused")
+
+
+def test_fused_adamw_on_the_cpu_is_the_default_step_to_float32_rounding() -> None:
+    """`fused=True` on the CPU: torch's fused kernel, whose three steps on the same gradients land within float32
+    rounding of the default (for-each) AdamW, both parameter groups (decayed / not); refused where it cannot run."""
+    a, b = _model(), _model()
+    opt = build_optimizer(param_groups(a, 0.05), "adamw", 1e-3, 0.05, fused=True)
+    assert opt.defaults["fused"] is True
+    ref = torch.optim.AdamW(param_groups(b, 0.05), lr=1e-3, weight_decay=0.05)
+    got, want = _steps([(a, opt), (b, ref)])
+    worst = max((got[k] - want[k]).abs().max().item() for k in want)
+    assert 0 < worst <= 1e-6, worst  # not the same kernel, the same step
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
+    assert build_optimizer(_model().parameters(), "adam", 1e-3, fused=True).defaults["fused"] is True
+    assert not build_optimizer(_model().parameters(), "adamw", 1e-3, fused=False).defaults.get("fused")
+    on_meta = [torch.nn.Parameter(torch.empty(3, device="meta"))]
+    with pytest.raises(ValueError, match="fused Adam\\(W\\) update needs every trained parameter a plain tensor"):
+        build_optimizer(on_meta, "adamw", 1e-3, fused=True)
 
 
 @cuda

@@ -4,7 +4,7 @@ timed beside eager (exported.py).
 `vitkit bench` (vitkit/commands/bench.py) drives `run_suite`; see BENCHMARKS.md for results.
 """
 
-from vitkit.bench.machine import cpu_has_native_bf16, machine_info, matmul_peak, resolve_device
+from vitkit.bench.machine import cpu_has_native_bf16, int8_matmul_peak, machine_info, matmul_peak, resolve_device
 from vitkit.bench.peers import PEERS, PeerUnavailable, peer_status
 from vitkit.bench.precision import BENCH_PRECISIONS, Agreement, compare_precisions
 from vitkit.bench.suite import Case, Result, SuiteConfig, default_cases, format_table, grid_cases, run_suite
@@ -26,6 +26,7 @@ __all__ = [
     "default_cases",
     "format_table",
     "grid_cases",
+    "int8_matmul_peak",
     "machine_info",
     "matmul_peak",
     "peak_memory",

@@ -12,7 +12,7 @@ import torch
 from vitkit.bench.timing import time_interleaved
 from vitkit.utils.hardware import cpu_flags, cpu_has_native_bf16
 
-__all__ = ["cpu_flags", "cpu_has_native_bf16", "machine_info", "matmul_peak", "resolve_device"]
+__all__ = ["cpu_flags", "cpu_has_native_bf16", "int8_matmul_peak", "machine_info", "matmul_peak", "resolve_device"]
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -72,5 +72,60 @@ def matmul_peak(
         a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
         b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
         t = time_interleaved({"mm": lambda a=a, b=b: a @ b}, warmup=3, repeats=repeats, device=device)["mm"]
+        best = max(best, 2 * n**3 / min(t.samples))
+    return best
+
+
+INT8_BACKENDS = ("onnxruntime", "torch")
+
+
+def _ort_matmul_integer(n: int, threads: int) -> tuple[object, object, object]:
+    """An onnxruntime session of one n x n x n MatMulInteger (uint8 activations x int8 weights -> int32, the layout
+    onnxruntime's own dynamic and static int8 graphs use on x86), its input A and its constant B (numpy). A keeps to
+    7 bits (0..127): AVX2's u8 x s8 multiply-add saturates a pair's sum at int16, so full-range bytes would not give
+    the exact product (the same speed either way)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 128, (n, n), dtype=np.uint8)
+    b = rng.integers(-128, 128, (n, n), dtype=np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "int8_roof",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, [n, n])], [helper.make_tensor_value_info(
+            "Y", TensorProto.INT32, [n, n])], initializer=[onnx.numpy_helper.from_array(b, "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess, a, b
+
+
+def int8_matmul_peak(backend: str = "onnxruntime", sizes: tuple[int, ...] = (1024, 2048), repeats: int = 5) -> float:
+    """Best int8 op/s (2 per multiply-add, int32 accumulation) of an n x n x n integer matmul over `sizes` and
+    repeats, on the CPU, with torch's thread count: the int8 roofline, as `matmul_peak` is fp32's / bf16's.
+
+    `onnxruntime`: its MatMulInteger (u8 x s8, MLAS: VNNI / AMX where the CPU has them, else AVX2's 16-bit
+    multiply-adds) — the kernel under onnxruntime's int8 graphs. `torch`: `torch._int_mm` (on the CPU a plain
+    loop in the torch builds seen so far: a floor, not a roof). The fastest repeat is taken, as in `matmul_peak`."""
+    if backend not in INT8_BACKENDS:
+        raise ValueError(f"unknown int8 matmul backend {backend!r}; choose one of {', '.join(INT8_BACKENDS)}")
+    best = 0.0
+    for n in sizes:
+        if backend == "onnxruntime":
+            try:
+                sess, a, _ = _ort_matmul_integer(n, torch.get_num_threads())
+            except ImportError as e:
+                raise ValueError(f"the onnxruntime int8 roof needs onnx and onnxruntime (pip install "
+                                 f"'vitkit[onnx]'): {e}") from e
+            fn = lambda sess=sess, a=a: sess.run(None, {"A": a})  # noqa: E731
+        else:
+            gen = torch.Generator().manual_seed(0)
+            a = torch.randint(-128, 128, (n, n), generator=gen, dtype=torch.int8)
+            b = torch.randint(-128, 128, (n, n), generator=gen, dtype=torch.int8)
+            fn = lambda a=a, b=b: torch._int_mm(a, b)  # noqa: E731
+        t = time_interleaved({"mm": fn}, warmup=2, repeats=repeats)["mm"]
         best = max(best, 2 * n**3 / min(t.samples))
     return best

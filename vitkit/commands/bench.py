@@ -62,6 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per implementation before timing (default: 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per implementation (medians reported)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
+    p.add_argument("--int8-roof", action="store_true", help="also measure the CPU's int8 matmul roof (onnxruntime's "
+                   "MatMulInteger, the kernel under its int8 graphs) and report it beside the float peaks")
     p.add_argument("--json", type=Path, default=None, help="write machine info, peaks and rows as JSON")
     p.add_argument("--markdown", type=Path, default=None, help="write the table as Markdown")
     p.add_argument("--data", default=None,
@@ -109,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         default_cases,
         format_table,
         grid_cases,
+        int8_matmul_peak,
         machine_info,
         peer_status,
         resolve_device,
@@ -146,7 +149,10 @@ def run(args: argparse.Namespace) -> int:
     if device.type == "cpu" and any(c.precision != "fp32" for c in cases) and not cpu_has_native_bf16():
         print("note: this CPU has no native bf16 matmul (no avx512_bf16 / amx_bf16): bf16 is emulated and slower")
     peaks, results = run_suite(sc, log=print)
-    print("matmul peak: " + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items()))
+    if args.int8_roof:
+        peaks["int8"] = int8_matmul_peak("onnxruntime", sc.peak_sizes, sc.peak_repeats)
+    print("matmul peak: " + ", ".join(f"{k} {v / 1e9:.1f} G{'OP' if k == 'int8' else 'FLOP'}/s"
+                                      for k, v in peaks.items()))
     print("vitkit/impl = vitkit img/s / impl img/s; % roofline = achieved matmul FLOP/s / measured matmul peak")
     print(format_table(results))
     if args.json:

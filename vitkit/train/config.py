@@ -126,7 +126,8 @@ class TrainConfig(RecipeSection):
     ckpt_every: int = key("train.ckpt_every", 0)
     device: str = key("train.device", "cpu")
     tensorboard: bool = key("train.tensorboard", True, "also write TensorBoard event files (when installed)")
-    compile: str | bool = key("train.compile", "", "torch.compile backend (true = inductor); '' = eager")
+    compile: str | bool = key("train.compile", "", "torch.compile backend (true = inductor), with Adam(W)'s fused "
+                               "update on the CPU too; '' = eager")
     parallel: str = key("train.parallel", "ddp", "under torchrun: ddp (replicated weights) | fsdp (sharded)")
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -117,12 +117,15 @@ class Trainer:
             raise ValueError("train.distill needs a teacher (train.teacher), and a teacher needs train.distill = "
                              "soft or hard")
         self.teacher = teacher.to(cfg.device) if teacher is not None else None
+        # the compiled step (train.compile) also takes Adam(W)'s fused update on the CPU (on CUDA it is always fused)
+        fused = True if cfg.compile and not self.sharded and cfg.optimizer.lower() in ("adam", "adamw") else None
         self.opt = build_optimizer(
             param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas,
-            cfg.momentum
+            cfg.momentum, fused=fused
         )
-        if self.is_main and self.opt.defaults.get("fused"):  # CUDA: said once, so a run's log shows which update ran
-            tqdm.write(f"optimizer: {type(self.opt).__name__} with torch's fused CUDA kernel (every parameter on "
+        if self.is_main and self.opt.defaults.get("fused"):  # said once, so a run's log shows which update ran
+            kind = "CUDA" if torch.device(cfg.device).type == "cuda" else "CPU"
+            tqdm.write(f"optimizer: {type(self.opt).__name__} with torch's fused {kind} kernel (every parameter on "
                        f"{cfg.device})")
         self.ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
         self.step = 0
@@ -303,6 +306,9 @@ class Trainer:
                    positions: list[int] | None = None) -> tuple[float, float, int]:
         """One optimisation step on this rank's batch (all micro-batches); returns (loss, accuracy, examples).
 
+        The step's loss and correct count stay tensors until its optimizer update is queued, then are read back
+        together: one host read per step, none between the forward, backward and update.
+
         The loss of each micro-batch is weighted by its share of the batch, so accumulating k
         micro-batches gives the gradient of the whole batch's mean loss (as one big batch would).
         With `world_invariant`, `positions` (each row's place in the global batch) say which micro-batch
@@ -337,7 +343,8 @@ class Trainer:
         self.opt.step()
         if self.ema is not None:
             self.ema.update(model)
-        return total_loss, correct / len(y), len(y)
+        loss_sum, right = _read_back(total_loss, correct)
+        return loss_sum, right / len(y), len(y)
 
     def _mix(self, x: torch.Tensor, step: int, stream: int) -> tuple[torch.Tensor, Mix]:
         cfg = self.cfg
@@ -345,11 +352,11 @@ class Trainer:
                           cfg.mix_prob)
 
     def _forward_backward(self, xm: torch.Tensor, ym: torch.Tensor, mix: Mix, mix_y: torch.Tensor, start: int,
-                          weight: float) -> tuple[float, float]:
+                          weight: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward and backward of one micro-batch (rows start.. of the mixed batch whose labels are `mix_y`), its
         loss scaled by `weight`; returns the unscaled loss and the number of correct top-1 predictions (for a model
         with its own targets, the fraction of them right times the micro-batch's images, so train_acc stays a
-        fraction)."""
+        fraction), as float64 tensors on the device (read back by train_step, once per step)."""
         cfg = self.cfg
         with autocast(cfg.precision, cfg.device):
             out = self.forward_model(xm)
@@ -373,10 +380,10 @@ class Trainer:
             logits = TwoHeads(logits, dist_logits).mean()
         (loss * weight).backward()
         hard = target if target.ndim == 1 else ym  # accuracy against the images' own labels under mixing
-        right = (logits.argmax(-1) == hard).float().sum().item()
+        right = (logits.argmax(-1) == hard).float().sum().double()
         if len(hard) != len(ym):  # a model with its own targets (MPP: masked patches): their accuracy, per image
             right = right / len(hard) * len(ym)
-        return loss.item(), right
+        return loss.detach().double(), right
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The full weights; under FSDP every rank must call it and only rank 0 gets them."""
@@ -469,6 +476,12 @@ class Trainer:
         if self.ema is not None and self.step >= cfg.steps:  # the averaged weights are the result (appendix B.1.1)
             self.ema.copy_to(self.model)  # (not at a stop_at pause: training goes on from the raw weights)
         return last
+
+
+def _read_back(*values: torch.Tensor | float) -> list[float]:
+    """The step's sums (tensors on the device, or 0.0 where nothing was added) as Python floats, in one transfer."""
+    dev = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    return torch.stack([torch.as_tensor(v, dtype=torch.float64, device=dev) for v in values]).tolist()
 
 
 def _finite_name(loss: float) -> str:

@@ -80,19 +80,35 @@ def build_optimizer(
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
     momentum: float = 0.9,
+    fused: bool | None = None,
 ) -> torch.optim.Optimizer:
     """`adamw` (decoupled decay), `adam` (L2 folded into the gradient, as the paper's Adam) or `sgd`. Adam(W) on
     parameters all on a CUDA device runs torch's fused kernel (`fused=True`: a few kernel launches update every
-    parameter and its moments; `optimizer.defaults["fused"]` says so); elsewhere torch's default update, as before."""
+    parameter and its moments; `optimizer.defaults["fused"]` says so); elsewhere torch's default update, as before.
+    `fused=True` asks for the fused update on the CPU too (one pass over each parameter and its two moments; the
+    same step as the default to float32 rounding, tests/train/test_optim.py), refused where it cannot run;
+    `fused=False` never fuses."""
     name = name.lower()
     params = list(params)
     if name in ("adamw", "adam"):
-        fused = True if fused_adam_ok(params) else None  # None: torch's default, exactly as before on the CPU
+        if fused and not (fused_adam_ok(params) or _plain_cpu(params)):
+            raise ValueError("the fused Adam(W) update needs every trained parameter a plain tensor on one CPU or "
+                             "CUDA device (not an FSDP shard, not mixed devices, a floating dtype)")
+        if fused is None:
+            fused = True if fused_adam_ok(params) else None  # None: torch's default, exactly as before on the CPU
+        fused = fused or None
         kind = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
         return kind(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; choose adamw, adam or sgd")
+
+
+def _plain_cpu(params: list) -> bool:
+    """Every parameter (or param group's parameter) a plain floating tensor on the CPU: torch's fused Adam(W) runs."""
+    flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+    return bool(flat) and all(type(p.data) is torch.Tensor and p.device.type == "cpu" and p.is_floating_point()
+                              for p in flat)
 
 
 SCHEDULES = ("cosine", "linear", "constant")
