@@ -82,7 +82,7 @@ def test_one_exit_rule_for_skipped_inputs(tmp_path: Path) -> None:
                         "--workers", "0"),
             "inspect": ("inspect", "--model", str(model), "--images", str(data / "red" / "0.png"),
                         str(data / "red" / "corrupt.png"), "--out", str(tmp_path / "insp"), "--no-progress"),
-            "finetune": ("finetune", "--model", str(model), "--data", str(data), "--steps", "1", "--out",
+            "finetune": ("finetune", "--model", str(model), "--data", str(data), "--steps", "1", "--img-size", "32", "--out",
                          str(tmp_path / "ft"), "--no-progress", "--set", "data.num_workers=0", "--set",
                          "train.eval_every=0", "--set", "data.holdout=0.25", "--set", "train.tensorboard=false")}
     for name, argv in runs.items():
