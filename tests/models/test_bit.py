@@ -139,6 +139,7 @@ def test_bit_models_take_img_size_save_and_load(tmp_path: Path) -> None:
     assert BiTConfig.from_dict(small.config.to_dict()) == small.config
 
 
+@pytest.mark.slow
 def test_bit_trains_finetunes_and_serves_from_the_command_line(tmp_path: Path, capsys) -> None:
     """The recipe digits_bit trains a BiT from scratch; the model fine-tunes at 2x the resolution, and eval,
     predict and fewshot take it like any checkpoint."""

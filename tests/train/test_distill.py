@@ -97,6 +97,7 @@ def test_distillation_token_heads_train_apart_and_average_at_inference(tmp_path:
     assert loss == pytest.approx(float(want), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     teacher_cfg = load_config("digits_bit", ["schedule.steps=150", "schedule.warmup_steps=15", "train.eval_every=0",
                                              "train.ckpt_every=0", "data.dev_fraction=0", "train.tensorboard=false"])
