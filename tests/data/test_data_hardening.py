@@ -31,7 +31,7 @@ from tests.inputs import (
     png_bytes,
     png_file,
     png_header_only,
-    run_cli,
+    run_main,
     shard_file,
 )
 from vitkit.cli import main
@@ -210,7 +210,7 @@ def test_loader_messages(tmp_path: Path) -> None:
     vitkit.save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32, num_classes=0), headless)
     img = png_file(tmp_path / "d.png", 100, (8, 8))
     for cmd in (["predict", str(img)], ["eval"]):
-        r = run_cli(*cmd, "--model", str(headless))
+        r = run_main(*cmd, "--model", str(headless))
         assert_one_line_error(r, "no classifier head", "fewshot")
 
 
