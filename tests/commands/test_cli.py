@@ -99,8 +99,8 @@ def test_one_exit_rule_for_skipped_inputs(tmp_path: Path) -> None:
 def test_reproduce_smoke_without_names_says_what_to_type() -> None:
     """One smoke experiment takes over a minute on 2 cores (fig4: > 60 s, 2026-11-25), so `--smoke` alone is no
     default run: the one-line error gives the exact commands."""
-    r = run_cli("reproduce", "--smoke")
+    r = run_main("reproduce", "--smoke")
     assert r.returncode == 2
     assert_one_line_error(r, "vitkit reproduce --smoke fig4", "vitkit reproduce --all --smoke")
-    plain = run_cli("reproduce")
+    plain = run_main("reproduce")
     assert_one_line_error(plain, "`vitkit reproduce fig4`", "`vitkit reproduce --all`")

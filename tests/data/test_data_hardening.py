@@ -6,8 +6,6 @@ import io
 import json
 import os
 import pickle
-import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -138,8 +136,7 @@ def test_decompression_bomb_is_skipped_and_named_with_a_configurable_limit(tmp_p
     model_dir = tmp_path / "m"
     vitkit.save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), model_dir)
     good = png_file(tmp_path / "digit.png", 200, (8, 8))
-    r = subprocess.run([sys.executable, "-m", "vitkit", "predict", str(good), str(bomb), "--model", str(model_dir)],
-                       capture_output=True, text=True)
+    r = run_main("predict", str(good), str(bomb), "--model", str(model_dir))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "bomb.png" in r.stderr and "over the limit" in r.stderr and r.stdout.startswith(str(good))
     # training on a folder holding the bomb: skipped, counted and named, the run finishes
