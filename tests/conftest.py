@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitkit.train.config import load_config
-from vitkit.train.run import run_experiment
+from tests.helpers import digits_test_tensors, trained_digits_vit
+from vitkit.formats import save_pretrained
 
 # One intra-op thread, here and in the CLI processes the tests start (they inherit the environment): the suite's
 # models take microseconds per op, so a second thread only waits for a scheduler slice (on a busy 2-core machine the
@@ -25,11 +25,10 @@ def _seed() -> None:
 
 @pytest.fixture(scope="session")
 def digits_ckpt(tmp_path_factory) -> Path:
-    """A small digits model trained well enough that its accuracy means something (about 90%)."""
-    out = tmp_path_factory.mktemp("digits")
-    cfg = load_config("digits_demo", ["model.width=32", "model.depth=2", "model.num_heads=2", "model.mlp_dim=64",
-                                      "schedule.steps=300", "schedule.warmup_steps=15", "train.batch_size=64",
-                                      "optim.lr=5e-3", "optim.label_smoothing=0.0", "train.log_every=50"])
-    res = run_experiment(cfg, out / "run", progress=False)
-    assert res["test"]["top1"] > 0.8
-    return out / "run" / "model"
+    """A small digits model trained well enough that its accuracy means something (about 90%), saved: the one
+    trained digits model of the suite (`tests.helpers.trained_digits_vit`, built once per process)."""
+    model = trained_digits_vit()
+    x, y = digits_test_tensors(model)
+    with torch.no_grad():
+        assert (model(x).argmax(1) == y).float().mean() > 0.8
+    return save_pretrained(model, tmp_path_factory.mktemp("digits") / "model")

@@ -69,18 +69,30 @@ def run_cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedPr
 
 def run_main(*args: str) -> subprocess.CompletedProcess:
     """`vitkit ARGS` through `vitkit.cli.main` in this process (no interpreter start-up), read as `run_cli`'s result:
-    the exit code and what went to stdout / stderr, warnings included as the command line prints them."""
+    the exit code and what went to stdout / stderr, warnings and logged warnings included as the command line prints
+    them (a process without logging handlers prints WARNING records' messages to stderr: logging.lastResort);
+    argparse's exit (SystemExit) read as the process's exit code."""
     import contextlib
+    import logging
     import warnings
 
     from vitkit.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        warnings.simplefilter("default")
-        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
-            warnings.formatwarning(message, category, filename, lineno, line))
-        code = main(list(args))
+    logged = logging.StreamHandler(err)
+    logged.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(logged)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.simplefilter("default")
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+                warnings.formatwarning(message, category, filename, lineno, line))
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's mistakes: its message is on stderr, the exit code the process's
+                code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        logging.getLogger().removeHandler(logged)
     return subprocess.CompletedProcess(["vitkit", *args], code, out.getvalue(), err.getvalue())
 
 

@@ -233,6 +233,7 @@ def test_a_scratch_folder_is_gone_when_its_process_exits(tmp_path: Path) -> None
     assert leaks == [], f"use vitkit.utils.files.scratch_dir or a TemporaryDirectory in {leaks}"
 
 
+@pytest.mark.slow
 def test_malloc_threshold_script_sets_each_threshold_it_names(tmp_path: Path) -> None:
     """benchmarks/malloc_threshold.py, a seconds-long slice (2 steps, one round): each configuration's fine-tune
     runs in its own process with the threshold it names, as the run's header says."""

@@ -29,13 +29,13 @@ def test_finetune_batch_larger_than_small_folder_shrinks_and_resumes(tmp_path: P
     args = ["finetune", "--model", str(model), "--data", str(data), "--img-size", "16", "--num-classes", "3",
             "--steps", "2", "--out", str(tmp_path / "ft"), "--no-progress", "--set", "data.num_workers=0",
             "--set", "train.eval_every=0", "--set", "data.holdout=0.25", "--set", "train.tensorboard=false"]
-    r = run_cli(*args)  # the recipe's batch 512 on 18 examples
+    r = run_main(*args)  # the recipe's batch 512 on 18 examples
     assert r.returncode == 0, r.stderr[-1500:]
     assert "batch size 512 is larger than the 18 training examples: using batch 18" in r.stderr, r.stderr
     assert "--set train.batch_size=" in r.stderr
     saved = json.loads((tmp_path / "ft" / "run_config.json").read_text())
     assert saved["train"]["batch_size"] == 18
-    again = run_cli(*args, "--resume")  # the same command resumes: the shrunk batch is no recipe change
+    again = run_main(*args, "--resume")  # the same command resumes: the shrunk batch is no recipe change
     assert again.returncode == 0, again.stderr[-1500:]
     assert "another recipe" not in again.stderr and "already finished" in again.stdout
 
@@ -82,7 +82,7 @@ def test_one_exit_rule_for_skipped_inputs(tmp_path: Path) -> None:
                         "--workers", "0"),
             "inspect": ("inspect", "--model", str(model), "--images", str(data / "red" / "0.png"),
                         str(data / "red" / "corrupt.png"), "--out", str(tmp_path / "insp"), "--no-progress"),
-            "finetune": ("finetune", "--model", str(model), "--data", str(data), "--steps", "1", "--out",
+            "finetune": ("finetune", "--model", str(model), "--data", str(data), "--steps", "1", "--img-size", "32", "--out",
                          str(tmp_path / "ft"), "--no-progress", "--set", "data.num_workers=0", "--set",
                          "train.eval_every=0", "--set", "data.holdout=0.25", "--set", "train.tensorboard=false")}
     for name, argv in runs.items():
@@ -99,8 +99,8 @@ def test_one_exit_rule_for_skipped_inputs(tmp_path: Path) -> None:
 def test_reproduce_smoke_without_names_says_what_to_type() -> None:
     """One smoke experiment takes over a minute on 2 cores (fig4: > 60 s, 2026-11-25), so `--smoke` alone is no
     default run: the one-line error gives the exact commands."""
-    r = run_cli("reproduce", "--smoke")
+    r = run_main("reproduce", "--smoke")
     assert r.returncode == 2
     assert_one_line_error(r, "vitkit reproduce --smoke fig4", "vitkit reproduce --all --smoke")
-    plain = run_cli("reproduce")
+    plain = run_main("reproduce")
     assert_one_line_error(plain, "`vitkit reproduce fig4`", "`vitkit reproduce --all`")

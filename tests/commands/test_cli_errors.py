@@ -23,6 +23,7 @@ def test_every_command_line_option_has_help() -> None:
     assert missing == []
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, monkeypatch, capsys) -> None:
     # an existing file where a run folder is wanted
     (tmp_path / "afile").write_text("x")

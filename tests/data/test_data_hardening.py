@@ -6,8 +6,6 @@ import io
 import json
 import os
 import pickle
-import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -31,7 +29,7 @@ from tests.inputs import (
     png_bytes,
     png_file,
     png_header_only,
-    run_cli,
+    run_main,
     shard_file,
 )
 from vitkit.cli import main
@@ -138,8 +136,7 @@ def test_decompression_bomb_is_skipped_and_named_with_a_configurable_limit(tmp_p
     model_dir = tmp_path / "m"
     vitkit.save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), model_dir)
     good = png_file(tmp_path / "digit.png", 200, (8, 8))
-    r = subprocess.run([sys.executable, "-m", "vitkit", "predict", str(good), str(bomb), "--model", str(model_dir)],
-                       capture_output=True, text=True)
+    r = run_main("predict", str(good), str(bomb), "--model", str(model_dir))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "bomb.png" in r.stderr and "over the limit" in r.stderr and r.stdout.startswith(str(good))
     # training on a folder holding the bomb: skipped, counted and named, the run finishes
@@ -210,7 +207,7 @@ def test_loader_messages(tmp_path: Path) -> None:
     vitkit.save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32, num_classes=0), headless)
     img = png_file(tmp_path / "d.png", 100, (8, 8))
     for cmd in (["predict", str(img)], ["eval"]):
-        r = run_cli(*cmd, "--model", str(headless))
+        r = run_main(*cmd, "--model", str(headless))
         assert_one_line_error(r, "no classifier head", "fewshot")
 
 

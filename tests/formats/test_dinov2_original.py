@@ -66,7 +66,7 @@ def test_dinov2_backbones_run_through_the_commands_and_convert(tmp_path: Path) -
     data = noise_folder(tmp_path / "data", n=12, classes=2)
     assert main(["fewshot", "--model", reg, "--num-heads", "4", "--data", str(data), "--shots", "2"]) == 0
     assert main(["finetune", "--model", reg, "--num-heads", "4", "--data", str(data), "--out", str(tmp_path / "ft"),
-                 "--no-progress", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
+                 "--no-progress", "--img-size", "48", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
                  "train.batch_size=8", "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
     tuned = vitkit.load_pretrained(tmp_path / "ft" / "model")
     assert (tuned.config.num_registers, tuned.config.posemb_resample, tuned.config.num_classes) == (

@@ -42,7 +42,7 @@ def test_deit_distilled_checkpoints_written_by_timm_load_with_timms_outputs(tmp_
     hub = str(FAMILIES / "deit_distilled_hub")
     assert main(["predict", str(data / "c0" / "000.png"), "--model", hub]) == 0
     assert main(["finetune", "--model", hub, "--data", str(data), "--out", str(tmp_path / "ft"), "--no-progress",
-                 "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
+                 "--img-size", "48", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
                  "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
     tuned = vitkit.load_pretrained(tmp_path / "ft" / "model")
     assert tuned.config.distill_token and tuned.config.num_classes == 3
@@ -74,7 +74,7 @@ def test_siglip_style_towers_written_by_timm_load_with_timms_outputs(tmp_path: P
     assert main(["predict", str(data / "c0" / "000.png"), "--model", hub]) == 0
     assert main(["fewshot", "--model", hub, "--data", str(data), "--shots", "2"]) == 0  # features of the MAP head
     assert main(["finetune", "--model", hub, "--data", str(data), "--out", str(tmp_path / "ft"), "--no-progress",
-                 "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
+                 "--img-size", "48", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
                  "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
     assert vitkit.load_pretrained(tmp_path / "ft" / "model").config.pooling == "map"
 
@@ -185,7 +185,7 @@ def test_the_new_families_run_through_predict_and_finetune(name: str, tmp_path: 
     hub = str(FAMILIES / f"{name}_hub")
     assert main(["predict", str(data / "c0" / "000.png"), "--model", hub]) == 0
     assert main(["finetune", "--model", hub, "--data", str(data), "--out", str(tmp_path / "ft"), "--no-progress",
-                 "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
+                 "--img-size", "48", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set", "train.batch_size=8",
                  "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
     src, ft = vitkit.load_pretrained(hub).config, vitkit.load_pretrained(tmp_path / "ft" / "model").config
     keep = ("pooling", "class_token", "fc_norm", "layer_scale", "pre_norm", "patch_bias", "gelu", "ln_eps",

@@ -186,7 +186,7 @@ def test_hf_families_run_through_the_commands_and_their_preprocessing_is_read(tm
     data = noise_folder(tmp_path / "data", n=24, classes=3)
     assert main(["fewshot", "--model", str(folder), "--data", str(data), "--shots", "2"]) == 0
     assert main(["finetune", "--model", str(folder), "--data", str(data), "--out", str(tmp_path / "ft"),
-                 "--no-progress", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
+                 "--no-progress", "--img-size", "48", "--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1", "--set",
                  "train.batch_size=8", "--set", "data.num_workers=0", "--set", "train.tensorboard=false"]) == 0
     ft = vitkit.load_pretrained(tmp_path / "ft" / "model")
     assert ft.config.layer_scale == 1.0 and ft.config.num_classes == 3 and ft.config.num_registers == registers

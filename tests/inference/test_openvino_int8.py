@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.helpers import digits_test_tensors, saved_trained_digits, trained_digits_vit
-from tests.inputs import assert_one_line_error, run_cli
+from tests.inputs import assert_one_line_error, run_main
 from vitkit.cli import main
 
 pytest.importorskip("nncf")
@@ -94,8 +94,8 @@ def test_export_writes_the_int8_ir_beside_and_checks_it_on_the_images(tmp_path, 
 
     model_dir, imgs = saved
     out = tmp_path / "m.xml"
-    r = run_cli("export", str(model_dir), "--format", "openvino", "--out", str(out), "--precision", "int8",
-                "--calibrate", str(imgs))
+    r = run_main("export", str(model_dir), "--format", "openvino", "--out", str(out), "--precision", "int8",
+                 "--calibrate", str(imgs))
     assert r.returncode == 0, r.stderr
     for f in ("m.xml", "m.bin", "m.int8.xml", "m.int8.bin"):
         assert (tmp_path / f).is_file(), f
@@ -111,13 +111,13 @@ def test_export_writes_the_int8_ir_beside_and_checks_it_on_the_images(tmp_path, 
 def test_what_does_not_combine_is_refused(tmp_path, saved) -> None:
     model_dir, imgs = saved
     # NNCF's quantisation is static: no images, no OpenVINO int8 (onnxruntime's dynamic int8 needs none)
-    assert_one_line_error(run_cli("predict", str(imgs), "--model", str(model_dir), "--runtime", "openvino",
-                                  "--precision", "int8", "--output", str(tmp_path / "p.jsonl")),
+    assert_one_line_error(run_main("predict", str(imgs), "--model", str(model_dir), "--runtime", "openvino",
+                                   "--precision", "int8", "--output", str(tmp_path / "p.jsonl")),
                           "OpenVINO int8", "--calibrate")
-    assert_one_line_error(run_cli("export", str(model_dir), "--format", "openvino", "--out", str(tmp_path / "m.xml"),
-                                  "--precision", "int8"), "OpenVINO int8", "--calibrate")
-    assert_one_line_error(run_cli("export", str(model_dir), "--format", "aoti", "--out", str(tmp_path / "m.pt2"),
-                                  "--precision", "int8"), "int8", "--format onnx or --format openvino")
+    assert_one_line_error(run_main("export", str(model_dir), "--format", "openvino", "--out", str(tmp_path / "m.xml"),
+                                   "--precision", "int8"), "OpenVINO int8", "--calibrate")
+    assert_one_line_error(run_main("export", str(model_dir), "--format", "aoti", "--out", str(tmp_path / "m.pt2"),
+                                   "--precision", "int8"), "int8", "--format onnx or --format openvino")
     assert not list(tmp_path.iterdir())  # refused before anything is written
 
 

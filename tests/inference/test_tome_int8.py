@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.helpers import trained_digits_vit
-from tests.inputs import assert_one_line_error, digit_folder, run_cli
+from tests.inputs import assert_one_line_error, digit_folder, run_main
 
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -81,7 +81,7 @@ def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
 
     model_dir, imgs = saved
     out = tmp_path / "m.onnx"
-    r = run_cli("export", str(model_dir), "--out", str(out), "--merge", "3", "--precision", "int8", "--calibrate", str(imgs))
+    r = run_main("export", str(model_dir), "--out", str(out), "--merge", "3", "--precision", "int8", "--calibrate", str(imgs))
     assert r.returncode == 0, r.stderr
     assert "calibrating int8 on 100 images" in r.stdout
     # the parity check of a calibrated graph runs on the user's images (noise is out of its ranges), and says so
@@ -102,7 +102,7 @@ def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
     ops = [n.op_type for n in onnx.load(str(out)).graph.node]
     assert "TopK" in ops and "ScatterElements" in ops  # ranking and merging are in the graph
     # a per-block schedule is recorded as given
-    r = run_cli("export", str(model_dir), "--out", str(tmp_path / "s.onnx"), "--merge", "2,4", "--no-check")
+    r = run_main("export", str(model_dir), "--out", str(tmp_path / "s.onnx"), "--merge", "2,4", "--no-check")
     assert r.returncode == 0, r.stderr
     assert exported_merge(tmp_path / "s.onnx") == [2, 4]
 
@@ -110,8 +110,8 @@ def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
 def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
     model_dir, imgs = saved
     out = tmp_path / "p.jsonl"
-    r = run_cli("predict", str(imgs), "--model", str(model_dir), "--merge", "3", "--runtime", "torch",
-                "--precision", "fp32", "--topk", "1", "--output", str(out), "--no-progress")
+    r = run_main("predict", str(imgs), "--model", str(model_dir), "--merge", "3", "--runtime", "torch",
+                 "--precision", "fp32", "--topk", "1", "--output", str(out), "--no-progress")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     from vitkit.formats import load_pretrained
@@ -123,7 +123,7 @@ def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
     with torch.no_grad():
         probs = model(x).softmax(-1)
     assert [row["probs"][0] for row in rows] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
-    r = run_cli("eval", "--model", str(model_dir), "--precision", "int8", "--calibrate", str(imgs), "--merge", "3")
+    r = run_main("eval", "--model", str(model_dir), "--precision", "int8", "--calibrate", str(imgs), "--merge", "3")
     assert r.returncode == 0, r.stderr
     assert "static QDQ, calibrated on 100 images" in r.stderr and "token merging: 3" in r.stderr
     top1 = float(r.stdout.split("top-1: ")[1].split("%")[0])
@@ -132,12 +132,12 @@ def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
 
 def test_errors_are_clear(tmp_path, saved) -> None:
     model_dir, imgs = saved
-    assert_one_line_error(run_cli("export", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--calibrate",
-                                  str(imgs)), "--calibrate", "--precision", "int8")
-    assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--calibrate", str(imgs)), "--calibrate", "int8")
-    assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--merge", "2,2,2"), "one r per layer",
+    assert_one_line_error(run_main("export", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--calibrate",
+                                   str(imgs)), "--calibrate", "--precision", "int8")
+    assert_one_line_error(run_main("eval", "--model", str(model_dir), "--calibrate", str(imgs)), "--calibrate", "int8")
+    assert_one_line_error(run_main("eval", "--model", str(model_dir), "--merge", "2,2,2"), "one r per layer",
                           "2 layers")
-    assert_one_line_error(run_cli("eval", "--model", str(model_dir), "--merge", "x"), "--merge")
+    assert_one_line_error(run_main("eval", "--model", str(model_dir), "--merge", "x"), "--merge")
 
 
 def test_static_int8_ranges_are_the_calibration_min_max_unless_percentile(tmp_path) -> None:

@@ -139,6 +139,11 @@ def test_bit_models_take_img_size_save_and_load(tmp_path: Path) -> None:
     assert BiTConfig.from_dict(small.config.to_dict()) == small.config
 
 
+# the fine-tune's steps (a later --set wins): it proves the head swap and the 2x resolution, not learning
+PLUMBING = ["--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1"]
+
+
+@pytest.mark.slow
 def test_bit_trains_finetunes_and_serves_from_the_command_line(tmp_path: Path, capsys) -> None:
     """The recipe digits_bit trains a BiT from scratch; the model fine-tunes at 2x the resolution, and eval,
     predict and fewshot take it like any checkpoint."""
@@ -152,7 +157,7 @@ def test_bit_trains_finetunes_and_serves_from_the_command_line(tmp_path: Path, c
     assert pre["test"]["top1"] > 0.5, pre["test"]  # 60 steps learn the digits well above chance (10%)
     model = tmp_path / "pre" / "model"
     assert main(["finetune", "--model", str(model), "--config", "digits_finetune", "--img-size", "64",
-                 "--out", str(tmp_path / "ft"), *fast]) == 0
+                 "--out", str(tmp_path / "ft"), *fast, *PLUMBING]) == 0
     assert "replaced: the 10-way head by a new zero-initialised 10-way head" in capsys.readouterr().out
     ft = vitkit.load_pretrained(tmp_path / "ft" / "model")
     assert isinstance(ft, ResNetV2) and ft.preprocess.img_size == (64, 64)

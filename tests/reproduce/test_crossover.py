@@ -148,6 +148,7 @@ def test_a_folder_may_grow_seeds_but_not_change_its_runs(tmp_path: Path) -> None
         Workbench(tmp_path, replace(SMOKE, steps=5), progress=False)
 
 
+@pytest.mark.slow
 def test_the_progress_bar_ends_full_in_a_fresh_and_in_a_resumed_folder(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """The bar counts every run of the grid and of the sweeps (extensions included) once, as done when finished
     before: a fresh run and a read-back both end at total (the long crossover resumed across sittings ended at

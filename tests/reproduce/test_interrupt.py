@@ -53,6 +53,7 @@ def _until(cond, seconds: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "r"

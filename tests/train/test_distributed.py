@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
@@ -133,6 +134,7 @@ def _pause_or_finish(rank: int, world: int, store: str, out: str, cfg: dict, res
             t.fit(stop_at=N)
 
 
+@pytest.mark.slow
 def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
     """Tar shards read by 2 ranks x 1 loader worker: the 2-process run matches 1 process, its checkpoint finishes in
     1 process, and a 1-process checkpoint finishes in 2 processes, each as the uninterrupted 1-process run."""
@@ -225,6 +227,7 @@ def _inv_trainer(out: Path, cfg: dict) -> Trainer:
                           out)
 
 
+@pytest.mark.slow
 def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Path) -> None:
     """With train.world_invariant, 2 processes and 1 process (one thread each) end with the same bits, and a
     checkpoint resumed with the other world size finishes with the bits of the uninterrupted 1-process run (the

@@ -136,6 +136,7 @@ def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -
     return saved_step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source,kill_at", [("folder", 17), ("shards", 34)])
 def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_at: int) -> None:
     cfg = _run_config(tmp_path, source)
@@ -169,6 +170,7 @@ def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_a
     assert "broken.png" in out_full or "skipped" in out_full
 
 
+@pytest.mark.slow
 def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> None:
     """With train.world_invariant, a run on tar shards launched by torchrun with 2 processes, SIGKILLed after a
     checkpoint and resumed by 1 process, ends with the bits of an uninterrupted 1-process run (the same
