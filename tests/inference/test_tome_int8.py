@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import trained_digits_vit
-from tests.inputs import assert_one_line_error, digit_folder, run_main
+from tests.helpers import digits_test_tensors, saved_trained_digits, trained_digits_vit
+from tests.inputs import assert_one_line_error, run_main
 
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -21,19 +21,7 @@ onnx = pytest.importorskip("onnx")
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> tuple[Path, Path]:
     """(a trained digits model's folder, a folder of 100 digit images to calibrate on)."""
-    from vitkit.formats import save_pretrained
-
-    root = tmp_path_factory.mktemp("tome")
-    save_pretrained(trained_digits_vit(), root / "model")
-    return root / "model", digit_folder(root / "imgs", list(range(10)), 100)
-
-
-def _digits_test(model) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
-    from vitkit.data.digits import load_digits_split
-
-    _, test = load_digits_split()
-    pre = model.preprocess
-    return pre.normalize(pre.resize(test.images)), torch.from_numpy(test.labels)
+    return saved_trained_digits(tmp_path_factory.mktemp("tome"))
 
 
 def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, saved) -> None:
@@ -62,7 +50,7 @@ def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, sa
             assert all(produced_by.get(i) is None or produced_by[i].op_type != "DequantizeLinear" for i in n.input)
     head = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")][-1]
     assert head.input[1] in weights  # the classifier head keeps its float weight
-    x, y = _digits_test(model)
+    x, y = digits_test_tensors(model)
     with torch.no_grad():
         ref = model(x)
     got = exported_runner(q)(x)
@@ -92,7 +80,7 @@ def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
     assert exported_merge(out) == 3 and exported_merge(int8) == 3
     assert exported_preprocess(int8).labels == trained_digits_vit().preprocess.labels
     model = trained_digits_vit()
-    x, _ = _digits_test(model)
+    x, _ = digits_test_tensors(model)
     model.set_token_merging(3)
     with torch.no_grad():
         ref = model(x[:64])
