@@ -13,6 +13,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+# the most a timing run may ask for, checked before any work: a batch of 10^7 images reached the allocator, 10^9
+# repeats ran for days (`vitkit bench`, `export --bench`)
+MAX_BATCH, MAX_REPEATS = 4096, 1000
+
 
 @dataclass
 class Timing:

@@ -96,12 +96,12 @@ def run_data(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vitkit.bench.timing import MAX_BATCH, MAX_REPEATS
     from vitkit.utils import check_int
 
-    # before any model is built: a batch of 10^7 reached the allocator, 10^9 repeats ran for days
-    for b in args.batch or []:
-        check_int("--batch", b, high=4096)
-    check_int("--repeats", args.repeats, high=1000)
+    for b in args.batch or []:  # before any model is built
+        check_int("--batch", b, high=MAX_BATCH)
+    check_int("--repeats", args.repeats, high=MAX_REPEATS)
     if args.data:
         return run_data(args)
     from vitkit.bench import (

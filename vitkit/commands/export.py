@@ -72,6 +72,7 @@ def _load(source: str, hints: dict):  # noqa: ANN202
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.bench.exported import bench_exports
+    from vitkit.bench.timing import MAX_BATCH, MAX_REPEATS
     from vitkit.inference.backends import (
         check_export,
         check_parity,
@@ -84,10 +85,10 @@ def run(args: argparse.Namespace) -> int:
     args.int8 = export_int8(args.precision, args.int8)
     check_export(args.format, args.int8, bool(args.calibrate))
     # --bench's input batch and its repeats, before any work: 10^6 images asked the allocator for 12 GB ("enforce fail
-    # at alloc_cpu.cpp"), 10^9 repeats ran for days
-    check_int("--batch", args.batch, low=1, high=4096)
+    # at alloc_cpu.cpp")
+    check_int("--batch", args.batch, low=1, high=MAX_BATCH)
     if args.bench:
-        check_int("--repeats", args.repeats, low=3, high=1000)
+        check_int("--repeats", args.repeats, low=3, high=MAX_REPEATS)
     if args.format == "onnx":  # before torch's exporter, whose own message is about its internals
         import onnx
 
