@@ -71,7 +71,7 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = 
         size = os.fstat(fd).st_size
         with os.fdopen(fd, "rb", closefd=False) as f:
             while got <= max_bytes:
-                chunk = f.read(min(max(size + 1 - got, 1 << 16), 1 << 26, max_bytes + 1 - got))
+                chunk = f.read(min(max(size + 1 - got, 1 << 16), max_bytes + 1 - got))  # a stable file: one read
                 if not chunk:
                     break
                 chunks.append(chunk)
