@@ -1,7 +1,7 @@
 """mkdocs hook: the CLI reference page (`cli.md`), generated at build time from vitkit's own argparse parser
 (`vitkit.cli.build_parser`), so the page is every subcommand and option as `vitkit CMD --help` prints them.
 
-`walk` is the one walk over the parser: this page and the help-text test (tests/commands/test_options.py) use it."""
+`walk` is the one walk over the parser: this page and the help-text test (tests/utils/test_options.py) use it."""
 
 from __future__ import annotations
 

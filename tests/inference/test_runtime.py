@@ -24,7 +24,7 @@ OPENVINO = runtime_available("openvino")
 
 
 def test_auto_runtime_follows_what_is_installed_and_the_job() -> None:
-    # a CPU kind the speed table has no rows for: auto takes BACKENDS' order (the table's choices: test_openvino_int8)
+    # a CPU kind the speed table has no rows for: auto takes BACKENDS' order (the table's choices: test_export_openvino_int8)
     everything = functools.partial(resolve_runtime, available=lambda name: True, isa="other")
     assert everything("auto", "fp32")[0] == "openvino"
     assert everything("auto", "bf16")[0] == "openvino"

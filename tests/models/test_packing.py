@@ -30,7 +30,7 @@ VARIANTS = {
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread() -> Any:
-    """One intra-op thread: these models' ops take microseconds (see tests/test_composition.py's same fixture)."""
+    """One intra-op thread: these models' ops take microseconds (see tests/test_vitkit_composition.py's same fixture)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

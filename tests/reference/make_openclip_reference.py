@@ -1,6 +1,6 @@
 """Writes tests/fixtures/openclip/: a small random CLIP written by OpenCLIP itself (the `visual.*` state-dict layout of
 OpenAI's and OpenCLIP's checkpoints), with its image embeddings and image tokens on a fixed input, for vitkit's
-loader to match (tests/formats/test_families.py).
+loader to match (tests/formats/families/test_families.py).
 
 Needs open_clip (and torchvision): run it in the side environment of tests/reference/make_timm_preprocess_reference.py
 with `pip install open_clip_torch` added:

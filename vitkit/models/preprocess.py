@@ -197,6 +197,6 @@ class PreprocessConfig:
         """The least size an image must keep when decoded for this preprocessing: EVAL_DECODE_MARGIN times what
         its crop needs, so reduced-size decoding (JPEG DCT scaling, Pillow's `reduce`) touches only images far
         larger than the model's input, and the antialiased resize, not the reduction, shapes what the model sees
-        (see EVAL_DECODE_MARGIN; the end-to-end parity tests in tests/formats/test_same_answer.py)."""
+        (see EVAL_DECODE_MARGIN; the end-to-end parity tests in tests/formats/test_formats_same_answer.py)."""
         f = (self.crop_pct or 1.0) / EVAL_DECODE_MARGIN
         return (math.ceil(self.img_size[0] / f), math.ceil(self.img_size[1] / f))

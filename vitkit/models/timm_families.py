@@ -8,7 +8,7 @@ sizes, resolution, pooling, norms (CLIP's pre-norm with nn.LayerNorm's eps 1e-5,
 says `gelu_tanh`), and the head size and preprocessing (mean, std, interpolation, crop) of the name's default
 pretrained config, which timm's `create_model(name)` takes its `num_classes` and `img_size` from. So a timm user's
 `create_model(name)` holds the weights of that name as vitkit loads them (`load_pretrained`), state dict for state
-dict (tests/models/test_timm_family_names.py). Names whose architecture vitkit does not build (DINOv2 giant's
+dict (tests/models/test_timm_families.py). Names whose architecture vitkit does not build (DINOv2 giant's
 SwiGLU MLP) are refused by name (`REFUSED`).
 
 The data is kept per family (`BY_FAMILY`, keyed by the family's `key` in formats/families/, whose registry joins

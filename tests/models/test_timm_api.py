@@ -98,7 +98,7 @@ def test_timm_api_methods_match_timms_outputs_on_the_same_weights() -> None:
         m.reset_classifier(3, global_pool="avg")
     m.set_input_size(48)
     assert m.config.img_size == (48, 48)
-    m.set_input_size(patch_size=24)  # FlexiViT's resize of the patch embedding (tests/models/test_model.py)
+    m.set_input_size(patch_size=24)  # FlexiViT's resize of the patch embedding (tests/models/test_vit.py)
     assert (m.config.patch_size, m.config.grid_size, m.patch_embed.proj.weight.shape[-1]) == (24, (2, 2), 24)
     with pytest.raises(ValueError, match="square"):
         m.set_input_size(patch_size=(16, 8))

@@ -16,7 +16,7 @@ import vitkit
 from tests.inputs import noise_folder
 from vitkit.cli import main
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures" / "dinov2"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "dinov2"
 REF = np.load(FIX / "outputs.npz", allow_pickle=False)
 TOL = dict(rtol=2e-5, atol=2e-5)
 

@@ -29,7 +29,7 @@ from vitkit.cli import build_parser, main
 from vitkit.data.digits import load_digits_split
 from vitkit.utils.hardware import cpu_has_native_bf16
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "REPRODUCTION.md", *sorted((ROOT / "docs").glob("*.md"))]
 PLACEHOLDER = re.compile(r"\b(PATH|CKPT|CHECKPOINT|SRC|OUT|DIR|HOST|N|K|R|P|B)\b|\.\.\.|\[|\|")
 # appended to a command that trains, so it finishes in seconds (a later --set overrides the recipe and the flags)

@@ -20,7 +20,7 @@ from vitkit.formats.hf import HF_MODEL_TYPES
 from vitkit.formats.hf_families import hf_family
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FOLDER = ROOT / "vitkit" / "formats" / "families"
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.commands.test_options import cli_reference
+from tests.utils.test_options import cli_reference
 from vitkit.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNNABLE = re.compile(r"^<!-- runnable -->\n```python\n(.*?)^```", flags=re.S | re.M)
 
