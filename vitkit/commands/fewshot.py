@@ -42,15 +42,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.inference.fewshot import DEFAULT_L2, MAX_SEEDS, check_fewshot_args
+    from vitkit.inference.fewshot import DEFAULT_L2, check_fewshot_args
 
     try:
         shots = [int(s) for s in args.shots.split(",") if s]
     except ValueError as e:
         raise ValueError(f"--shots must be comma-separated integers, got {args.shots!r}") from e
-    if args.seeds > MAX_SEEDS:  # (named as typed, not as the range it stands for)
-        raise ValueError(f"--seeds must be at most {MAX_SEEDS:,} random draws of the shots, got {args.seeds}")
-    check_fewshot_args(shots, range(args.seeds), DEFAULT_L2 if args.l2 is None else args.l2)  # before any work
+    check_fewshot_args(shots, args.seeds, DEFAULT_L2 if args.l2 is None else args.l2)  # before any work
     if args.knn_k < 1 or not args.knn_temperature > 0:
         raise ValueError(f"--knn-k must be >= 1 and --knn-temperature > 0, got {args.knn_k}, {args.knn_temperature}")
     with claim_output(args.json, args.overwrite, "--json") if args.json else contextlib.nullcontext() as claim:

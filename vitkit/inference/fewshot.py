@@ -144,22 +144,25 @@ def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) ->
     return np.concatenate(idx)
 
 
-def check_fewshot_args(shots: Sequence[int], seeds: Sequence[int], l2: float) -> None:
-    """Shots are whole numbers >= 1, there is at least one seed, and the ridge L2 is a finite number >= 0 (a NaN
-    L2 makes every prediction one class: an accuracy that measures nothing)."""
+def check_fewshot_args(shots: Sequence[int], seeds: Sequence[int] | int, l2: float) -> None:
+    """Shots are whole numbers >= 1, there is at least one seed (at most MAX_SEEDS), and the ridge L2 is a finite
+    number >= 0 (a NaN L2 makes every prediction one class: an accuracy that measures nothing). `seeds` as an int
+    is a count as typed (`fewshot --seeds N`, seeds 0..N-1), and is named so."""
     bad = [s for s in shots if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1]
     if bad or not len(shots):
         raise ValueError(f"shots must be whole numbers >= 1, got {list(shots)}")
     if max(shots) > MAX_SHOTS:
         raise ValueError(f"shots must be at most {MAX_SHOTS:,} examples per class, got {max(shots)}")
+    typed = isinstance(seeds, int) and not isinstance(seeds, bool)
     try:
-        n_seeds: int | str = len(seeds)
+        n_seeds: int | str = seeds if typed else len(seeds)
     except OverflowError:  # len(range(10**20))
         n_seeds = f"{seeds!r}"
-    if not n_seeds:
+    if not isinstance(n_seeds, str) and n_seeds < 1:
         raise ValueError("seeds: at least one random draw of the shots is needed (--seeds N with N >= 1)")
-    if isinstance(n_seeds, str) or n_seeds > MAX_SEEDS:
-        raise ValueError(f"seeds: at most {MAX_SEEDS:,} random draws of the shots (--seeds N), got {n_seeds}")
+    if isinstance(n_seeds, str) or n_seeds > MAX_SEEDS:  # a count is named as typed, not as the range it stands for
+        raise ValueError(f"--seeds must be at most {MAX_SEEDS:,} random draws of the shots, got {seeds}" if typed
+                         else f"seeds: at most {MAX_SEEDS:,} random draws of the shots (--seeds N), got {n_seeds}")
     if not (isinstance(l2, (int, float, np.floating)) and np.isfinite(l2) and l2 >= 0):
         raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
 
