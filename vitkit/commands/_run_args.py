@@ -24,21 +24,12 @@ def add_run_arguments(p: argparse.ArgumentParser, default_config: str | None, ki
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def add_native_arguments(p: argparse.ArgumentParser) -> None:
-    """--native / --max-patches of `train` and `finetune` (native resolution, NaViT)."""
-    p.add_argument("--native", action="store_true",
-                   help="native resolution (NaViT): each image at its own aspect ratio, resized whole to at most "
-                   "--max-patches patches, packed; sets data.max_patches and data.augment = none")
-    p.add_argument("--max-patches", type=int, default=None, help="with --native: at most this many patches per image")
-
-
 def native_values(args: argparse.Namespace) -> dict[str, object]:
     """The recipe values --native --max-patches N stand for (an explicit --set still wins)."""
     from vitkit.utils import check_int
+    from vitkit.utils.options import native_asked
 
-    if not args.native:
-        if args.max_patches is not None:
-            raise ValueError("--max-patches applies to --native (native resolution)")
+    if not native_asked(args):
         return {}
     if args.max_patches is None:
         raise ValueError("--native needs --max-patches N: the most patches an image may have")

@@ -10,7 +10,7 @@ import sys
 from torch import nn
 
 from vitkit.inference.runtime import RUNTIMES, Predictor, build_predictor
-from vitkit.utils.options import INFERENCE_PRECISION, PRECISION_CHOICES, precision_help
+from vitkit.utils.options import INFERENCE_PRECISION, PRECISION_CHOICES, native_asked, precision_help
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | None,
@@ -46,23 +46,13 @@ def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | No
                            calibration=calibration)
 
 
-def add_native_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--native", action="store_true",
-                   help="native resolution: keep each image's aspect ratio, resized to at most --max-patches patches, "
-                   "no crop; images packed together (NaViT; torch runtime)")
-    p.add_argument("--max-patches", type=int, default=None,
-                   help="with --native: at most this many patches per image (default: the model's own patch count)")
-
-
 def check_native(args: argparse.Namespace) -> None:
     """--native's option checks, before any work: --max-patches only with --native; torch only (an exported graph
     has one input size; int8 runs in onnxruntime; --compile would recompile for every packed shape)."""
     from vitkit.models.config import MAX_TOKENS
     from vitkit.utils import check_int
 
-    if not getattr(args, "native", False):
-        if getattr(args, "max_patches", None) is not None:
-            raise ValueError("--max-patches applies to --native (native resolution)")
+    if not native_asked(args):
         return
     if args.max_patches is not None:
         check_int("--max-patches", args.max_patches, high=MAX_TOKENS)  # (10^6 asked the allocator for 1 TB)

@@ -18,13 +18,13 @@ import sys
 from vitkit.commands._load_args import add_load_arguments, feature_model, load_for_inference
 from vitkit.commands._merge_args import add_merge_argument
 from vitkit.commands._runtime_args import (
-    add_native_arguments,
     add_runtime_arguments,
     check_native,
     native_precision,
     predictor_for,
 )
 from vitkit.utils.files import OutputFile
+from vitkit.utils.options import add_native_arguments
 
 HELP = "features of image files, folders and lists (batched; .npz / .parquet / .jsonl output)"
 

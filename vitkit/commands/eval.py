@@ -13,12 +13,12 @@ import sys
 from vitkit.commands._load_args import add_load_arguments, load_for_inference
 from vitkit.commands._merge_args import add_merge_argument
 from vitkit.commands._runtime_args import (
-    add_native_arguments,
     add_runtime_arguments,
     check_native,
     native_precision,
     predictor_for,
 )
+from vitkit.utils.options import add_native_arguments
 
 HELP = "top-1 / top-5 accuracy of a model on a data split (default: the digits test split)"
 

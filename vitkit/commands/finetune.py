@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
-from vitkit.commands._run_args import add_native_arguments, add_run_arguments, native_values, prepare, report
-from vitkit.utils.options import TRAIN_PRECISIONS, add_img_size_argument, precision_help
+from vitkit.commands._run_args import add_run_arguments, native_values, prepare, report
+from vitkit.utils.options import TRAIN_PRECISIONS, add_img_size_argument, add_native_arguments, precision_help
 
 HELP = "fine-tune a pretrained model (new head, resampled position embeddings) with the paper's recipe"
 
@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=precision_help(("auto", *TRAIN_PRECISIONS), "the recipe's train.precision"))
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt (bitwise exact)")
     p.add_argument("--force", action="store_true", help="with --resume: accept a recipe that differs from the saved one")
-    add_native_arguments(p)
+    add_native_arguments(p, training=True)
     add_run_arguments(p, "finetune_base", "finetune")
     add_load_arguments(p)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.commands._run_args import add_native_arguments, add_run_arguments, native_values, prepare, report
+from vitkit.commands._run_args import add_run_arguments, native_values, prepare, report
+from vitkit.utils.options import add_native_arguments
 
 HELP = "train (pre-train or fine-tune) from a TOML recipe, with exact --resume"
 
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run STEPS steps of batch 8 on synthetic data (checks a recipe without its data; "
                    "saves no checkpoint or model unless --save)")
     p.add_argument("--save", action="store_true", help="with --dry-run: also save the checkpoint and the model")
-    add_native_arguments(p)
+    add_native_arguments(p, training=True)
 
 
 def run(args: argparse.Namespace) -> int:

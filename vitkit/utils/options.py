@@ -9,6 +9,8 @@ is spelled, parsed and described the same way on the command line, in a recipe a
 | precision        | fp32, bf16, bf16-autocast, int8 (+ auto)           | `vitkit.utils.precision`, predict / eval /     |
 |                  |                                                    | bench --precision, recipes' train.precision    |
 | loading hints    | --num-heads, --gelu, --pooling, --ln-eps, --posemb | every command that loads a checkpoint          |
+| native res.      | --native, --max-patches N (NaViT)                  | train / finetune (data.max_patches), predict / |
+|                  |                                                    | eval / embed (packed batches in torch)         |
 
 The inference backends (runtimes and their export formats) are one table, `vitkit.inference.backends`; the
 checkpoint formats are `vitkit.formats`'; the experiments of `vitkit reproduce` are `vitkit.reproduce`'s.
@@ -186,6 +188,37 @@ def merge_rows(rows: list[int] | None, old: list[int] | None) -> tuple[int, ...]
     warnings.warn(f"bench --merge {spelled} is deprecated (it times one row per rate, unlike --merge elsewhere): "
                   f"write --merge-rows {spelled}", FutureWarning, stacklevel=2)
     return tuple(old)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# native resolution (NaViT, Dehghani et al. 2023): --native / --max-patches
+
+#: what the two flags do where a model is trained (train, finetune: recipe values) and where one is run (predict,
+#: eval, embed: packed batches in torch)
+NATIVE_HELP = {
+    True: ("native resolution (NaViT): each image at its own aspect ratio, resized whole to at most --max-patches "
+           "patches, packed; sets data.max_patches and data.augment = none",
+           "with --native: at most this many patches per image"),
+    False: ("native resolution: keep each image's aspect ratio, resized to at most --max-patches patches, no crop; "
+            "images packed together (NaViT; torch runtime)",
+            "with --native: at most this many patches per image (default: the model's own patch count)"),
+}
+
+
+def add_native_arguments(p: argparse.ArgumentParser, training: bool = False) -> None:
+    """--native and --max-patches; `training`: for train / finetune, else for the commands that run a model."""
+    native, max_patches = NATIVE_HELP[training]
+    p.add_argument("--native", action="store_true", help=native)
+    p.add_argument("--max-patches", type=int, default=None, help=max_patches)
+
+
+def native_asked(args: argparse.Namespace) -> bool:
+    """Whether --native was given; --max-patches without it is refused."""
+    if getattr(args, "native", False):
+        return True
+    if getattr(args, "max_patches", None) is not None:
+        raise ValueError("--max-patches applies to --native (native resolution)")
+    return False
 
 
 # ---------------------------------------------------------------------------------------------------------------
