@@ -44,10 +44,10 @@ def test_a_huge_shard_range_is_refused_before_its_paths_are_built(tmp_path: Path
 
     from vitkit.data.shards import expand_pattern
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ValueError, match=r"100,000,000 shards, over the limit of 1,048,576"):
         expand_pattern(str(tmp_path / "train-{000000..099999999}.tar"))
-    assert time.perf_counter() - t0 < 1
+    assert time.process_time() - t0 < 1
 
 
 def test_more_loader_workers_than_cores_are_capped_and_said(caplog) -> None:  # noqa: ANN001
@@ -91,10 +91,10 @@ def test_a_tiny_pth_of_stride_0_views_and_a_zip_bomb_are_refused_before_a_model_
             z.writestr(info.filename, src.read(info.filename))
         # 256 MiB of zeros deflated to ~250 KB (torch.save stores its members uncompressed)
         z.writestr(zipfile.ZipInfo("archive/data/998"), b"\0" * (256 << 20), compress_type=zipfile.ZIP_DEFLATED)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ValueError, match=r"bomb.pth: member archive/data/998 unpacks 268,435,456 bytes from"):
         vitkit.load_pretrained(bomb, num_heads=2)
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
 
 
 def test_a_config_asking_for_far_more_than_its_weights_is_refused_before_building(tmp_path: Path) -> None:
@@ -109,11 +109,11 @@ def test_a_config_asking_for_far_more_than_its_weights_is_refused_before_buildin
     doc = json.loads((d / "config.json").read_text())
     for key, value in (("num_classes", 16_000_000), ("depth", 1000), ("width", 8192)):
         (d / "config.json").write_text(json.dumps({**doc, "model": {**doc["model"], key: value}}))
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         with pytest.raises(ValueError, match=r"config.json: describes a model of ~[\d,]+ parameters .* but "
                                              r"its weights hold 5,683 values"):
             vitkit.load_pretrained(d)
-        assert time.perf_counter() - t0 < 2, key
+        assert time.process_time() - t0 < 2, key
 
 
 def test_a_16_bit_png_is_read_with_a_peak_that_follows_its_output(tmp_path: Path) -> None:

@@ -279,17 +279,17 @@ def test_cifar_pickle_bombs_are_refused_quickly(tmp_path: Path) -> None:
     (tmp_path / "deep").write_bytes(pickle_bytes(b"}(C\x04data" + b"(" * 200_000 + b"l" * 200_000 + b"u"))
     for name, match in (("laughs", "nested over|referenced twice"), ("wide", "referenced twice"),
                         ("deep", "nested over")):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         with pytest.raises(ValueError, match=match):
             safe_unpickle(tmp_path / name)
-        assert time.perf_counter() - t0 < 5, name
+        assert time.process_time() - t0 < 5, name
 
 
 def test_tar_shards_with_hostile_headers_are_refused_before_tarfile_parses_them(tmp_path: Path) -> None:
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ValueError, match="an extended header of 1,000,0.. bytes"):
         ShardDataset(str(pax_bomb(tmp_path / "pax.tar", 1_000_000)))
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
     check_tar_headers(pax_bomb(tmp_path / "small.tar", 200))  # an ordinary PAX header passes
     # a GNU sparse member announcing 3 GB of label in a tiny file
     buf = io.BytesIO()
@@ -355,14 +355,14 @@ def test_paths_that_are_not_regular_files_are_refused_without_blocking(tmp_path:
     listing = tmp_path / "list.txt"
     listing.write_text(f"/dev/zero 0\n{fifo} 1\n")
     ds = list_file(listing, channels=1)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ValueError, match="/dev/zero: it is a device, not a regular file"):
         ds.get(0)
     with pytest.raises(ValueError, match="pipe.png: it is a FIFO, not a regular file"):
         ds.get(1)
     with pytest.raises(ValueError, match="it is a FIFO"):
         ds.raw(1)
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
     big = tmp_path / "big.png"
     big.write_bytes(png_bytes() + b"\0" * 4096)
     with pytest.raises(ValueError, match="bytes is over the limit of 1,049,...|over the limit"):
@@ -375,7 +375,7 @@ def test_a_label_far_beyond_the_others_is_refused_not_expanded(tmp_path: Path) -
     png = tmp_path / "a.png"
     png.write_bytes(png_bytes())
     (tmp_path / "list.txt").write_text(f"{png} 0\n{png} 300000000\n")
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ValueError, match="the labels jump \\(max 300000000, but only 2 distinct"):
         list_file(tmp_path / "list.txt", channels=1)
     (tmp_path / "list.txt").write_text(f"{png} 0\n{png} 99999999999999999999999\n")
@@ -384,16 +384,16 @@ def test_a_label_far_beyond_the_others_is_refused_not_expanded(tmp_path: Path) -
     with pytest.raises(ValueError, match="the labels jump"):
         ShardDataset(str(shard_file(tmp_path / "j.tar", {"a.png": png_bytes(), "a.cls": b"0", "b.png": png_bytes(),
                                                      "b.cls": b"299999999"})), channels=1)
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
 
 
 def test_a_high_bit_depth_image_counts_its_bytes_against_the_limit(tmp_path: Path) -> None:
     # 13000 x 13000 16-bit grey: under the default pixel limit (179M) in pixels, over it in samples of 2 bytes
     f = png_header_only(tmp_path / "deep.png", 13_000, 16)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ValueError, match="169,000,000 pixels of 2 bytes a sample \\(mode I.*\\), counted as 338,000,000, is over the limit"):
         read_image(f, 3)
-    assert time.perf_counter() - t0 < 2
+    assert time.process_time() - t0 < 2
     png_header_only(tmp_path / "ok.png", 13_000, 8)  # the same pixels at 8 bits stay under the byte limit
     with pytest.raises(ValueError) as e:
         read_image(tmp_path / "ok.png", 1)  # (its data is cut short: unreadable, but not for its size)

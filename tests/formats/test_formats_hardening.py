@@ -80,12 +80,12 @@ def test_checkpoint_and_config_bombs_are_refused_before_anything_is_built(tmp_pa
             chunk = b"\0" * (64 << 20)
             for _ in range(2):  # (only 128 MB written: the header's claim is what is checked)
                 f.write(chunk)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ValueError, match="announces shape \\(4294967296,\\) float32 \\(17,179,869,312 bytes\\)"):
         check_npz_sizes(bomb)
     with pytest.raises(ValueError, match="unpack to 134,217,856 bytes, over the limit of 1,000"):
         check_npz_sizes(bomb, limit=1000)
-    assert time.perf_counter() - t0 < 10
+    assert time.process_time() - t0 < 10
     text = tmp_path / "notes.npz"
     text.write_text("just text")
     with pytest.raises(ValueError, match="not an .npz archive .* another file type") as e:
@@ -100,13 +100,13 @@ def test_checkpoint_and_config_bombs_are_refused_before_anything_is_built(tmp_pa
     assert "nested too deep" in capsys.readouterr().err
     from vitkit.models.vit import ViTConfig
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for key, value in (("depth", 100_000), ("depth", 10_000), ("width", 10**7), ("num_classes", 10**9)):
         with pytest.raises(ValueError, match=f"{key} must be at most"):
             ViTConfig(**{key: value, "num_heads": 1})
     with pytest.raises(ValueError, match="sanity bound"):
         ViTConfig(depth=1000, width=16384, num_heads=16, mlp_dim=65536)
-    assert time.perf_counter() - t0 < 2
+    assert time.process_time() - t0 < 2
 
 
 def test_non_finite_or_foreign_weights_and_preprocessing_are_refused(tmp_path: Path, capsys) -> None:  # noqa: ANN001
