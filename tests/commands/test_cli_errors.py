@@ -88,7 +88,8 @@ def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsy
         assert main(["export", str(folder), "--out", str(tmp_path / "m.onnx"), "--bench", *flags]) == 2
         assert says in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
     for flags, says in ((["--batch", "1,10000000"], "--batch must be at most 4,096, got 10000000"),
-                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000")):
+                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000"),
+                        (["--peak-sizes", "1024,1000000"], "--peak-sizes must be at most 16,384, got 1000000")):
         assert main(["bench", "--models", "vit_ti16", "--img-size", "32", "--peers", "none", *flags]) == 2
         assert says in capsys.readouterr().err
     monkeypatch.setenv("VITKIT_MAX_IMAGE_PIXELS", "abc")
