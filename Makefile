@@ -9,7 +9,7 @@ TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast lint bench docs clean
+.PHONY: demo test test-fast test-cputime lint bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,14 @@ test: $(VENV)/.test
 test-fast: $(VENV)/.test
 	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
+# The suite as `make test` runs it, with each test's CPU seconds recorded (benchmarks/suite_cputime.py: one JSON line
+# per test phase and worker in $(CPUTIME_OUT)), then the totals, per-file sums and costliest tests.
+CPUTIME_OUT ?= .cputime
+test-cputime: $(VENV)/.test
+	rm -rf $(CPUTIME_OUT)
+	CPUTIME_OUT=$(CPUTIME_OUT) PYTHONPATH=benchmarks $(BIN)/python -m pytest -q -n auto -p suite_cputime
+	$(BIN)/python benchmarks/suite_cputime.py $(CPUTIME_OUT)
+
 bench: $(VENV)/.test
 	$(BIN)/vitkit bench
 
@@ -48,4 +56,4 @@ docs: $(VENV)/.test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) runs site .pytest_cache
+	rm -rf $(VENV) runs site .pytest_cache .cputime

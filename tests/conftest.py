@@ -16,6 +16,11 @@ from vitkit.formats import save_pretrained
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_name] = "1"
 torch.set_num_threads(1)
+# torch.compile / AOTInductor compile in this process, not in a pool of compile-worker processes: inductor starts one
+# per core for each compile (each imports torch), ~28 CPU s per compiled test with a warm kernel cache, and on 2
+# cores beside a second pytest-xdist worker they only compete with the tests (read by torch._inductor.config, which
+# the first compile imports; the CLI processes the tests start inherit it too).
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
 @pytest.fixture(autouse=True)

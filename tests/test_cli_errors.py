@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import digits_model
-from tests.inputs import TINY_LOGGED, assert_one_line_error, noise_folder, png_bytes, run_cli
+from tests.inputs import TINY_LOGGED, assert_one_line_error, noise_folder, png_bytes, run_cli, run_main
 from vitkit.cli import build_parser, main
 from vitkit.formats import save_pretrained
 
@@ -25,15 +25,16 @@ def test_every_command_line_option_has_help() -> None:
 
 @pytest.mark.slow
 def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, monkeypatch, capsys) -> None:
+    # in-process (`vitkit.cli.main`, the entry point the process runs); the full disk below in a real process
     # an existing file where a run folder is wanted
     (tmp_path / "afile").write_text("x")
-    assert_one_line_error(run_cli("train", "--config", "digits_pretrain", "--out", str(tmp_path / "afile"), "--dry-run", "1"),
+    assert_one_line_error(run_main("train", "--config", "digits_pretrain", "--out", str(tmp_path / "afile"), "--dry-run", "1"),
                     "afile", "not a folder")
     # NaN loss from an absurd learning rate
-    assert_one_line_error(run_cli("train", "--config", "digits_pretrain", "--out", str(tmp_path / "nan"), "--no-progress",
+    assert_one_line_error(run_main("train", "--config", "digits_pretrain", "--out", str(tmp_path / "nan"), "--no-progress",
                          *[x for s in TINY_LOGGED + ["optim.lr=100", "optim.clip_norm=0", "schedule.steps=30"]
                            for x in ("--set", s)]), "NaN", "optim.lr")
-    assert_one_line_error(run_cli("train", "--config", "digits_pretrain", "--out", str(tmp_path / "nan2"), "--set",
+    assert_one_line_error(run_main("train", "--config", "digits_pretrain", "--out", str(tmp_path / "nan2"), "--set",
                          "optim.lr=1e300"), "optim.lr must be a number in (0, 100]", "1e+300")
     # a full disk while saving (the file-size limit makes every write past 64 KiB fail with EFBIG)
     def limit() -> None:
@@ -87,7 +88,8 @@ def test_thread_count_and_pixel_limit_are_checked_up_front(tmp_path: Path, capsy
         assert main(["export", str(folder), "--out", str(tmp_path / "m.onnx"), "--bench", *flags]) == 2
         assert says in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
     for flags, says in ((["--batch", "1,10000000"], "--batch must be at most 4,096, got 10000000"),
-                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000")):
+                        (["--repeats", "1000000000"], "--repeats must be at most 1,000, got 1000000000"),
+                        (["--peak-sizes", "1024,1000000"], "--peak-sizes must be at most 16,384, got 1000000")):
         assert main(["bench", "--models", "vit_ti16", "--img-size", "32", "--peers", "none", *flags]) == 2
         assert says in capsys.readouterr().err
     monkeypatch.setenv("VITKIT_MAX_IMAGE_PIXELS", "abc")

@@ -156,13 +156,15 @@ def test_bf16_agrees_with_fp32() -> None:
 
 def test_bench_command_prints_a_table(tmp_path, capsys) -> None:  # noqa: ANN001
     out = tmp_path / "bench.json"
-    args = ["bench", "--models", "vit_ti16", "--img-size", "32", "--batch", "2", "--repeats", "1", "--warmup", "0"]
+    args = ["bench", "--models", "vit_ti16", "--img-size", "32", "--batch", "2", "--repeats", "1", "--warmup", "0",
+            "--peak-sizes", "256"]  # the roofline's matmuls (and the int8 roof's) at 256, not 1024 and 2048
     assert main(args + ["--peers", "hf-sdpa", "--no-memory", "--json", str(out), "--markdown", str(tmp_path / "b.md"),
                         "--int8-roof"]) == 0
     text = capsys.readouterr().out
     assert "vitkit/impl" in text and "matmul peak" in text and "torch:" in text and "int8 " in text
     doc = json.loads(out.read_text())
     assert doc["peaks"]["int8"] > 0  # the int8 roof (onnxruntime's MatMulInteger) beside the float peaks
+    assert doc["peak_sizes"] == [256]
     assert {r["impl"] for r in doc["results"]} == {"vitkit", "hf-sdpa"}
     assert (tmp_path / "b.md").read_text().startswith("| case |")
 
@@ -197,7 +199,8 @@ def test_bench_merge_times_token_merging_beside_vitkit(tmp_path, capsys) -> None
     """`vitkit bench --merge-rows 4,8`: vitkit with ToMe at each r, timed in the same interleaved rounds, with a ratio
     and no roofline fraction (its FLOPs are fewer than the unmerged count)."""
     out = tmp_path / "bench.json"
-    args = ["bench", "--models", "vit_ti16", "--img-size", "64", "--batch", "2", "--repeats", "1", "--warmup", "0"]
+    args = ["bench", "--models", "vit_ti16", "--img-size", "64", "--batch", "2", "--repeats", "1", "--warmup", "0",
+            "--peak-sizes", "256"]
     assert main(args + ["--peers", "none", "--no-memory", "--merge-rows", "4,8", "--json", str(out)]) == 0
     rows = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
     assert set(rows) == {"vitkit", "vitkit+tome4", "vitkit+tome8"}

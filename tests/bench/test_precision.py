@@ -9,24 +9,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import trained_digits_vit
+import vitkit
 
 pytest.importorskip("nncf")
 pytest.importorskip("onnxruntime")
 
 
-def test_every_serving_path_is_built_timed_and_compared(tmp_path) -> None:
+def test_every_serving_path_is_built_timed_and_compared(tmp_path, digits_ckpt: Path) -> None:  # noqa: ANN001
     """Run in a child process (spawned): the six serving paths' native runtimes (onnxruntime sessions, OpenVINO
     compiled models, NNCF) stay out of the test worker; with them loaded, the next test in the same worker died of a
-    segmentation fault in two suite runs (not reproduced alone), which killed the worker, not this test."""
+    segmentation fault in two suite runs (not reproduced alone), which killed the worker, not this test. The child
+    reads the suite's trained digits model (`digits_ckpt`, `tests.helpers.trained_digits_vit` saved) instead of
+    training its own copy (300 steps)."""
     ctx = multiprocessing.get_context("spawn")
-    child = ctx.Process(target=_every_serving_path, args=(str(tmp_path),))
+    child = ctx.Process(target=_every_serving_path, args=(str(tmp_path), str(digits_ckpt)))
     child.start()
     child.join(900)
     assert child.exitcode == 0, f"the check failed in its process (exit code {child.exitcode}): see its stderr"
 
 
-def _every_serving_path(tmp: str) -> None:
+def _every_serving_path(tmp: str, model_path: str) -> None:
     tmp_path = Path(tmp)
     torch.set_num_threads(1)
     from vitkit.bench.precision import (
@@ -39,7 +41,7 @@ def _every_serving_path(tmp: str) -> None:
     from vitkit.data.digits import load_digits_split
     from vitkit.inference.runtime import SUPPORTED
 
-    model = trained_digits_vit()
+    model = vitkit.load_pretrained(model_path).eval()
     train, test = load_digits_split()
     runners = runtime_runners(model, model.preprocess(train.images[:64]), tmp_path)
     assert list(runners) == list(RUNTIME_PATHS)

@@ -23,6 +23,9 @@ from vitkit.utils.options import (
 HELP = "benchmark inference/training speed against HF and timm (table of ratios)"
 
 
+MAX_PEAK_SIZE = 16384  # --peak-sizes: two fp32 matrices of 1 GiB each at most
+
+
 def _csv(kind: type = str):  # noqa: ANN202
     return lambda s: [kind(v) for v in s.split(",") if v]
 
@@ -62,6 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per implementation before timing (default: 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per implementation (medians reported)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
+    p.add_argument("--peak-sizes", type=_csv(int), default=None, metavar="N,...",
+                   help="sizes n of the n x n x n matmuls whose fastest run is the roofline's peak (default 1024,2048)")
     p.add_argument("--int8-roof", action="store_true", help="also measure the CPU's int8 matmul roof (onnxruntime's "
                    "MatMulInteger, the kernel under its int8 graphs) and report it beside the float peaks")
     p.add_argument("--json", type=Path, default=None, help="write machine info, peaks and rows as JSON")
@@ -101,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
     for b in args.batch or []:  # before any model is built
         check_int("--batch", b, high=MAX_BATCH)
+    for n in args.peak_sizes or []:
+        check_int("--peak-sizes", n, high=MAX_PEAK_SIZE)
     check_int("--repeats", args.repeats, high=MAX_REPEATS)
     if args.data:
         return run_data(args)
@@ -140,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         grad_checkpoint=args.grad_checkpoint,
         merge=merge_rows(args.merge_rows, args.merge),
         measure_memory=not args.no_memory,
+        **({"peak_sizes": tuple(args.peak_sizes)} if args.peak_sizes else {}),
     )
     info = machine_info(device)
     print("  ".join(f"{k}: {v}" for k, v in info.items()))
@@ -157,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(results))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"machine": info, "peers": status, "peaks": peaks, "results": [r.to_dict() for r in results]}
+        doc = {"machine": info, "peers": status, "peaks": peaks, "peak_sizes": list(sc.peak_sizes),
+               "results": [r.to_dict() for r in results]}
         args.json.write_text(json.dumps(doc, indent=2, default=str))
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)

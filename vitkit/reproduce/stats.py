@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as _st
 
 LEVEL = 0.95
 MIN_SEEDS = 3  # a verdict needs at least this many seeds per number it rests on
@@ -52,11 +51,19 @@ class Estimate:
         return s + (f", p={self.p:.2g})" if self.p is not None else ")")
 
 
+def _student_t():  # noqa: ANN202
+    """scipy.stats.t, imported when a number is first computed: scipy.stats costs ~1 CPU s to import, and every
+    process that imports this module through vitkit.reproduce.runs (each reproduction worker) would pay it."""
+    from scipy import stats
+
+    return stats.t
+
+
 def t_quantile(q: float, df: float) -> float:
     """The q-quantile of Student's t with `df` degrees of freedom."""
     if not 0 < q < 1 or not df > 0:
         raise ValueError(f"t quantile needs 0 < q < 1 and df > 0, got q={q}, df={df}")
-    return float(_st.t.ppf(q, df))
+    return float(_student_t().ppf(q, df))
 
 
 def _interval(mean: float, se: float, df: float) -> tuple[float, float]:
@@ -67,7 +74,7 @@ def _interval(mean: float, se: float, df: float) -> tuple[float, float]:
 def _p_two_sided(mean: float, se: float, df: float) -> float:
     if se == 0:
         return 0.0 if mean != 0 else 1.0
-    return float(2 * _st.t.sf(abs(mean / se), df))
+    return float(2 * _student_t().sf(abs(mean / se), df))
 
 
 def mean_ci(values: Sequence[float]) -> Estimate:
