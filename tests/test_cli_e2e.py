@@ -1,5 +1,5 @@
-"""End to end through the real `vitkit` entry point: demo (short schedule, in its own process) -> predict -> eval
-(in this process, through the same `vitkit.cli.main`), and the command line's exit codes in a process of its own."""
+"""End to end through the real `vitkit` entry point: demo (short schedule) -> predict -> eval (in this process,
+through the same `vitkit.cli.main`), and the command line's exit codes in a process of its own."""
 
 import json
 import re
@@ -14,6 +14,7 @@ from PIL import Image
 
 import vitkit
 from tests.helpers import differing_keys
+from tests.inputs import run_main
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
 
@@ -25,7 +26,7 @@ def vitkit_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("demo")
-    res = vitkit_cli("demo", "--steps", "120", "--out", str(out), "--no-progress")
+    res = run_main("demo", "--steps", "120", "--out", str(out), "--no-progress")  # in this process: no start-up
     assert res.returncode == 0, res.stderr
     return out, res
 

@@ -63,11 +63,15 @@ def _group(rank: int, world: int, store: str):
     os._exit(0)
 
 
-def _worker(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str) -> None:
+def _worker(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str, make: Any = _trainer,
+            *make_args: Any) -> None:
+    """Train the trainer `make(out, cfg, *make_args)` builds to step N (train_state.pt at `out`, rank 0 only), then,
+    given `resume_from`, finish that state's run in `out`/resumed (a 1-process checkpoint finished with this world
+    size): both in one pair of processes (each start-up imports torch)."""
     with _group(rank, world, store):
-        _trainer(Path(out), cfg).fit(stop_at=N)  # writes train_state.pt (rank 0 only) at step N
-        if resume_from:  # resume a 1-process checkpoint with this world size and finish the run
-            t = _trainer(Path(out) / "resumed", cfg)
+        make(Path(out), cfg, *make_args).fit(stop_at=N)
+        if resume_from:
+            t = make(Path(out) / "resumed", cfg, *make_args)
             t.load_state(resume_from)
             t.fit()
 
@@ -121,19 +125,6 @@ def _shard_trainer(out: Path, cfg: dict, shards: str) -> Trainer:
     return Trainer(model, TrainConfig(**cfg), loader, out, progress=False)
 
 
-def _pause_or_finish(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str, make: Any,
-                     *make_args: Any) -> None:
-    """Train the trainer `make(out, cfg, *make_args)` builds to step N, or, given `resume_from`, finish that
-    state's run (a 1-process checkpoint finished by 2 processes)."""
-    with _group(rank, world, store):
-        t = make(Path(out), cfg, *make_args)
-        if resume_from:
-            t.load_state(resume_from)
-            t.fit()
-        else:
-            t.fit(stop_at=N)
-
-
 @pytest.mark.slow
 def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
     """Tar shards read by 2 ranks x 1 loader worker: the 2-process run matches 1 process, its checkpoint finishes in
@@ -141,14 +132,14 @@ def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
     train, _ = load_digits_split()
     pack(train, tmp_path / "s", "train", shard_size=400)
     shards = str(tmp_path / "s")
-    two = torch.load(_spawn(tmp_path, "two", CFG, "", _shard_trainer, shards, worker=_pause_or_finish) /
-                     "train_state.pt", weights_only=True)
     single = _shard_trainer(tmp_path / "one", CFG, shards)
     single.fit(stop_at=N)
     single.save_state()
+    # one pair of processes: 2 ranks to step N (two/), then the 1-process checkpoint finished by them (two/resumed/)
+    spawned = _spawn(tmp_path, "two", CFG, str(tmp_path / "one" / "train_state.pt"), _shard_trainer, shards)
+    two = torch.load(spawned / "train_state.pt", weights_only=True)
+    into_two = spawned / "resumed"
     d_two = _delta(two["model"], single.model.state_dict())
-    into_two = _spawn(tmp_path, "into_two", CFG, str(tmp_path / "one" / "train_state.pt"), _shard_trainer, shards,
-                      worker=_pause_or_finish)
     resumed = _shard_trainer(tmp_path / "two", CFG, shards)
     resumed.load_state()
     resumed.fit()
@@ -235,13 +226,14 @@ def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Pat
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the workers: a matmul's summation order may depend on the thread count
     try:
-        two = torch.load(_spawn(tmp_path, "two", INV, "", _inv_trainer, worker=_pause_or_finish) / "train_state.pt", weights_only=True)
         single = _inv_trainer(tmp_path / "one", INV)
         single.fit(stop_at=N)  # (writes one/train_state.pt at step N)
+        # one pair of processes: 2 ranks to step N (two/), then the 1-process checkpoint finished by them
+        spawned = _spawn(tmp_path, "two", INV, str(tmp_path / "one" / "train_state.pt"), _inv_trainer)
+        two = torch.load(spawned / "train_state.pt", weights_only=True)
+        into_two = spawned / "resumed"
         assert two["step"] == N
         assert differing_keys(two["model"], single.model.state_dict()) == [], "2 processes differ from 1 at step N"
-        into_two = _spawn(tmp_path, "into_two", INV, str(tmp_path / "one" / "train_state.pt"), _inv_trainer,
-                          worker=_pause_or_finish)
         resumed = _inv_trainer(tmp_path / "two", INV)  # the 2-process checkpoint finished by 1 process
         resumed.load_state()
         resumed.fit()

@@ -21,6 +21,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from tests.helpers import descendants, differing_keys
+from tests.inputs import run_main
 from vitkit.data.digits import load_digits_split
 from vitkit.train.engine import HOLD_ENV
 
@@ -141,15 +142,16 @@ def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -
 def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_at: int) -> None:
     cfg = _run_config(tmp_path, source)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    full = subprocess.Popen(_train_cmd(cfg, tmp_path / "full"), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    # the run that is killed is a process of its own; the uninterrupted run (trained while the other one holds at
+    # its step) and the resumed one run `vitkit train` in this process: two interpreter start-ups fewer
     killed = subprocess.Popen(_train_cmd(cfg, tmp_path / "killed"), env={**env, HOLD_ENV: str(kill_at)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    full = run_main(*_train_cmd(cfg, tmp_path / "full")[3:])
+    out_full = full.stdout + full.stderr
     saved_step = _kill_at_step(killed, tmp_path / "killed", kill_at)
 
-    resumed = subprocess.run(_train_cmd(cfg, tmp_path / "killed", "--resume"), env=env, capture_output=True, text=True)
+    resumed = run_main(*_train_cmd(cfg, tmp_path / "killed", "--resume")[3:])
     assert resumed.returncode == _exit_code(tmp_path / "killed"), resumed.stderr[-2000:]
-    out_full, _ = full.communicate()
     assert full.returncode == _exit_code(tmp_path / "full") == 1, out_full[-2000:]
 
     a = load_file(tmp_path / "full" / "model" / "model.safetensors")
@@ -183,9 +185,9 @@ def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> N
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     saved_step = _kill_at_step(killed, tmp_path / "killed", 25, ranks=2)
 
-    full = subprocess.run(_train_cmd(cfg, tmp_path / "full"), env=env, capture_output=True, text=True)
+    full = run_main(*_train_cmd(cfg, tmp_path / "full")[3:])  # in this process: as above
     assert full.returncode == _exit_code(tmp_path / "full"), full.stderr[-2000:]
-    resumed = subprocess.run(_train_cmd(cfg, tmp_path / "killed", "--resume"), env=env, capture_output=True, text=True)
+    resumed = run_main(*_train_cmd(cfg, tmp_path / "killed", "--resume")[3:])
     assert resumed.returncode == _exit_code(tmp_path / "killed"), resumed.stderr[-2000:]
     a = load_file(tmp_path / "full" / "model" / "model.safetensors")
     b = load_file(tmp_path / "killed" / "model" / "model.safetensors")

@@ -122,13 +122,14 @@ FULL = Scale(
     posemb_seeds=(0, 1, 2), mpp_steps=(250, 1000, 3000), pretrain_seeds=(0, 1, 2), finetune_extend=4,
     tune_lrs=(3e-3, 6e-3, 1.2e-2),  # every model's own rate, as the laptop's (its B models' sweep: 6e-3 interior)
 )
-# The smoke scale: tiny models (TINY_MODELS), 4 pre-training steps, 120 transfer images per split; its fine-tunes
+# The smoke scale: tiny models (TINY_MODELS), 100 glyph classes, 4 pre-training steps, 60 transfer images per split (5
+# shots of each digit still fit; its sample figure draws 2,000 glyphs, not 20,000); its fine-tunes
 # still learn the digits (40 SGD steps at 0.05; tests/reproduce/test_reproduce.py asserts at least twice chance), so
 # a broken fine-tune shows in the seconds-long run.
 SMOKE = Scale(
     name="smoke", glyph_images=1_000, sizes=(250, 1_000), steps=4, batch=16, eval_every=4, finetune_steps=40,
     finetune_batch=32, finetune_lrs=(0.05,), finetune_seeds=(0,), posemb_seeds=(0,), mpp_steps=(2, 4), shots=(1, 5),
-    fewshot_seeds=(0,), transfer_limit=120, models="tiny", mpp_lrs=(3e-3, 6e-3),
+    fewshot_seeds=(0,), transfer_limit=60, models="tiny", mpp_lrs=(3e-3, 6e-3), glyph_classes=100,
     optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)},
 )
 # `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores
