@@ -121,6 +121,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=400, help="--dinov2: digits used (1797: all)")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="--dinov2: seeds (splits)")
     ap.add_argument("--fp32-cache", type=Path, default=None, help="--dinov2: the fp32 features, reused if there")
+    ap.add_argument("--paths", default="ort-static,ov-int8", help="--dinov2: the int8 paths measured")
+    ap.add_argument("--errors", type=Path, default=None,
+                    help="--dinov2: a JSON of measured layer errors (an earlier run's) instead of measuring them")
     args = ap.parse_args()
     if args.dinov2:
         if args.threads:
@@ -236,7 +239,8 @@ def dinov2_mixed(args: argparse.Namespace) -> dict[str, object]:
             torch.save({"features": feats["variants"][(0, "fp32")]["features"]}, cache)
     src = export_onnx(model, tmp / "d.onnx")
     t0 = time.perf_counter()
-    errors = layer_errors(model, calib, quantisable_layers(src))
+    errors = (json.loads(args.errors.read_text())["layer_errors"] if args.errors else
+              layer_errors(model, calib, quantisable_layers(src)))
     doc["layer_errors"] = errors
     doc["layer_errors_seconds"] = time.perf_counter() - t0
     print("layer errors (largest first):", json.dumps({k: round(v, 4) for k, v in list(errors.items())[:12]}),
@@ -246,7 +250,7 @@ def dinov2_mixed(args: argparse.Namespace) -> dict[str, object]:
     for n in (int(k) for k in args.keep.split(",")):
         mixed = most_sensitive(errors, n, min(n_cal, SENSITIVITY_IMAGES))
         doc["kept"][n] = list(mixed.layers)
-        for kind in ("ort-static", "ov-int8"):
+        for kind in args.paths.split(","):
             name = f"{kind} keep {n}"
             t0 = time.perf_counter()
             if kind == "ort-static":

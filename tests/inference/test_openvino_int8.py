@@ -69,8 +69,11 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved) -> 
     calib = calibration_images([str(saved[1])], model.preprocess)
     xml = _export_openvino(model, tmp_path / "m.xml")
     layers = quantisable_layers(xml)
-    assert "blocks.1.mlp.fc2" in layers and "blocks.0.attn.qkv" in layers
+    # the same names as the ONNX graph's: OpenVINO splits the patch embedding's Conv into a Convolution
+    # ".../Conv/WithoutBiases" and an Add, still layer "patch_embed.proj"
+    assert "blocks.1.mlp.fc2" in layers and "blocks.0.attn.qkv" in layers and "patch_embed.proj" in layers
     mixed = keep_float(model, calib, 3, layers)  # the 3 layers measured to move the output most
+    assert quantised_conv_kept(xml, calib, tmp_path)
     every = quantize_openvino_int8(xml, tmp_path / "all.xml", calib)
     part = quantize_openvino_int8(xml, tmp_path / "mixed.xml", calib, mixed)
 
@@ -93,6 +96,17 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved) -> 
     agree = {p.stem: (exported_runner(p)(x).argmax(-1) == ref.argmax(-1)).float().mean().item() for p in (every, part)}
     assert agree["mixed"] >= agree["all"] - 1 / 450, agree  # 450 test digits: no worse (one digit of slack: NNCF's
     # bias correction and SmoothQuant are refitted around the float layers)
+
+
+def quantised_conv_kept(xml: Path, calib: torch.Tensor, tmp_path: Path) -> bool:
+    """Whether NNCF, told to keep "patch_embed.proj" in float, leaves the patch embedding's Convolution without a
+    FakeQuantize'd input."""
+    from vitkit.inference.export import quantize_openvino_int8
+
+    ir = ov.Core().read_model(str(quantize_openvino_int8(xml, tmp_path / "conv.xml", calib, ("patch_embed.proj",))))
+    conv = [n for n in ir.get_ops() if n.get_type_name() == "Convolution"]
+    return len(conv) == 1 and all(conv[0].input(i).get_source_output().get_node().get_type_name() != "FakeQuantize"
+                                  for i in range(2))
 
 
 def test_predict_and_embed_run_openvino_int8_and_agree_with_fp32(tmp_path, saved, capsys) -> None:

@@ -375,7 +375,10 @@ def _check_calibration(calibration: torch.Tensor) -> None:
 def layer_name(node: str) -> str:
     """The layer (module path, e.g. "blocks.11.mlp.fc2") of a node of vitkit's ONNX export or of OpenVINO's
     conversion of it, by its name ("/blocks.11/mlp/fc2/MatMul": the exporter names nodes by module scope)."""
-    return ".".join(node.strip("/").split("/")[:-1]) or node
+    parts = node.strip("/").split("/")
+    if len(parts) > 2 and parts[-1] == "WithoutBiases":  # OpenVINO's Convolution of an ONNX Conv with a bias
+        parts = parts[:-1]
+    return ".".join(parts[:-1]) or node
 
 
 def _layer_nodes(graph) -> dict[str, list[str]]:  # noqa: ANN001 - onnx.GraphProto, an optional dependency
