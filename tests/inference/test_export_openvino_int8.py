@@ -59,6 +59,56 @@ def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved) -
         quantize_openvino_int8(xml, tmp_path / "x.xml", calib[:10])
 
 
+def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved) -> None:
+    from vitkit.inference.backends import _export_openvino, exported_runner
+    from vitkit.inference.export import exported_int8, quantisable_layers, quantize_openvino_int8
+    from vitkit.inference.mixed import keep_float
+    from vitkit.inference.predict import calibration_images
+
+    model = trained_digits_vit()
+    calib = calibration_images([str(saved[1])], model.preprocess)
+    xml = _export_openvino(model, tmp_path / "m.xml")
+    layers = quantisable_layers(xml)
+    # the same names as the ONNX graph's: OpenVINO splits the patch embedding's Conv into a Convolution
+    # ".../Conv/WithoutBiases" and an Add, still layer "patch_embed.proj"
+    assert "blocks.1.mlp.fc2" in layers and "blocks.0.attn.qkv" in layers and "patch_embed.proj" in layers
+    mixed = keep_float(model, calib, 3, layers)  # the 3 layers measured to move the output most
+    assert quantised_conv_kept(xml, calib, tmp_path)
+    every = quantize_openvino_int8(xml, tmp_path / "all.xml", calib)
+    part = quantize_openvino_int8(xml, tmp_path / "mixed.xml", calib, mixed)
+
+    def quantised(path: Path) -> set[str]:
+        """Layers whose MatMul / Convolution takes a FakeQuantize'd input (int8 in OpenVINO's CPU plugin)."""
+        from vitkit.inference.export import layer_name
+
+        ir = ov.Core().read_model(str(path))
+        return {layer_name(n.get_friendly_name()) for n in ir.get_ops() if n.get_type_name() in ("MatMul",
+                "Convolution") and any(n.input(i).get_source_output().get_node().get_type_name() == "FakeQuantize"
+                                       for i in range(2))}
+
+    assert set(mixed.layers) <= quantised(every)  # int8 in the all-int8 IR ...
+    assert not set(mixed.layers) & quantised(part)  # ... float in the mixed one, the others still int8
+    assert quantised(every) - quantised(part) == set(mixed.layers)
+    assert exported_int8(part)["keep_float"] == list(mixed.layers) and exported_int8(every)["keep_float"] == []
+    x, _ = digits_test_tensors(model)
+    with torch.no_grad():
+        ref = model(x)
+    agree = {p.stem: (exported_runner(p)(x).argmax(-1) == ref.argmax(-1)).float().mean().item() for p in (every, part)}
+    assert agree["mixed"] >= agree["all"] - 1 / 450, agree  # 450 test digits: no worse (one digit of slack: NNCF's
+    # bias correction and SmoothQuant are refitted around the float layers)
+
+
+def quantised_conv_kept(xml: Path, calib: torch.Tensor, tmp_path: Path) -> bool:
+    """Whether NNCF, told to keep "patch_embed.proj" in float, leaves the patch embedding's Convolution without a
+    FakeQuantize'd input."""
+    from vitkit.inference.export import quantize_openvino_int8
+
+    ir = ov.Core().read_model(str(quantize_openvino_int8(xml, tmp_path / "conv.xml", calib, ("patch_embed.proj",))))
+    conv = [n for n in ir.get_ops() if n.get_type_name() == "Convolution"]
+    return len(conv) == 1 and all(conv[0].input(i).get_source_output().get_node().get_type_name() != "FakeQuantize"
+                                  for i in range(2))
+
+
 def test_predict_and_embed_run_openvino_int8_and_agree_with_fp32(tmp_path, saved, capsys) -> None:
     model_dir, imgs = saved
     rows = {}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
+from vitkit.commands._runtime_args import add_keep_float_argument
 from vitkit.inference.backends import EXPORT_SUFFIXES, FORMATS
 from vitkit.inference.export import DEFAULT_OPSET
 from vitkit.utils.options import EXPORT_PRECISIONS, add_img_size_argument, precision_help
@@ -36,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate", nargs="+", default=None, metavar="PATH",
                    help="with --precision int8: static quantisation calibrated on these images of your own (files, "
                    "folders, lists; a few hundred, at most 512 read) instead of dynamic quantisation")
+    add_keep_float_argument(p)
     p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
     p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
     p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
@@ -98,6 +100,14 @@ def run(args: argparse.Namespace) -> int:
                              "newest this onnx knows)")
     if args.calibrate and not args.int8:
         raise ValueError("--calibrate calibrates the int8 quantisation: add --precision int8")
+    from vitkit.inference.mixed import parse_keep_float
+
+    keep = parse_keep_float(args.int8_keep_float)
+    if keep and not args.int8:
+        raise ValueError("--int8-keep-float chooses the layers an int8 export keeps in float: add --precision int8")
+    if isinstance(keep, int) and keep and not args.calibrate:
+        raise ValueError(f"--int8-keep-float {keep} keeps the {keep} layers with the largest int8 error measured on "
+                         "your images: give --calibrate DIR, or name the layers")
     from vitkit.formats.hub import is_hub_id
 
     src = Path(args.source)
@@ -123,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 
         calibration = calibration_images(args.calibrate, model.preprocess)
         print(f"calibrating int8 on {len(calibration)} images")
-    paths = export_model(model, args.format, out, args.opset, args.int8, calibration)
+    paths = export_model(model, args.format, out, args.opset, args.int8, calibration, keep, log=print)
     for name, p in paths.items():
         print(f"wrote {p}" + (f" (dynamic batch, {model.config.img_size[0]}x{model.config.img_size[1]})"
                               if name.endswith("fp32") else ""))

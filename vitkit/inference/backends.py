@@ -40,10 +40,12 @@ from vitkit.inference.export import (
     onnx_logits,
     openvino_compile,
     ort_session,
+    quantisable_layers,
     quantize_int8,
     quantize_openvino_int8,
     quantize_static_int8,
 )
+from vitkit.inference.mixed import KeepFloat, keep_float
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.atomic import staged_files
 from vitkit.utils.options import TORCH_PRECISIONS
@@ -295,22 +297,38 @@ def check_export(fmt: str, int8: bool = False, calibrated: bool = False) -> None
         raise ValueError(OPENVINO_INT8_NEEDS_CALIBRATION)
 
 
+def quantize_for(backend: str, model: nn.Module, src: Path, dst: Path, calibration: torch.Tensor | None,
+                 keep: int | tuple[str, ...] = 0, log: Callable[[str], None] | None = None) -> tuple[Path, KeepFloat]:
+    """`src`, the fp32 export of `model` for `backend` (onnxruntime or openvino), quantised to int8 at `dst`:
+    OpenVINO by NNCF (calibrated), onnxruntime static where `calibration` is given, dynamic otherwise; with the
+    layers `keep` (`vitkit.inference.mixed.keep_float`: a count measured on `calibration`, or names) kept in float,
+    said to `log` and stored in the file. Returns (the int8 file, the mixed precision)."""
+    mixed = keep_float(model, calibration, keep, quantisable_layers(src)) if keep else KeepFloat((), "all int8")
+    if mixed.layers and log is not None:
+        log(f"int8 mixed precision: {mixed.describe()}")
+    if backend == "openvino":
+        return quantize_openvino_int8(src, dst, calibration, mixed), mixed
+    if calibration is not None:
+        return quantize_static_int8(src, dst, calibration, keep_float=mixed), mixed
+    return quantize_int8(src, dst, mixed), mixed
+
+
 def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = DEFAULT_OPSET, int8: bool = False,
-                 calibration: torch.Tensor | None = None) -> dict[str, Path]:
+                 calibration: torch.Tensor | None = None, keep: int | tuple[str, ...] = 0,
+                 log: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` its quantisation
     beside: ONNX dynamic, or static calibrated on `calibration` (normalised images of the user's own); OpenVINO
-    NNCF's post-training quantisation calibrated on them (`quantize_openvino_int8`, calibration required);
-    returns {"<fmt> fp32": path, "<fmt> int8": path}."""
+    NNCF's post-training quantisation calibrated on them (`quantize_openvino_int8`, calibration required); `keep`:
+    the layers kept in float (`quantize_for`, said to `log`); returns {"<fmt> fp32": path, "<fmt> int8": path}."""
     check_export(fmt, int8, calibration is not None)
+    if keep and not int8:
+        raise ValueError("--int8-keep-float chooses the layers an int8 export keeps in float: add --precision int8")
     out = Path(out)
     with staged_files(out) as staged:  # every file complete before any earlier one is replaced
         FORMATS[fmt].export(model, staged, opset)
-        if int8 and fmt == "openvino":
-            quantize_openvino_int8(staged, staged.with_suffix(".int8.xml"), calibration)
-        elif int8 and calibration is not None:
-            quantize_static_int8(staged, staged.with_suffix(".int8.onnx"), calibration)
-        elif int8:
-            quantize_int8(staged, staged.with_suffix(".int8.onnx"))
+        if int8:
+            quantize_for(FORMATS[fmt].name, model, staged, staged.with_suffix(f".int8{FORMATS[fmt].suffix}"),
+                         calibration, keep, log)
     paths = {f"{fmt} fp32": out}
     if int8:
         paths[f"{fmt} int8"] = out.with_suffix(f".int8{FORMATS[fmt].suffix}")

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitkit.inference.mixed import INT8_KEY, KeepFloat
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
@@ -313,10 +314,10 @@ def _pre_process(src: str | Path, pre: Path) -> None:
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
 
 
-def quantize_int8(src: str | Path, dst: str | Path) -> Path:
+def quantize_int8(src: str | Path, dst: str | Path, keep_float: KeepFloat | tuple[str, ...] = ()) -> Path:
     """onnxruntime dynamic quantisation: int8 weights of MatMul/Gemm, activations quantised per call.
     The graph is first shape-inferred and optimised (onnxruntime's `quant_pre_process`), which made the
-    int8 ViT-S/16 11% faster here."""
+    int8 ViT-S/16 11% faster here. `keep_float`: layers left in float (`quantize_static_int8`)."""
     _ort()
     import logging
 
@@ -329,11 +330,16 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
     root.setLevel(logging.ERROR)  # its "consider pre-processing" advice, printed through the root logger
     try:
         _pre_process(src, pre)
-        quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8)
+        import onnx
+
+        layers = _layer_nodes(onnx.load(str(pre)).graph)
+        mixed = _mixed(keep_float, layers)
+        quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8,
+                         nodes_to_exclude=[n for k in mixed.layers for n in layers[k]])
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst)
+    _copy_tags(src, dst, mixed)
     return dst
 
 
@@ -366,8 +372,29 @@ def _check_calibration(calibration: torch.Tensor) -> None:
                       stacklevel=3)
 
 
+def layer_name(node: str) -> str:
+    """The layer (module path, e.g. "blocks.11.mlp.fc2") of a node of vitkit's ONNX export or of OpenVINO's
+    conversion of it, by its name ("/blocks.11/mlp/fc2/MatMul": the exporter names nodes by module scope)."""
+    parts = node.strip("/").split("/")
+    if len(parts) > 2 and parts[-1] == "WithoutBiases":  # OpenVINO's Convolution of an ONNX Conv with a bias
+        parts = parts[:-1]
+    return ".".join(parts[:-1]) or node
+
+
+def _layer_nodes(graph) -> dict[str, list[str]]:  # noqa: ANN001 - onnx.GraphProto, an optional dependency
+    """{layer: its node names} of the quantisable layers of an ONNX graph: the MatMul / Gemm / Conv nodes whose
+    second input is a weight (the Linears and the patch embedding), in graph order."""
+    weights = {t.name for t in graph.initializer}
+    found: dict[str, list[str]] = {}
+    for n in graph.node:
+        if n.op_type in ("MatMul", "Gemm", "Conv") and len(n.input) > 1 and n.input[1] in weights:
+            found.setdefault(layer_name(n.name), []).append(n.name)
+    return found
+
+
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8,
-                         method: str = "minmax") -> Path:
+                         method: str = "minmax", keep_float: KeepFloat | tuple[str, ...] = (),
+                         ranges: str | Path | None = None) -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
     channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activations:
@@ -383,7 +410,11 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     them (a 2-core AMD EPYC with AVX2: top-1 agreement 0.89 with fp32 on the test model, over 0.98 with 7-bit weights);
     the file runs wherever it is copied, so it is written to be exact on both kinds of CPU.
     The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out), at most
-    `CALIBRATION_CHUNK` images held at once (the histograms are merged chunk by chunk)."""
+    `CALIBRATION_CHUNK` images held at once (the histograms are merged chunk by chunk).
+    `keep_float`: layers (`quantisable_layers` names, e.g. "blocks.11.mlp.fc2", or a `KeepFloat` with the rule that
+    chose them: `vitkit.inference.mixed`) left in float as well, and said in the file's metadata (`INT8_KEY`); a
+    name the graph does not have is refused. `ranges`: a JSON file of the calibrated activation
+    ranges, written on first use and read after (the same graph quantised again with other `keep_float`)."""
     _ort()
     import logging
 
@@ -411,8 +442,13 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
         weights = {t.name for t in graph.initializer}
         matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
         # a MatMul of two activations (attention scores, attention x values) stays in float; so does the head
-        keep_float = [n.name for n in matmuls if not any(i in weights for i in n.input[1:2])]
-        keep_float += [matmuls[-1].name] if matmuls else []
+        keep_float_nodes = [n.name for n in matmuls if not any(i in weights for i in n.input[1:2])]
+        output = _stored_doc(Path(src), OUTPUT_KEY, "output")  # a feature graph has no head: its last MatMul is a block's
+        if matmuls and (output is None or parse_json(output, src, OUTPUT_KEY).get("output") == "logits"):
+            keep_float_nodes.append(matmuls[-1].name)
+        layers = _layer_nodes(graph)
+        mixed = _mixed(keep_float, layers)
+        keep_float_nodes += [n for k in mixed.layers for n in layers[k]]
 
         n = len(calibration) // batch_size
         # batches per chunk: the largest divisor of the batch count that keeps a chunk within CALIBRATION_CHUNK
@@ -439,7 +475,8 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
         with contextlib.redirect_stdout(io.StringIO()):  # its calibration progress, printed
             quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True,
-                            op_types_to_quantize=["MatMul", "Conv"], nodes_to_exclude=keep_float,
+                            op_types_to_quantize=["MatMul", "Conv"], nodes_to_exclude=keep_float_nodes,
+                            calibration_cache_path=ranges,
                             calibrate_method=(CalibrationMethod.MinMax if method == "minmax"
                                               else CalibrationMethod.Percentile),
                             extra_options={"CalibPercentile": 99.999, "ActivationSymmetric": False,
@@ -448,7 +485,7 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst)
+    _copy_tags(src, dst, mixed)
     return dst
 
 
@@ -466,10 +503,32 @@ def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:
     return tags
 
 
-def _copy_tags(src: str | Path, dst: Path) -> None:
-    """`_int8_tags(src)` written into the ONNX file `dst`."""
+def _copy_tags(src: str | Path, dst: Path, mixed: KeepFloat) -> None:
+    """`_int8_tags(src)` and the mixed precision `mixed` written into the ONNX file `dst`."""
     for key, _, doc in _int8_tags(src):
         _tag_onnx(dst, doc, key)
+    _tag_onnx(dst, json.dumps(mixed.as_doc()), INT8_KEY)
+
+
+def exported_int8(path: str | Path) -> dict[str, object] | None:
+    """The mixed precision stored with an int8 export (`KeepFloat.as_doc`: the layers kept in float and the rule
+    that chose them), or None (an fp32 file, or an int8 file of an older vitkit)."""
+    doc = _stored_doc(Path(path), INT8_KEY, "int8")
+    if doc is None:
+        return None
+    found = parse_json(doc, path, INT8_KEY)
+    if not (isinstance(found, dict) and isinstance(found.get("keep_float"), list)):
+        raise ValueError(f"{path}: its stored {INT8_KEY} {doc[:200]!r} is not what vitkit writes")
+    return found
+
+
+def _mixed(keep_float: KeepFloat | tuple[str, ...], layers: dict[str, list[str]]) -> KeepFloat:
+    """`keep_float` as a `KeepFloat` (names alone: "named by the caller"), each of its layers one of the graph's
+    `layers`, or a ValueError naming those that are not."""
+    mixed = keep_float if isinstance(keep_float, KeepFloat) else KeepFloat(
+        tuple(keep_float), "named by the caller" if keep_float else "all int8")
+    _unknown_layers(mixed.layers, layers)
+    return mixed
 
 
 #: NNCF's SmoothQuant migration strength for the MatMuls of `quantize_openvino_int8` (its transformer default, 0.95);
@@ -477,14 +536,50 @@ def _copy_tags(src: str | Path, dst: Path) -> None:
 SMOOTH_QUANT_ALPHA = 0.95
 
 
-def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, ignored: tuple[str, ...] = (),
-                           smooth_quant: float = SMOOTH_QUANT_ALPHA, batch_size: int = 8) -> Path:
+def _ov_layer_nodes(model) -> dict[str, list[str]]:  # noqa: ANN001 - openvino.Model, an optional dependency
+    """{layer: its node names} of the quantisable layers of an OpenVINO model converted from vitkit's ONNX export:
+    the MatMul / Convolution nodes whose second input is a weight (a constant, possibly converted or reshaped)."""
+    found: dict[str, list[str]] = {}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() not in ("MatMul", "Convolution"):
+            continue
+        src = op.input(1).get_source_output().get_node()
+        while src.get_type_name() in ("Convert", "Reshape", "Transpose", "Unsqueeze", "Squeeze"):
+            src = src.input(0).get_source_output().get_node()
+        if src.get_type_name() == "Constant":
+            found.setdefault(layer_name(op.get_friendly_name()), []).append(op.get_friendly_name())
+    return found
+
+
+def quantisable_layers(path: str | Path) -> list[str]:
+    """The layers of an exported `.onnx` / `.xml` graph that int8 quantises and that `keep_float` may name, in graph
+    order: the Linears and the patch embedding, by module path ("blocks.11.mlp.fc2")."""
+    path = Path(path)
+    if path.suffix == ".xml":
+        return list(_ov_layer_nodes(_ov().Core().read_model(str(path))))
+    import onnx
+
+    return list(_layer_nodes(onnx.load(str(path), load_external_data=False).graph))
+
+
+def _unknown_layers(keep_float: tuple[str, ...], layers: dict[str, list[str]]) -> None:
+    """A ValueError naming the layers of `keep_float` that the graph does not have."""
+    unknown = [k for k in keep_float if k not in layers]
+    if unknown:
+        raise ValueError(f"keep in float: {', '.join(unknown)} not among the graph's quantisable layers "
+                         f"({', '.join(layers) or 'none'})")
+
+
+def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor,
+                           keep_float: KeepFloat | tuple[str, ...] = (), smooth_quant: float = SMOOTH_QUANT_ALPHA,
+                           batch_size: int = 8) -> Path:
     """OpenVINO int8 IR (`dst` .xml + .bin) by NNCF's post-training quantisation of `src` (an ONNX export or IR
     `.xml`), calibrated on `calibration`, normalised images (N, C, H, W) of the user's own data (a few hundred).
     NNCF's transformer mode (`ModelType.TRANSFORMER`): the Linears' MatMuls (weights per channel, activations per
     tensor) and the attention's q k^T / a v in int8, LayerNorm, softmax and GELU in float; SmoothQuant
     (`smooth_quant`: the alpha that moves activation outliers into the weights; < 0 off) and fast bias correction.
-    `ignored`: node names (regular expressions) kept in float, for layers that lose accuracy. OpenVINO runs the
+    `keep_float`: layers (`quantisable_layers` names, or a `KeepFloat`) NNCF leaves in float (its ignored scope: mixed precision,
+    `vitkit.inference.mixed`); a name the graph does not have is refused. OpenVINO runs the
     result with its int8 kernels (VNNI / AMX where the CPU has them, AVX2 otherwise). vitkit's metadata
     (preprocessing, token merging) is copied from `src`. Same calibration-set rules as `quantize_static_int8`."""
     ov = _ov()
@@ -499,7 +594,9 @@ def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.
     batches = [b.float().numpy() for b in calibration.split(min(batch_size, len(calibration)))]
     advanced = nncf.AdvancedQuantizationParameters(
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=smooth_quant))
-    scope = nncf.IgnoredScope(patterns=list(ignored), validate=False) if ignored else None
+    layers = _ov_layer_nodes(model)
+    mixed = _mixed(keep_float, layers)
+    scope = nncf.IgnoredScope(names=[n for k in mixed.layers for n in layers[k]]) if mixed.layers else None
     import logging
 
     nlog = logging.getLogger("nncf")
@@ -512,7 +609,7 @@ def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.
                               advanced_parameters=advanced)
     finally:
         nlog.setLevel(level)
-    for _, rt, doc in _int8_tags(src):
+    for _, rt, doc in (*_int8_tags(src), (INT8_KEY, "int8", json.dumps(mixed.as_doc()))):
         q.set_rt_info(doc, ["vitkit", rt])
     dst.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(q, str(dst), compress_to_fp16=False)

@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel
+from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel, quantize_for
 from vitkit.inference.cpu_fused import fused_for_cpu
-from vitkit.inference.export import quantize_int8, quantize_openvino_int8, quantize_static_int8
+from vitkit.inference.export import exported_int8
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import read_json
 from vitkit.utils.hardware import isa_kind, set_threads
@@ -184,7 +184,7 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
 def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: str | None = "torch", compile: bool = False,
                     device: str | torch.device = "cpu", threads: int | None = None,
                     log: Callable[[str], None] | None = None, n_images: int | None = None,
-                    calibration: torch.Tensor | None = None) -> Predictor:
+                    calibration: torch.Tensor | None = None, keep_float: int | tuple[str, ...] = 0) -> Predictor:
     """`model` as a `Predictor` on `runtime` in `precision`: the one place where both are decided. "auto" for either
     is resolved here (`precision.resolve`, `resolve_runtime` with `n_images`, the size of the job); `runtime=None`
     is torch (the reference numbers), or onnxruntime for int8 (the portable int8; `auto` may pick OpenVINO). A
@@ -193,10 +193,15 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     resolution, any batch) written to a temporary folder. `threads`: intra-op threads (default: torch's).
     `compile` applies to the torch runtime only. `log` is told every choice and why. `calibration` (normalised
     images of the user's data) makes int8 static, calibrated on them (`quantize_static_int8`), instead of dynamic.
+    `keep_float` (int8 on onnxruntime / OpenVINO): the layers kept in float, mixed precision
+    (`vitkit.inference.mixed.keep_float`: N, the N with the largest int8 error measured on `calibration`; or names).
     Every path runs a snapshot of `model` (`snapshot`): the caller's model is not changed (not even put in eval
     mode), and nothing done to it afterwards (weights, `set_token_merging`, hooks) changes the predictor."""
     say = log or (lambda _m: None)
     if isinstance(model, ExportedModel):
+        if keep_float:
+            raise ValueError(f"--int8-keep-float: {model.path} is already exported; choose the layers kept in float "
+                             "when exporting (vitkit export --precision int8 --int8-keep-float ...)")
         return _exported_predictor(model, precision, runtime, compile, device, threads, say, calibration)
     precision, why = precision_mod.resolve(precision, device)
     asked = runtime or ("onnxruntime" if precision == "int8" else "torch")
@@ -211,8 +216,13 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     set_threads(threads)
     if calibration is not None and precision != "int8":
         raise ValueError(f"calibration images are for int8 (static quantisation); precision is {precision}")
+    if keep_float and precision != "int8":
+        raise ValueError(f"--int8-keep-float chooses the layers int8 keeps in float; precision is {precision}")
+    if isinstance(keep_float, int) and keep_float and calibration is None:
+        raise ValueError(f"--int8-keep-float {keep_float} keeps the {keep_float} layers with the largest int8 error "
+                         "measured on your images: give --calibrate DIR, or name the layers")
     try:
-        net = _build(model, precision, runtime, compile, device, threads, say, calibration)
+        net = _build(model, precision, runtime, compile, device, threads, say, calibration, keep_float)
     except Exception as e:  # noqa: BLE001 - an export or graph compiler refusing this model, reported below
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         if asked != "auto" or runtime == "torch" or precision not in SUPPORTED["torch"]:
@@ -225,21 +235,21 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
 
 
 def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device: str | torch.device,
-           threads: int | None, say: Callable[[str], None], calibration: torch.Tensor | None = None) -> Predictor:
+           threads: int | None, say: Callable[[str], None], calibration: torch.Tensor | None = None,
+           keep_float: int | tuple[str, ...] = 0) -> Predictor:
     if runtime == "torch":
         return _torch_predictor(model, precision, compile, device, say)
     if compile:
         raise ValueError(f"--compile applies to the torch runtime; {runtime} compiles the graph itself")
     t0 = time.perf_counter()
     backend = BACKENDS[runtime]
+    mixed = None
     with tempfile.TemporaryDirectory(prefix="vitkit-") as tmp:
-        path = backend.export(snapshot(model, torch.float32, say), Path(tmp) / f"model{backend.suffix}", 17)
-        if precision == "int8" and runtime == "openvino":
-            path = quantize_openvino_int8(path, Path(tmp) / "model.int8.xml", calibration)
-        elif precision == "int8" and calibration is not None:
-            path = quantize_static_int8(path, Path(tmp) / "model.int8.onnx", calibration)
-        elif precision == "int8":
-            path = quantize_int8(path, Path(tmp) / "model.int8.onnx")
+        snap = snapshot(model, torch.float32, say)
+        path = backend.export(snap, Path(tmp) / f"model{backend.suffix}", 17)
+        if precision == "int8":
+            path, mixed = quantize_for(runtime, snap, path, Path(tmp) / f"model.int8{backend.suffix}", calibration,
+                                       keep_float, say)
         run = backend.runner(path, precision, threads or torch.get_num_threads())
     say(f"{runtime}: exported and compiled the model in {time.perf_counter() - t0:.1f} s")
     what = "int8 (dynamic quantisation of MatMul/Gemm)" if precision == "int8" else precision
@@ -247,6 +257,8 @@ def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device
         what = f"int8 (static QDQ, calibrated on {len(calibration)} images)"
     if precision == "int8" and runtime == "openvino":
         what = f"int8 (NNCF post-training quantisation, calibrated on {len(calibration)} images)"
+    if mixed is not None and mixed.layers:
+        what = what[:-1] + f"; {len(mixed.layers)} layers kept in float)"
     return Predictor(run, runtime, precision, f"{runtime}, {what}")
 
 
@@ -278,5 +290,12 @@ def _exported_predictor(model: ExportedModel, precision: str | None, runtime: st
     if model.normalize:
         fn = lambda x: torch.nn.functional.normalize(run(x), dim=-1)  # noqa: E731
     say(f"{name}: loaded {model.path} in {time.perf_counter() - t0:.1f} s")
-    say(f"precision: {asked} (the export's own); runtime: {name}, {asked} ({model.path.name}: the file's own)")
-    return Predictor(fn, name, asked, f"{name}, {asked} ({model.path.name})")
+    what = asked
+    if asked == "int8":
+        doc = exported_int8(model.path)
+        kept = doc["keep_float"] if doc else []
+        say(f"int8 mixed precision: layers kept in float: {', '.join(kept) or 'none'} ({doc['rule']})" if doc else
+            f"int8: {model.path.name} does not record which layers it keeps in float (an older vitkit's export)")
+        what = f"int8, {len(kept)} layers kept in float" if kept else asked
+    say(f"precision: {what} (the export's own); runtime: {name}, {what} ({model.path.name}: the file's own)")
+    return Predictor(fn, name, asked, f"{name}, {what} ({model.path.name})")
