@@ -54,6 +54,7 @@ from vitkit.inference.runtime import build_predictor
 from vitkit.models import create_model
 from vitkit.models.flops import vit_flops
 from vitkit.models.preprocess import PreprocessConfig
+from vitkit.utils.files import scratch_dir
 from vitkit.utils.hardware import cpu_flags, isa_kind
 
 RESULTS = Path(__file__).parent / "results"
@@ -207,7 +208,7 @@ def dinov2_mixed(args: argparse.Namespace) -> dict[str, object]:
     from tome_int8 import DINO_DIGITS, _digits_pool, _summarise, dinov2_digits_seed
     from tqdm.auto import tqdm
 
-    tmp = Path(tempfile.mkdtemp(prefix="vitkit-int8-mixed-"))
+    tmp = scratch_dir(prefix="vitkit-int8-mixed-")  # removed as the process exits
     model, check = load_checked(args.dinov2, tmp / "dinov2")
     pre = model.preprocess
     images, labels, n_tr, n_te = _digits_pool(None if args.limit >= 1797 else args.limit)

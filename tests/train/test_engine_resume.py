@@ -119,6 +119,20 @@ def _run_config(tmp_path: Path, source: str, extra_train: str = "") -> Path:
     return cfg
 
 
+def _wait_dead(pids: list[int], timeout: float = 60.0) -> None:
+    """Wait until every pid has exited (gone, or a zombie: its files are closed); kill() only sends the signal."""
+    deadline = time.time() + timeout
+    for pid in pids:
+        while time.time() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.01)
+
+
 def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -> int:
     """SIGKILL `run` and every process it started once each of its `ranks` holds at `step` (the engine's
     $VITKIT_HOLD_AT_STEP hook: after that step's work, past its first checkpoint); the step of the state it left."""
@@ -126,10 +140,12 @@ def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -
     deadline = time.time() + 300
     while not all(f.exists() for f in held) and run.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    for pid in descendants(run.pid) + [run.pid]:  # (torchrun's workers too) at once
+    pids = descendants(run.pid) + [run.pid]
+    for pid in pids:  # (torchrun's workers too) at once
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _, err = run.communicate()
+    _wait_dead(pids)  # a killed loader worker holds the run folder's lock (an inherited fd) until it has exited
     assert run.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {(err or '')[-2000:]}"
     assert all(f.exists() for f in held), f"the run never reached step {step}"
     saved_step = torch.load(out / "train_state.pt", weights_only=True)["step"]

@@ -462,7 +462,7 @@ def sweep_replication(results: dict[str, dict[str, Any]], snapshot: dict[str, An
             m = model_name(Pretrain(u["family"], u["size"], posemb=u["posemb"], pooling=u["pooling"],
                                     optimizer=u["optimizer"]))
             mine.setdefault(m, []).append({"lr": u["lr"], "dev": u["dev"], "glyph_test_top1": u["glyph_test_top1"]})
-    lines = ["| model | committed run: rate → dev (%) | re-run so far | largest dev difference (points) | pick: "
+    lines = ["| model | committed run: rate → dev (%) | re-run | largest dev difference (points) | pick: "
              "committed → re-run |", "|---|---|---|---|---|"]
     equal = differ = 0
     worst: tuple[float, str] = (0.0, "")
