@@ -4,8 +4,8 @@ Shipped inside scikit-learn, so nothing is downloaded. The split is fixed:
 `train_test_split(test_size=0.25, stratify=y, random_state=0)` -> 1,347 train / 450 test images.
 The test split is never used for choices (a dev split is carved from train: `data.dev_fraction`).
 
-The file is read, and the split drawn (`vitkit.data.splits.split_indices`), without importing scikit-learn:
-about 2 CPU s (SciPy and its own modules) in every process that trains on the digits.
+The file is read, and the split drawn (`vitkit.data.splits.split_indices`), without importing scikit-learn,
+whose import (SciPy and its own modules) would cost every process that trains on the digits more than the data.
 """
 
 from __future__ import annotations

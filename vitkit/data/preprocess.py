@@ -133,7 +133,8 @@ def _simplejpeg() -> Any:
 def _fast_jpeg(data: bytes, channels: int, min_size: tuple[int, int] | None, limit: int,
                path_text: str) -> np.ndarray | None:
     """A baseline/progressive colour or grey JPEG decoded by simplejpeg (libjpeg-turbo) when it is installed: the
-    same pixels as Pillow's decoder, bit for bit (`tests/data/test_data_hardening.py`), ~1.3x faster. None (Pillow decodes)
+    same pixels as Pillow's decoder, bit for bit (`tests/data/test_data_hardening.py`), and faster (BENCHMARKS.md).
+    None (Pillow decodes)
     where that sameness is not given: no simplejpeg, not a JPEG, CMYK, grey from colour (Pillow's luma differs
     from the JPEG's Y), or an image large enough for reduced-size decoding."""
     sj = _simplejpeg()

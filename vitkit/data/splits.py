@@ -1,8 +1,8 @@
 """Hold-out splits by index: the paper's dev sets (appendix B: 2% CIFAR, 10% Pets/Flowers, 1% ImageNet).
 
 `split_indices` draws what scikit-learn's `train_test_split(..., stratify=..., random_state=seed)` draws, index
-for index (tests/data/test_splits.py compares them), without importing scikit-learn: about 2 CPU s (SciPy and
-its own modules) in every process that trains, for a split of a few thousand indices.
+for index (tests/data/test_splits.py compares them), without importing scikit-learn: its import (SciPy and its
+own modules) costs every process that trains far more than a split of a few thousand indices.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def ort_session(path: str | Path, threads: int | None = None, spin: bool = True)
 
     `spin=False` stops onnxruntime's worker threads from busy-waiting after a call. Timing it
     interleaved with PyTorch needs that: spinning threads keep the cores busy through PyTorch's turn,
-    which slowed PyTorch and made onnxruntime look 5-179x faster than it is."""
+    which slowed PyTorch and made onnxruntime look several times faster than it is."""
     ort = _ort()
     opts = ort.SessionOptions()
     if threads:

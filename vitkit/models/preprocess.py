@@ -128,7 +128,7 @@ class PreprocessConfig:
     def resize(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, h, w) in [0, 1] to img_size, as floats. uint8 pixels (0..255) are resized in uint8 by torch's
         antialiased kernels (as Pillow, and so transformers' and timm's processors, resize 8-bit images: the result
-        rounded to whole levels; ~20x faster than in float on a CPU) and scaled to [0, 1] after the crop. Without crop_pct, the whole image resized to img_size (the original
+        rounded to whole levels; much faster than in float on a CPU) and scaled to [0, 1] after the crop. Without crop_pct, the whole image resized to img_size (the original
         code's evaluation). With it, timm's evaluation transform: the image resized to img_size / crop_pct (crop_mode
         "center": its shorter side, keeping the aspect ratio, for a square img_size; "squash", or a non-square
         img_size: both sides), then the centre img_size crop, placed as crop_offset says (torchvision's or transformers')."""

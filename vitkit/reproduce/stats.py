@@ -52,8 +52,8 @@ class Estimate:
 
 
 def _student_t():  # noqa: ANN202
-    """scipy.stats.t, imported when a number is first computed: scipy.stats costs ~1 CPU s to import, and every
-    process that imports this module through vitkit.reproduce.runs (each reproduction worker) would pay it."""
+    """scipy.stats.t, imported when a number is first computed: scipy.stats is slow to import, and every process
+    that imports this module through vitkit.reproduce.runs (each reproduction worker) would pay it."""
     from scipy import stats
 
     return stats.t

@@ -4,14 +4,12 @@ glibc serves a request of at least M_MMAP_THRESHOLD bytes (128 KiB at start) wit
 on free; but it raises that threshold to the size of each such block freed (up to 32 MiB), after which tensors of a
 few MiB to 32 MiB (a ViT-B/16 batch's (B, T, D) activations) come from its heaps, where freed space stays resident
 and fragments. Training with gradient checkpointing frees and re-allocates every block's activations, so the
-process's peak RSS grows far beyond the tensors alive at any moment (measured in BENCHMARKS.md, "Fine-tuning on a
-laptop": 3.0 GiB against 1.2 GiB for ViT-B/16 LoRA + checkpointing). `mmap_large_blocks` fixes the threshold, which
-also turns glibc's raising off. Training applies it with gradient checkpointing only: there it cost a ViT-B/16 LoRA
-step 1.1-1.4x the time for 2.5-2.8x less memory, while a full fine-tuning step without checkpointing (its gradients
-re-allocated every step) was 1.3x slower for a smaller saving.
-The threshold is 4 MiB: at 1 MiB a digits model's 2 MiB activations were fresh pages every step (1.8x the time for
-a fifth less memory); at 4 MiB they stay on the heap and fp32 ViT-B/16 at batch 8 and 32 keeps the saving
-(BENCHMARKS.md).
+process's peak RSS grows far beyond the tensors alive at any moment. `mmap_large_blocks` fixes the threshold,
+which also turns glibc's raising off. Training applies it with gradient checkpointing only, where the memory saved
+is worth the time; a full fine-tuning step without checkpointing (its gradients re-allocated every step) pays more
+time for a smaller saving. The threshold is 4 MiB: lower, a small model's activations become fresh pages every
+step; at 4 MiB they stay on the heap while a ViT-B/16 batch's still go to mmap. The measurements: BENCHMARKS.md,
+"Fine-tuning on a laptop".
 """
 
 from __future__ import annotations
