@@ -353,8 +353,8 @@ def _pseudo_note(name: str, res: dict[str, Any]) -> str:
     """A title line for a result whose seeds are fine-tuning seeds of one pre-trained model (rules.INDEPENDENT not
     met): its error bars are not intervals over independent replicates, and its verdict is not established."""
     met = EVIDENCE[name](res).checks.get(INDEPENDENT, (True, ""))[0]
-    return "" if met is not False else ("\nNOT ESTABLISHED: seeds are fine-tuning seeds of one pre-trained model; the "
-                                        "bars are not intervals over independent replicates")
+    return "" if met is not False else ("\nNOT ESTABLISHED: seeds are fine-tuning seeds of one pre-trained model;"
+                                        "\nthe bars are not intervals over independent replicates")
 
 
 def hires(res: dict[str, Any], path: Path) -> str:
