@@ -100,14 +100,10 @@ def run(args: argparse.Namespace) -> int:
                              "newest this onnx knows)")
     if args.calibrate and not args.int8:
         raise ValueError("--calibrate calibrates the int8 quantisation: add --precision int8")
-    from vitkit.inference.mixed import parse_keep_float
+    from vitkit.inference.mixed import check_keep_float, parse_keep_float
 
     keep = parse_keep_float(args.int8_keep_float)
-    if keep and not args.int8:
-        raise ValueError("--int8-keep-float chooses the layers an int8 export keeps in float: add --precision int8")
-    if isinstance(keep, int) and keep and not args.calibrate:
-        raise ValueError(f"--int8-keep-float {keep} keeps the {keep} layers with the largest int8 error measured on "
-                         "your images: give --calibrate DIR, or name the layers")
+    check_keep_float(keep, "int8" if args.int8 else (args.precision or "fp32"), bool(args.calibrate))
     from vitkit.formats.hub import is_hub_id
 
     src = Path(args.source)

@@ -45,7 +45,7 @@ from vitkit.inference.export import (
     quantize_openvino_int8,
     quantize_static_int8,
 )
-from vitkit.inference.mixed import KeepFloat, keep_float
+from vitkit.inference.mixed import KeepFloat, check_keep_float, keep_float
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.utils.atomic import staged_files
 from vitkit.utils.options import TORCH_PRECISIONS
@@ -321,8 +321,7 @@ def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = DEFAU
     NNCF's post-training quantisation calibrated on them (`quantize_openvino_int8`, calibration required); `keep`:
     the layers kept in float (`quantize_for`, said to `log`); returns {"<fmt> fp32": path, "<fmt> int8": path}."""
     check_export(fmt, int8, calibration is not None)
-    if keep and not int8:
-        raise ValueError("--int8-keep-float chooses the layers an int8 export keeps in float: add --precision int8")
+    check_keep_float(keep, "int8" if int8 else "fp32", calibration is not None)
     out = Path(out)
     with staged_files(out) as staged:  # every file complete before any earlier one is replaced
         FORMATS[fmt].export(model, staged, opset)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitkit.inference.mixed import INT8_KEY, KeepFloat
+from vitkit.inference.mixed import INT8_KEY, KeepFloat, check_known_layers
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
@@ -527,7 +527,7 @@ def _mixed(keep_float: KeepFloat | tuple[str, ...], layers: dict[str, list[str]]
     `layers`, or a ValueError naming those that are not."""
     mixed = keep_float if isinstance(keep_float, KeepFloat) else KeepFloat(
         tuple(keep_float), "named by the caller" if keep_float else "all int8")
-    _unknown_layers(mixed.layers, layers)
+    check_known_layers(mixed.layers, layers)
     return mixed
 
 
@@ -560,14 +560,6 @@ def quantisable_layers(path: str | Path) -> list[str]:
     import onnx
 
     return list(_layer_nodes(onnx.load(str(path), load_external_data=False).graph))
-
-
-def _unknown_layers(keep_float: tuple[str, ...], layers: dict[str, list[str]]) -> None:
-    """A ValueError naming the layers of `keep_float` that the graph does not have."""
-    unknown = [k for k in keep_float if k not in layers]
-    if unknown:
-        raise ValueError(f"keep in float: {', '.join(unknown)} not among the graph's quantisable layers "
-                         f"({', '.join(layers) or 'none'})")
 
 
 def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor,

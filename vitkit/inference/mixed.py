@@ -124,25 +124,41 @@ def parse_keep_float(text: str | None) -> int | tuple[str, ...]:
     return names
 
 
+def check_keep_float(spec: int | tuple[str, ...], precision: str, calibrated: bool) -> None:
+    """`--int8-keep-float`'s checks before any work: it applies to int8 only, and a count N needs calibration
+    images (the errors it ranks are measured on them)."""
+    if not spec:
+        return
+    if precision != "int8":
+        raise ValueError(f"--int8-keep-float chooses the layers int8 keeps in float; precision is {precision}: add "
+                         "--precision int8")
+    if isinstance(spec, int) and not calibrated:
+        raise ValueError(f"--int8-keep-float {spec} keeps the {spec} layers with the largest int8 error measured on "
+                         "your images: give --calibrate DIR (static int8), or name the layers")
+
+
+def check_known_layers(names: tuple[str, ...], layers: list[str] | dict[str, list[str]]) -> None:
+    """A ValueError naming the layers of `names` that are not among the graph's quantisable `layers`."""
+    unknown = [n for n in names if n not in layers]
+    if unknown:
+        raise ValueError(f"--int8-keep-float: {', '.join(unknown)} not among the graph's quantisable layers "
+                         f"({', '.join(layers) or 'none'})")
+
+
 def keep_float(model: nn.Module, calibration: torch.Tensor | None, spec: int | tuple[str, ...],
                layers: list[str]) -> KeepFloat:
     """The layers of an int8 graph kept in float for `spec` (`parse_keep_float`): N, the N of `layers` (the graph's
     quantisable layers, `quantisable_layers`) with the largest `layer_errors` on `calibration`; names, those (each
     must be one of `layers`). N needs calibration images (the error is measured on them)."""
     if isinstance(spec, tuple):
-        unknown = [n for n in spec if n not in layers]
-        if unknown:
-            raise ValueError(f"--int8-keep-float: {', '.join(unknown)} not among the graph's quantisable layers "
-                             f"({', '.join(layers)})")
+        check_known_layers(spec, layers)
         return KeepFloat(spec, "named by the user")
     if spec < 0 or spec > len(layers):
         raise ValueError(f"--int8-keep-float {spec}: the graph has {len(layers)} quantisable layers (0 to "
                          f"{len(layers)})")
     if spec == 0:
         return KeepFloat((), "all int8")
-    if calibration is None:
-        raise ValueError(f"--int8-keep-float {spec} keeps the {spec} layers with the largest int8 error measured on "
-                         "your images: give --calibrate DIR (static int8), or name the layers")
+    check_keep_float(spec, "int8", calibration is not None)
     mods = dict(model.named_modules())
     candidates = [n for n in layers if isinstance(mods.get(n), (nn.Linear, nn.Conv2d))]
     if len(candidates) < spec:

@@ -28,6 +28,7 @@ from torch import nn
 from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel, quantize_for
 from vitkit.inference.cpu_fused import fused_for_cpu
 from vitkit.inference.export import exported_int8
+from vitkit.inference.mixed import check_keep_float
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import read_json
 from vitkit.utils.hardware import isa_kind, set_threads
@@ -216,11 +217,7 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     set_threads(threads)
     if calibration is not None and precision != "int8":
         raise ValueError(f"calibration images are for int8 (static quantisation); precision is {precision}")
-    if keep_float and precision != "int8":
-        raise ValueError(f"--int8-keep-float chooses the layers int8 keeps in float; precision is {precision}")
-    if isinstance(keep_float, int) and keep_float and calibration is None:
-        raise ValueError(f"--int8-keep-float {keep_float} keeps the {keep_float} layers with the largest int8 error "
-                         "measured on your images: give --calibrate DIR, or name the layers")
+    check_keep_float(keep_float, precision, calibration is not None)
     try:
         net = _build(model, precision, runtime, compile, device, threads, say, calibration, keep_float)
     except Exception as e:  # noqa: BLE001 - an export or graph compiler refusing this model, reported below
