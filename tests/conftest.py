@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.helpers import digits_test_tensors, trained_digits_vit
+from tests.inputs import digit_folder
 from vitkit.formats import save_pretrained
 
 # One intra-op thread, here and in the CLI processes the tests start (they inherit the environment): the suite's
@@ -37,3 +38,9 @@ def digits_ckpt(tmp_path_factory) -> Path:
     with torch.no_grad():
         assert (model(x).argmax(1) == y).float().mean() > 0.8
     return save_pretrained(model, tmp_path_factory.mktemp("digits") / "model")
+
+
+@pytest.fixture(scope="session")
+def saved_digits(digits_ckpt: Path, tmp_path_factory) -> tuple[Path, Path]:  # noqa: ANN001
+    """(`digits_ckpt`, a folder of 100 digit images: the calibration set and the inputs of the int8 tests)."""
+    return digits_ckpt, digit_folder(tmp_path_factory.mktemp("digit_images"), list(range(10)), 100)

@@ -81,16 +81,6 @@ def trained_digits_vit():  # noqa: ANN201
     return model.eval()
 
 
-def saved_trained_digits(root: Path) -> tuple[Path, Path]:
-    """(`trained_digits_vit` saved at root/model, a folder of 100 digit images at root/imgs: the calibration set and
-    inputs of the int8 tests)."""
-    from tests.inputs import digit_folder
-    from vitkit.formats import save_pretrained
-
-    save_pretrained(trained_digits_vit(), root / "model")
-    return root / "model", digit_folder(root / "imgs", list(range(10)), 100)
-
-
 def digits_test_tensors(model) -> tuple[Any, Any]:  # noqa: ANN001
     """(the 450 test digits through `model`'s preprocessing, their labels) as tensors."""
     import torch
@@ -98,6 +88,20 @@ def digits_test_tensors(model) -> tuple[Any, Any]:  # noqa: ANN001
     _, test = load_digits_split()
     pre = model.preprocess
     return pre.normalize(pre.resize(test.images)), torch.from_numpy(test.labels)
+
+
+def int8_against_fp32(model, run) -> tuple[float, float, float]:  # noqa: ANN001
+    """On the 450 test digits: (top-1 agreement of `run`, a runner of an exported graph, with `model`'s fp32
+    answers, fp32's accuracy minus the runner's, the largest |logit difference|)."""
+    import torch
+
+    x, y = digits_test_tensors(model)
+    with torch.no_grad():
+        ref = model(x)
+    got = run(x)
+    agree = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    drop = (ref.argmax(-1) == y).float().mean().item() - (got.argmax(-1) == y).float().mean().item()
+    return agree, drop, (got - ref).abs().max().item()
 
 
 SMALL_VIT = dict(img_size=16, patch_size=4, in_chans=1, width=32, depth=2, num_heads=2, mlp_dim=64, num_classes=5)

@@ -11,26 +11,20 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import digits_test_tensors, saved_trained_digits, trained_digits_vit
+from tests.helpers import digits_test_tensors, int8_against_fp32, trained_digits_vit
 from tests.inputs import assert_one_line_error, run_main
 
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory) -> tuple[Path, Path]:
-    """(a trained digits model's folder, a folder of 100 digit images to calibrate on)."""
-    return saved_trained_digits(tmp_path_factory.mktemp("tome"))
-
-
-def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, saved) -> None:
+def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, saved_digits) -> None:
     from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import export_onnx, quantize_static_int8
     from vitkit.inference.predict import calibration_images
 
     model = trained_digits_vit()
-    calib = calibration_images([str(saved[1])], model.preprocess)
+    calib = calibration_images([str(saved_digits[1])], model.preprocess)
     assert calib.shape == (100, 1, 16, 16)
     q = quantize_static_int8(export_onnx(model, tmp_path / "m.onnx"), tmp_path / "m.int8.onnx", calib)
     graph = onnx.load(str(q)).graph
@@ -50,12 +44,7 @@ def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, sa
             assert all(produced_by.get(i) is None or produced_by[i].op_type != "DequantizeLinear" for i in n.input)
     head = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")][-1]
     assert head.input[1] in weights  # the classifier head keeps its float weight
-    x, y = digits_test_tensors(model)
-    with torch.no_grad():
-        ref = model(x)
-    got = exported_runner(q)(x)
-    agree = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
-    drop = (ref.argmax(-1) == y).float().mean().item() - (got.argmax(-1) == y).float().mean().item()
+    agree, drop, _ = int8_against_fp32(model, exported_runner(q))
     assert agree >= 0.98 and drop <= 0.02, (agree, drop)
     with pytest.raises(ValueError, match="at least 8 calibration images"):
         quantize_static_int8(tmp_path / "m.onnx", tmp_path / "x.onnx", calib[:3])
@@ -63,11 +52,11 @@ def test_static_int8_is_calibrated_and_keeps_sensitive_ops_in_float(tmp_path, sa
         quantize_static_int8(tmp_path / "m.onnx", tmp_path / "x.onnx", calib[:10])  # taken, but said
 
 
-def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
+def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved_digits) -> None:
     from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_merge, exported_preprocess
 
-    model_dir, imgs = saved
+    model_dir, imgs = saved_digits
     out = tmp_path / "m.onnx"
     r = run_main("export", str(model_dir), "--out", str(out), "--merge", "3", "--precision", "int8", "--calibrate", str(imgs))
     assert r.returncode == 0, r.stderr
@@ -95,8 +84,8 @@ def test_export_merge_and_calibrate_from_the_cli(tmp_path, saved) -> None:
     assert exported_merge(tmp_path / "s.onnx") == [2, 4]
 
 
-def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
-    model_dir, imgs = saved
+def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved_digits) -> None:
+    model_dir, imgs = saved_digits
     out = tmp_path / "p.jsonl"
     r = run_main("predict", str(imgs), "--model", str(model_dir), "--merge", "3", "--runtime", "torch",
                  "--precision", "fp32", "--topk", "1", "--output", str(out), "--no-progress")
@@ -118,8 +107,8 @@ def test_predict_and_eval_merge_as_the_model_does(tmp_path, saved) -> None:
     assert top1 > 85.0  # the trained model's ~93%, merged and in int8
 
 
-def test_errors_are_clear(tmp_path, saved) -> None:
-    model_dir, imgs = saved
+def test_errors_are_clear(tmp_path, saved_digits) -> None:
+    model_dir, imgs = saved_digits
     assert_one_line_error(run_main("export", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--calibrate",
                                    str(imgs)), "--calibrate", "--precision", "int8")
     assert_one_line_error(run_main("eval", "--model", str(model_dir), "--calibrate", str(imgs)), "--calibrate", "int8")

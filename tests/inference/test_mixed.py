@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from tests.helpers import digits_test_tensors, saved_trained_digits, trained_digits_vit
+from tests.helpers import digits_test_tensors, trained_digits_vit
 from tests.inputs import assert_one_line_error, run_main
 from vitkit.inference.mixed import KeepFloat, keep_float, layer_errors, parse_keep_float
 
@@ -113,13 +113,8 @@ def test_named_layers_dynamic_int8_and_the_rules_refusals(planted, tmp_path) -> 
         parse_keep_float("blocks/1")
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):  # noqa: ANN201
-    return saved_trained_digits(tmp_path_factory.mktemp("mixed_cli"))
-
-
-def test_export_records_the_choice_and_predict_honours_and_says_it(tmp_path, saved) -> None:
-    model_dir, imgs = saved
+def test_export_records_the_choice_and_predict_honours_and_says_it(tmp_path, saved_digits) -> None:
+    model_dir, imgs = saved_digits
     out = tmp_path / "m.onnx"
     r = run_main("export", str(model_dir), "--out", str(out), "--precision", "int8", "--calibrate", str(imgs),
                  "--int8-keep-float", "2")
@@ -143,8 +138,8 @@ def test_export_records_the_choice_and_predict_honours_and_says_it(tmp_path, sav
     assert "int8 mixed precision: layers kept in float: " in q.stderr and "2 layers kept in float" in q.stderr
 
 
-def test_what_cannot_take_mixed_precision_is_refused_by_name(tmp_path, saved) -> None:
-    model_dir, imgs = saved
+def test_what_cannot_take_mixed_precision_is_refused_by_name(tmp_path, saved_digits) -> None:
+    model_dir, imgs = saved_digits
     out = str(tmp_path / "p.jsonl")
     assert_one_line_error(run_main("predict", str(imgs), "--model", str(model_dir), "--int8-keep-float", "2",
                                    "--output", out), "--int8-keep-float", "precision is fp32")
