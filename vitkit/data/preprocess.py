@@ -99,7 +99,7 @@ def _unit_planes(im: Any, channels: int, factor: int, path: str | Path) -> torch
     `reduce`, which the 16-bit modes lack; partial boxes at the edges average what they hold).
 
     Converted in strips of rows straight into the output, so the peak is Pillow's decoded image plus the output
-    (a 16-bit image under the pixel limit: 2.2 GB before, for 1.1 GB of output)."""
+    (measured: BENCHMARKS.md, "Crash safety and hostile files")."""
     w, h = im.size
     f = max(int(factor), 1)
     out = torch.empty((channels, -(-h // f), -(-w // f)), dtype=torch.float32)

@@ -316,8 +316,8 @@ def _pre_process(src: str | Path, pre: Path) -> None:
 
 def quantize_int8(src: str | Path, dst: str | Path, keep_float: KeepFloat | tuple[str, ...] = ()) -> Path:
     """onnxruntime dynamic quantisation: int8 weights of MatMul/Gemm, activations quantised per call.
-    The graph is first shape-inferred and optimised (onnxruntime's `quant_pre_process`), which made the
-    int8 ViT-S/16 11% faster here. `keep_float`: layers left in float (`quantize_static_int8`)."""
+    The graph is first shape-inferred and optimised (onnxruntime's `quant_pre_process`), which makes the
+    int8 graph faster (BENCHMARKS.md "Serving on CPUs"). `keep_float`: layers left in float (`quantize_static_int8`)."""
     _ort()
     import logging
 
@@ -399,15 +399,14 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
     channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activations:
     by default their min / max (`method`). Percentile ranges clip the rare large activations of pretrained ViTs'
-    late blocks (DINOv2 ViT-S/14: block 10's max |x| 14.8 against a 99.999th percentile of 6.3), which costs far
-    more than the resolution they buy: on its digits features, cosine 0.967 (min 0.835) against 0.999 with min / max
-    (BENCHMARKS.md "Faster than the matmul roof"). Kept in float as onnxruntime's guidance for transformers has it: softmax, LayerNorm, GELU, the
+    late blocks (DINOv2's), which costs far more accuracy than the resolution they buy (measured: BENCHMARKS.md
+    "Faster than the matmul roof"). Kept in float as onnxruntime's guidance for transformers has it: softmax, LayerNorm, GELU, the
     attention's activation x activation MatMuls (q k^T, a v) and the classifier head (the graph's last MatMul/Gemm).
     The MatMuls' outputs stay float (onnxruntime runs each as one MatMulIntegerToFloat: an int8 output would add a
     requantisation and a DequantizeLinear pass per MatMul, which made static int8 slower than dynamic).
     Weights are quantised to 7 bits (onnxruntime's `reduce_range`): on a CPU without VNNI (AVX2, AVX-512 without
     VNNI) its u8 x s8 kernels add pairs of products in saturating 16-bit lanes, and full-range 8-bit weights overflow
-    them (a 2-core AMD EPYC with AVX2: top-1 agreement 0.89 with fp32 on the test model, over 0.98 with 7-bit weights);
+    them (measured on an AVX2 CPU: BENCHMARKS.md "Faster than the matmul roof");
     the file runs wherever it is copied, so it is written to be exact on both kinds of CPU.
     The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out), at most
     `CALIBRATION_CHUNK` images held at once (the histograms are merged chunk by chunk).

@@ -59,8 +59,8 @@ IMG_SIZE = 16
 
 @dataclass(frozen=True)
 class Scale:
-    """How big each experiment is: `LAPTOP` (`vitkit reproduce --all`: every verdict's point with 3 seeds, under an
-    hour on 2 cores), `FULL` (the larger grid of `--scale long`) or `SMOKE` (seconds: the plumbing only)."""
+    """How big each experiment is: `LAPTOP` (`vitkit reproduce --all`: every verdict's point with 3 seeds, sized for
+    2 cores; times in REPRODUCTION.md), `FULL` (the larger grid of `--scale long`) or `SMOKE` (the plumbing only)."""
 
     name: str
     glyph_images: int  # the largest pre-training set
