@@ -393,3 +393,23 @@ def test_fig7_draws_its_rules_parts_from_the_json_at_every_scale(tmp_path: Path,
         fig7 = load_results(RESULTS / scale)["fig7"]
         assert plots.FIG7_MEASURES in plots.figure_files("fig7", fig7)
         assert (FIGURES / scale / plots.FIG7_MEASURES).is_file()
+
+
+@pytest.mark.parametrize("name", ["pooling", "optim", "hires", "posemb"])
+def test_bar_figures_draw_the_differences_their_rule_judges(name: str, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The committed laptop run's bar figures: the difference panel's judged points are the rule's parts, number
+    for number and in the rule's order; a comparison beside the verdict (the glyph test) is drawn hollow after them."""
+    from vitkit.reproduce.rules import RULES, verdict
+
+    res = load_results(LAPTOP_RESULTS)[name]
+    fig = _drawn(monkeypatch, lambda: plots.draw(name, res, tmp_path))[f"{name}.png"]
+    _, ev, _ = verdict(name, res)
+    drawn = _panel(fig.axes[1])
+    parts = [ev.parts[p.key] for p in RULES[name].parts]
+    assert drawn[:len(parts)] == [_as_drawn(e) for e in parts]
+    faces = [line.get_markerfacecolor() for line in fig.axes[1].get_lines() if line.get_marker() == "o"]
+    assert len(drawn) == len(parts) + (name in ("pooling", "optim"))
+    assert all(f not in ("white", (1.0, 1.0, 1.0, 1.0)) for f in faces[:len(parts)])
+    assert all(f in ("white", (1.0, 1.0, 1.0, 1.0)) for f in faces[len(parts):])
+    assert fig.axes[1].get_ylabel() == "difference (points)"
+    plt.close(fig)
