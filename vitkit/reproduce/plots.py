@@ -7,7 +7,11 @@ label; error bars are drawn only where there are seeds (95% t-interval over pre-
 stats.py), and the legend or title says what they are; a curve of one seed has no error bars and says so; an
 accuracy interval that passes 100% is drawn clipped at 100 and the figure says so (the JSON keeps the raw interval);
 value labels sit beyond the error bar's end, never on it; a legend covers no data (below the axes, outside them);
-points that share an x are dodged sideways, and the axis label says by how much.
+points that share an x are dodged sideways, and the axis label says by how much. Every experiment's figure has a
+panel of the paired differences its rule reads with their 95% intervals, drawn by one helper (`_differences`): the
+parts the rule judges, number for number (`rule_differences`: rules.EVIDENCE), or, over data sizes, the gap at each
+size paired as the rules pair it (`_paired_gaps`: rules.paired_by_seed); a comparison reported beside a verdict but
+not judged is drawn hollow and says so.
 """
 
 from __future__ import annotations
