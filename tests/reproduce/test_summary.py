@@ -281,3 +281,135 @@ def test_single_seed_figures_say_their_error_bars_are_not_replicates(tmp_path: P
         for folder in (RESULTS, LAPTOP_RESULTS):
             plots.draw(name, json.loads((folder / f"{name}.json").read_text()), tmp_path)
     assert ["NOT ESTABLISHED" in t for t in titles] == [True, False, True, False]
+
+
+def _panel(ax) -> list[tuple[float, float, float]]:  # noqa: ANN001
+    """A difference panel's drawn points in drawing order: (mean, interval's low end, high end), as plotted."""
+    means = [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_marker() == "o"]
+    ends = [sorted(float(y) for y in c.lines[2][0].get_segments()[0][:, 1]) for c in ax.containers]
+    assert len(means) == len(ends), "a difference drawn without its interval"
+    return [(m, lo, hi) for m, (lo, hi) in zip(means, ends)]
+
+
+def _as_drawn(est, scale: float = 100.0) -> tuple[float, float, float]:  # noqa: ANN001
+    return pytest.approx((scale * est.mean, scale * est.lo, scale * est.hi))
+
+
+def _compute_result() -> dict:
+    """A made-up Fig. 5 result: three families at two sizes, three seeds each, a seed-dependent spread."""
+    flops = {("ViT", "S"): 1.0, ("ViT", "B"): 4.0, ("ResNet", "S"): 1.5, ("ResNet", "B"): 3.0,
+             ("Hybrid", "S"): 2.0, ("Hybrid", "B"): 4.0}
+    acc = {("ViT", "S"): 0.60, ("ViT", "B"): 0.70, ("ResNet", "S"): 0.60, ("ResNet", "B"): 0.62,
+           ("Hybrid", "S"): 0.70, ("Hybrid", "B"): 0.72}
+    jitter = (0.0, 0.013, -0.007)
+    return {"rows": [{"family": f, "size": s, "seed": seed, "train_flops": x * 1e12,
+                      "avg_5shot": acc[f, s] + 0.01 * seed + (jitter[seed] if f == "Hybrid" else 0.0),
+                      "finetune_top1": 0.9 + 0.01 * seed} for (f, s), x in flops.items() for seed in range(3)]}
+
+
+def test_the_compute_figure_draws_the_parts_its_rule_judges_where_it_reads_them(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from vitkit.reproduce.rules import fig5_points, verdict
+
+    res = _compute_result()
+    fig = _drawn(monkeypatch, lambda: plots.draw("fig5", res, tmp_path))["fig5_compute.png"]
+    _, ev, _ = verdict("fig5", res)
+    panel = fig.axes[2]
+    assert _panel(panel) == [_as_drawn(ev.parts[k]) for k in ("vit_vs_resnet", "hybrid_vs_vit_small",
+                                                                "hybrid_gap_closes")]
+    assert panel.get_ylabel() == "difference (points)" and "the rule's parts" in panel.get_title()
+    assert [t.get_text().split("\n")[0] for t in panel.get_xticklabels()] == [
+        "ViT − ResNet", "Hybrid − ViT", "(Hybrid − ViT)"]
+    # the FLOPs the rule reads are marked on its metric's panel: a line at each, a hollow diamond on each curve read
+    at = fig5_points(res["rows"])
+    diamonds = [line for line in fig.axes[1].get_lines() if line.get_marker() == "D"]
+    assert sorted({float(d.get_xdata()[0]) for d in diamonds}) == pytest.approx(sorted({at["mid"], at["lo_h"],
+                                                                                       at["hi_h"]}))
+    vit_at_mid = [float(d.get_ydata()[0]) for d in diamonds if d.get_xdata()[0] == at["mid"]]
+    assert vit_at_mid[0] - vit_at_mid[1] == pytest.approx(100 * ev.parts["vit_vs_resnet"].mean)  # ViT, then ResNet
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    plt.close(fig)
+
+
+def test_the_compute_figures_size_labels_do_not_overprint(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """ResNet-B and Hybrid-S share one FLOPs value in the long run: their labels must not overlap, nor any others."""
+    for scale in SEEDED:
+        res = load_results(RESULTS / scale)["fig5"]
+        fig = _drawn(monkeypatch, lambda: plots.draw("fig5", res, tmp_path))["fig5_compute.png"]  # noqa: B023
+        r = fig.canvas.get_renderer()
+        for ax in fig.axes[:2]:
+            boxes = [(t.get_text(), t.get_window_extent(r)) for t in ax.texts]
+            assert len(boxes) == len(res["rows"]) // 3  # one label per family and size
+            for i, (a, box) in enumerate(boxes):
+                assert not any(box.overlaps(other) for _, other in boxes[i + 1:]), (scale, a)
+        plt.close(fig)
+
+
+def test_the_mpp_figure_draws_the_parts_its_rule_judges_and_the_usual_scratch_run_hollow(tmp_path: Path,
+                                                                                           monkeypatch) -> None:  # noqa: ANN001
+    from vitkit.reproduce.rules import verdict
+
+    res = _mpp_result(scratch=_seeded([0.5, 0.58, 0.53]), supervised=_seeded([0.9, 0.95, 0.89]))
+    fig = _drawn(monkeypatch, lambda: plots.draw("mpp", res, tmp_path))["mpp.png"]
+    _, ev, _ = verdict("mpp", res)
+    panel = fig.axes[1]
+    want = [ev.parts["beats_scratch"], ev.parts["behind_supervised"], ev.extra["usual_scratch"]]
+    assert _panel(panel) == [_as_drawn(e) for e in want]
+    faces = [line.get_markerfacecolor() for line in panel.get_lines() if line.get_marker() == "o"]
+    assert faces[0] == faces[1] != faces[2] and faces[2] in ("white", (1.0, 1.0, 1.0, 1.0))  # not judged: hollow
+    assert "not\njudged" in panel.get_xticklabels()[2].get_text() and panel.get_ylabel() == "difference (points)"
+    assert "at 100 MPP steps" in panel.get_title()
+    plt.close(fig)
+
+
+def _fig7_seed(seed: int, rowcol: float, slope: float, first: tuple[float, float]) -> dict:
+    layers = [8.0 + slope * i for i in range(4)]
+    return {"model": f"vit-L_n100_steps4_lr0.012_seed{seed}", "posemb_same_row_or_column_minus_other": rowcol,
+            "attention_distance_per_layer": layers, "attention_distance_per_head": [[x - 0.1, x + 0.1] for x in layers],
+            "attention_distance_slope_per_layer": slope, "first_layer_head_range": list(first),
+            "uniform_attention_distance": 8.2, "max_distance": 20.0}
+
+
+def test_fig7_draws_its_rules_parts_from_the_json_at_every_scale(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from vitkit.reproduce.rules import RULES, verdict
+
+    per_seed = [_fig7_seed(0, 0.3, 0.1, (7.9, 8.1)), _fig7_seed(1, 0.25, 0.2, (7.8, 8.6)),
+                _fig7_seed(2, 0.33, 0.05, (7.7, 8.3))]
+    res = {**per_seed[0], "per_seed": per_seed, "figures": ["fig7_attention_distance.png"]}
+    figs = _drawn(monkeypatch, lambda: plots.draw("fig7", res, tmp_path))
+    assert plots.draw("fig7", res, tmp_path) == plots.figure_files("fig7", res) == [
+        "fig7_attention_distance.png", plots.FIG7_MEASURES]
+    fig = figs[plots.FIG7_MEASURES]
+    _, ev, _ = verdict("fig7", res)
+    for ax, part in zip(fig.axes[1:], RULES["fig7"].parts):
+        assert _panel(ax) == [_as_drawn(ev.parts[part.key], part.scale)]
+        assert ax.get_ylabel() == plots.FIG7_UNITS[part.key] and part.key in ax.get_title()
+    lines = [line for line in fig.axes[0].get_lines() if line.get_marker() == "o"]
+    assert [list(line.get_ydata()) for line in lines] == [s["attention_distance_per_layer"] for s in per_seed]
+    assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+    plt.close(fig)
+    # both committed scales draw it (the figure SUMMARY.md links), from their JSON alone
+    for scale in SEEDED:
+        fig7 = load_results(RESULTS / scale)["fig7"]
+        assert plots.FIG7_MEASURES in plots.figure_files("fig7", fig7)
+        assert (FIGURES / scale / plots.FIG7_MEASURES).is_file()
+
+
+@pytest.mark.parametrize("name", ["pooling", "optim", "hires", "posemb"])
+def test_bar_figures_draw_the_differences_their_rule_judges(name: str, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The committed laptop run's bar figures: the difference panel's judged points are the rule's parts, number
+    for number and in the rule's order; a comparison beside the verdict (the glyph test) is drawn hollow after them."""
+    from vitkit.reproduce.rules import RULES, verdict
+
+    res = load_results(LAPTOP_RESULTS)[name]
+    fig = _drawn(monkeypatch, lambda: plots.draw(name, res, tmp_path))[f"{name}.png"]
+    _, ev, _ = verdict(name, res)
+    drawn = _panel(fig.axes[1])
+    parts = [ev.parts[p.key] for p in RULES[name].parts]
+    assert drawn[:len(parts)] == [_as_drawn(e) for e in parts]
+    faces = [line.get_markerfacecolor() for line in fig.axes[1].get_lines() if line.get_marker() == "o"]
+    assert len(drawn) == len(parts) + (name in ("pooling", "optim"))
+    assert all(f not in ("white", (1.0, 1.0, 1.0, 1.0)) for f in faces[:len(parts)])
+    assert all(f in ("white", (1.0, 1.0, 1.0, 1.0)) for f in faces[len(parts):])
+    assert fig.axes[1].get_ylabel() == "difference (points)"
+    plt.close(fig)

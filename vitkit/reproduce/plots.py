@@ -7,11 +7,16 @@ label; error bars are drawn only where there are seeds (95% t-interval over pre-
 stats.py), and the legend or title says what they are; a curve of one seed has no error bars and says so; an
 accuracy interval that passes 100% is drawn clipped at 100 and the figure says so (the JSON keeps the raw interval);
 value labels sit beyond the error bar's end, never on it; a legend covers no data (below the axes, outside them);
-points that share an x are dodged sideways, and the axis label says by how much.
+points that share an x are dodged sideways, and the axis label says by how much. Every experiment's figure has a
+panel of the paired differences its rule reads with their 95% intervals, drawn by one helper (`_differences`): the
+parts the rule judges, number for number (`rule_differences`: rules.EVIDENCE), or, over data sizes, the gap at each
+size paired as the rules pair it (`_paired_gaps`: rules.paired_by_seed); a comparison reported beside a verdict but
+not judged is drawn hollow and says so.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +35,7 @@ from vitkit.reproduce.rules import (  # noqa: E402
     EVIDENCE,
     INDEPENDENT,
     RULES,
+    at_flops,
     crossover_rows,
     fig5_points,
     legacy_seeds,
@@ -157,11 +163,56 @@ def _curve(ax: Any, xs: Sequence[float], ests: Sequence[Estimate], label: str, *
     return False
 
 
+def _differences(ax: Any, xs: Sequence[float], ests: Sequence[Estimate], color: Any = "k", label: str | None = None,
+                 line: bool = False, p_values: bool = False, scale: float = 100.0, judged: bool = True) -> None:
+    """The one drawing of differences, in every figure: each estimate's mean (times `scale`: points for accuracies)
+    at its x with its 95% t-interval as an error bar, not clipped (a difference is no accuracy), where it has one
+    (n >= 2), else the point alone, said in the label; `line`: the means joined; `p_values`: each p beside its point;
+    `judged` False: a comparison beside the verdict that its rule does not judge (hollow marker)."""
+    ys = [scale * e.mean for e in ests]
+    has_ci = [e.n >= 2 and not np.isnan(e.lo) for e in ests]
+    for x, e, y, ci in zip(xs, ests, ys, has_ci):
+        if ci:
+            ax.errorbar(x, y, yerr=[[scale * (e.mean - e.lo)], [scale * (e.hi - e.mean)]], fmt="none", ecolor=color,
+                        capsize=4)
+        if p_values and e.p is not None:
+            ax.annotate(f"p={e.p:.2g}", (x, y), textcoords="offset points", xytext=(6, 0), fontsize=8, va="center",
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"})
+    what = "95% CI" if all(has_ci) else "1 seed, no interval" if not any(has_ci) else "95% CI where 2+ seeds"
+    ax.plot(xs, ys, marker="o", linestyle="-" if line else "none", color=color, zorder=3,
+            markerfacecolor=color if judged else "white", label=f"{label} ({what})" if label else None)
+    ax.axhline(0, color="gray", linewidth=1)
+
+
+def _difference_panel(ax: Any, differences: dict[str, Estimate], title: str, bands: dict[str, float] | None = None,
+                      unjudged: Sequence[str] = (), scale: float = 100.0, ylabel: str = "difference (points)") -> bool:
+    """A panel of named differences (`_differences`, p-values beside), one tick each: `bands`, a difference's
+    equivalence margin (accuracy units) as a band behind it; `unjudged`, names reported beside the verdict but not
+    judged by the rule (hollow). Returns whether a band was drawn (its legend entry is labelled)."""
+    names = list(differences)
+    banded = False
+    for i, n in enumerate(names):
+        if n in (bands or {}):
+            m = scale * bands[n]
+            ax.fill_between([i - 0.35, i + 0.35], -m, m, color="tab:green", alpha=0.18, linewidth=0,
+                            label=None if banded else f"±{m:g}-point equivalence band (the rule's)")
+            banded = True
+        _differences(ax, [i], [differences[n]], color="tab:gray" if n in unjudged else "k", p_values=True, scale=scale,
+                     judged=n not in unjudged)
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylabel(ylabel)
+    one_seed = not any(e.n >= 2 and not np.isnan(e.lo) for e in differences.values())
+    ax.set_title(title + ("\n(one seed: no interval)" if one_seed else ""), fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    return banded
+
+
 def _paired_gaps(ax: Any, rows: Sequence[dict[str, Any]], series: dict[str, tuple[dict[str, Any], dict[str, Any]]],
                  metric: str, title: str, colors: Sequence[Any] = ("k", "tab:purple", "tab:brown", "tab:gray")) -> None:
-    """A paired-difference panel: for each series (label -> (A's row filter, B's row filter)) A − B in points at each
-    data size, paired by seed, with its 95% t-interval (what the rules read; the families' own intervals overlap where
-    the paired gap is clear), dodged sideways per series, and a line at zero."""
+    """A paired-difference panel over data sizes: for each series (label -> (A's row filter, B's row filter)) A − B in
+    points at each data size, paired by seed (rules.paired_by_seed, as the rules pair them), with its 95% t-interval
+    (`_differences`; the families' own intervals overlap where the paired gap is clear), dodged sideways per series."""
     k = len(series)
     true_x: set[float] = set()
     for i, ((label, (fa, fb)), color) in enumerate(zip(series.items(), colors)):
@@ -175,13 +226,8 @@ def _paired_gaps(ax: Any, rows: Sequence[dict[str, Any]], series: dict[str, tupl
             continue
         true_x.update(n for n, _ in pts)
         shift = 10 ** (DODGE * (i - (k - 1) / 2))
-        xs, ests = [n * shift for n, _ in pts], [e for _, e in pts]
-        if all(e.n >= 2 for e in ests):
-            ax.errorbar(xs, [100 * e.mean for e in ests], yerr=_yerr(ests, cap=None)[0], capsize=3, marker="o",
-                        color=color, label=f"{label} (paired by seed, 95% CI)")
-        else:
-            ax.plot(xs, [100 * e.mean for e in ests], marker="o", color=color, label=f"{label} (1 seed, no interval)")
-    ax.axhline(0, color="gray", linewidth=1)
+        _differences(ax, [n * shift for n, _ in pts], [e for _, e in pts], color=color, line=True,
+                     label=f"{label}, paired by seed")
     _finish_axis(ax, "pre-training images" + ("\n(series dodged sideways; ticks: true sizes)" if k > 1 else ""), title,
                  ylabel="difference (points)", data_x=sorted(true_x))
 
@@ -216,19 +262,33 @@ def data_size(res: dict[str, Any], path: Path) -> str:
     return _save(fig, path)
 
 
+def _size_label_offsets(points: Sequence[tuple[str, float, float]]) -> dict[tuple[str, float], tuple[int, int]]:
+    """Where each point's size label goes (offset in points), by (family, FLOPs): right of the point and above it
+    (clear of a hollow diamond beside it), except where another family's point shares its FLOPs (within 10%): then
+    the higher of the two is labelled above and the lower below, so the labels of points at one FLOPs value
+    (ResNet-B and Hybrid-S) never overprint."""
+    out = {}
+    for fam, x, y in points:
+        near = [(f, yy) for f, xx, yy in points if f != fam and abs(np.log10(xx / x)) < 0.04]
+        below = any(yy > y or (yy == y and f > fam) for f, yy in near)
+        out[fam, x] = (7, -11 if below else 11)
+    return out
+
+
 def compute(res: dict[str, Any], path: Path) -> str:
     """Fig. 5: transfer accuracy against pre-training compute, one line per family over its sizes (S, B, L),
-    hybrids included."""
+    hybrids included; on the panel of the rule's metric, the FLOPs it reads (rules.fig5_points) and each family's
+    curve read there (hollow diamonds: the mean over seeds of rules.at_flops); beside them the rule's parts, paired by
+    seed with their 95% intervals (rules.EVIDENCE, the numbers it judges)."""
     rows = res["rows"]
     panels = [("finetune_top1", "fine-tuned digits accuracy"), ("avg_5shot", "5-shot linear, mean of digits and lfw")]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5), gridspec_kw={"width_ratios": [1, 1, 0.75]})
     clipped = False
     # the FLOPs the rule reads, where every family it compares has runs (a smoke run may lack one)
     read = fig5_points(rows) if {"ViT", "ResNet", "Hybrid"} <= {r["family"] for r in rows} else None
-    # size labels beside each point, each family on its own side, so that points at one FLOPs value (ResNet-B and
-    # Hybrid-S) keep legible labels
-    offsets = {"ViT": (-12, 6), "ResNet": (5, -12), "Hybrid": (5, 6)}
+    marked = False
     for ax, (key, title) in zip(axes, panels):
+        drawn = []
         for fam in MARKERS:
             fam_rows = [r for r in rows if r["family"] == fam]
             est = _seed_groups(fam_rows, lambda r: r["size"], key)
@@ -238,18 +298,92 @@ def compute(res: dict[str, Any], path: Path) -> str:
             sizes = sorted(est, key=lambda s: flops[s])
             clipped |= _curve(ax, [flops[s] for s in sizes], [est[s] for s in sizes], fam, marker=MARKERS[fam],
                               color=COLORS[fam], markersize=8)
-            for s in sizes:
-                ax.annotate(f"{fam[0]}-{s}", (flops[s], 100 * est[s].mean), textcoords="offset points",
-                            xytext=offsets[fam], fontsize=7, color=COLORS[fam])
+            drawn += [(fam, s, flops[s], 100 * est[s].mean) for s in sizes]
+        offsets = _size_label_offsets([(fam, x, y) for fam, _, x, y in drawn])
+        for fam, s, x, y in drawn:
+            ax.annotate(f"{fam[0]}-{s}", (x, y), textcoords="offset points", xytext=offsets[fam, x], fontsize=7,
+                        color=COLORS[fam], va="center", ha="left")
         if key == "avg_5shot" and read:  # the FLOPs the rule reads (rules.fig5_points) on the panel of its metric
             ax.axvline(read["mid"], color="gray", linestyle=":", linewidth=1.2,
                        label=f"read by the rule: ViT vs ResNet at {_short(read['mid'])}")
             for x, what, style in ((read["lo_h"], "smallest", "--"), (read["hi_h"], "largest", "-.")):
                 ax.axvline(x, color="tab:green", linestyle=style, linewidth=0.9, alpha=0.7,
                            label=f"read by the rule: hybrid vs ViT at the {what} shared FLOPs ({_short(x)})")
+            for fams, x in ((("ViT", "ResNet"), read["mid"]), (("Hybrid", "ViT"), read["lo_h"]),
+                            (("Hybrid", "ViT"), read["hi_h"])):
+                for fam in fams:
+                    y = _read_at_flops(rows, fam, key, x)
+                    if y is not None:
+                        ax.plot([x], [100 * y], "D", markersize=8, markerfacecolor="none", markeredgecolor=COLORS[fam],
+                                markeredgewidth=1.5, zorder=4)
+                        marked = True
+        ax.margins(x=0.1, y=0.1)  # room for the size labels of the rightmost and the highest points
         _finish_axis(ax, "pre-training compute (FLOPs)", title)
-    _legend_below(fig, axes)
+    if read:
+        _difference_panel(axes[2], rule_differences("fig5", res, {
+            "vit_vs_resnet": f"ViT − ResNet\nat {_short(read['mid'])}",
+            "hybrid_vs_vit_small": f"Hybrid − ViT\nat {_short(read['lo_h'])}",
+            "hybrid_gap_closes": f"(Hybrid − ViT)\nat {_short(read['lo_h'])} minus\nat {_short(read['hi_h'])}"})[0],
+            "the rule's parts (each claimed > 0): 5-shot\nmean, paired by seed, 95% interval")
+        axes[2].set_xlabel("each part at the FLOPs it reads")
+    else:
+        axes[2].set_axis_off()
+        axes[2].text(0.5, 0.5, "no rule part: a family it compares\nhas no runs", ha="center", va="center",
+                     transform=axes[2].transAxes, fontsize=9)
+    _legend_below(fig, axes, [Line2D([], [], marker="D", linestyle="none", markerfacecolor="none", color="gray",
+                                     label="hollow diamond, in the family's colour: its curve where the rule reads it "
+                                           "(mean over seeds)")] if marked else ())
     _clip_note(fig, clipped)
+    return _save(fig, path)
+
+
+def _read_at_flops(rows: Sequence[dict[str, Any]], fam: str, metric: str, x: float) -> float | None:
+    """Family `fam`'s curve of `metric` read at `x` FLOPs as the rule reads it: each seed's curve interpolated in log
+    FLOPs (rules.at_flops), then the mean over the seeds (None where x is outside a seed's curve)."""
+    seeds = sorted({int(r.get("seed", 0)) for r in rows if r["family"] == fam})
+    ys = [at_flops([(r["train_flops"], r[metric]) for r in rows
+                    if r["family"] == fam and int(r.get("seed", 0)) == s and metric in r], x) for s in seeds]
+    return None if not ys or any(y is None for y in ys) else float(np.mean(ys))
+
+
+# -- experiment 3: what the ViT learns -------------------------------------------------------------------------
+
+FIG7_MEASURES = "fig7_measures.png"  # drawn from the JSON; the other fig7 figures are `vitkit inspect`'s, seed 0's
+FIG7_UNITS = {"grid": "cosine similarity difference", "depth": "slope (px per layer)",
+              "global_heads": "share of the largest distance"}
+
+
+def fig7_measures(res: dict[str, Any], path: Path) -> str:
+    """§4.5, Fig. 7 (right) and the rule's parts, from the JSON of every pre-training seed: each seed's mean attention
+    distance per layer (its heads as dots, uniform attention dashed), and beside it each part the rule judges (its
+    own unit) with its 95% interval over the seeds (rules.EVIDENCE)."""
+    models = res.get("per_seed") or [res]  # a seeded run keeps one entry per pre-training seed
+    parts = [p for p in RULES["fig7"].parts]
+    fig, axes = plt.subplots(1, 1 + len(parts), figsize=(4.6 + 2.6 * len(parts), 4.6),
+                             gridspec_kw={"width_ratios": [2.2] + [1] * len(parts)})
+    ax = axes[0]
+    for i, m in enumerate(models):
+        layers = np.arange(1, len(m["attention_distance_per_layer"]) + 1)
+        color = plt.get_cmap("Blues")(0.45 + 0.55 * i / max(1, len(models) - 1))
+        seed = m.get("model", "").rpartition("_seed")[2] or str(i)
+        ax.plot(layers, m["attention_distance_per_layer"], "o-", color=color, label=f"seed {seed}: mean over heads")
+        for layer, heads in zip(layers, m["attention_distance_per_head"]):
+            ax.scatter([layer + 0.08 * (i - (len(models) - 1) / 2)] * len(heads), heads, color=color, s=9, alpha=0.6)
+    ax.axhline(res["uniform_attention_distance"], color="gray", linestyle="--",
+               label=f"uniform attention ({res['uniform_attention_distance']:.2f} px)")
+    ax.xaxis.set_major_locator(FixedLocator(list(range(1, len(models[0]["attention_distance_per_layer"]) + 1))))
+    _finish_axis(ax, "layer (dots: its heads)", "mean attention distance by depth (Fig. 7 right)", log_x=False,
+                 ylabel="attention distance (px)")
+    diffs, _ = rule_differences("fig7", res, {p.key: p.key for p in parts})
+    for a, p in zip(axes[1:], parts):
+        if p.key in diffs:
+            _difference_panel(a, {f"{len(models)} seed{'s' if len(models) > 1 else ''}": diffs[p.key]},
+                              f"{p.key}: claimed {p.inequality()}", scale=p.scale, ylabel=FIG7_UNITS[p.key])
+        a.set_xlabel("\n".join(textwrap.wrap(p.what, 26)), fontsize=8)
+    fig.suptitle("what the ViT learns (ViT-L, each pre-training seed): the rule's parts with their 95% interval over "
+                 "the seeds" if len(models) > 1 else "what the ViT learns (ViT-L, one pre-training seed: the rule's "
+                 "parts have no interval)", fontsize=10)
+    _legend_below(fig, [ax], ncol=len(models) + 1)
     return _save(fig, path)
 
 
@@ -257,12 +391,13 @@ def compute(res: dict[str, Any], path: Path) -> str:
 
 def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]], title: str, ylabel: str, path: Path,
          baselines: dict[str, Estimate] | None = None, differences: dict[str, Estimate] | None = None,
-         difference_title: str = "", bands: dict[str, float] | None = None) -> str:
+         difference_title: str = "", bands: dict[str, float] | None = None, unjudged: Sequence[str] = ()) -> str:
     """Grouped bars from zero (accuracies in [0, 1], drawn in %): one group per category, one bar per series, the
     95% t-interval as error bar (clipped at 100%) and each seed as a dot where known, the mean written beyond the
     interval's end in a white box; optional horizontal reference lines (with their interval as a band) and a second
-    panel of differences (points, 95% interval, a line at zero; `bands`: a difference's equivalence margin, in
-    accuracy units, drawn as a band behind it)."""
+    panel of differences (`_difference_panel`: points, 95% interval, a line at zero; `bands`: a difference's
+    equivalence margin, in accuracy units, drawn as a band behind it; `unjudged`: differences the rule does not judge).
+    """
     ncols = 2 if differences else 1
     fig, axs = plt.subplots(1, ncols, figsize=(1.2 * len(categories) * len(series) + 3.5 + 3.5 * (ncols - 1), 4.4),
                             gridspec_kw={"width_ratios": [3, 1.3]} if differences else None)
@@ -309,52 +444,36 @@ def bars(categories: Sequence[str], series: dict[str, Sequence[Estimate | None]]
     # both panels' legends at one height, under the taller tick labels
     lines = max(label.count("\n") + 1 for label in [*categories, *(differences or {})])
     _legend_under(ax, lines, ncol=2)
-    if differences:
-        d = axs[1]
-        names = list(differences)
-        banded = False
-        for i, n in enumerate(names):
-            e = differences[n]
-            if n in (bands or {}):
-                m = 100 * bands[n]
-                d.fill_between([i - 0.35, i + 0.35], -m, m, color="tab:green", alpha=0.18, linewidth=0,
-                               label=None if banded else f"±{m:g}-point equivalence band (the rule's)")
-                banded = True
-            if e.n >= 2 and not np.isnan(e.lo):
-                d.errorbar(i, 100 * e.mean, yerr=_yerr([e], cap=None)[0], fmt="o", color="k", capsize=4)
-            else:
-                d.plot(i, 100 * e.mean, "o", color="k")
-            if e.p is not None:
-                d.annotate(f"p={e.p:.2g}", (i, 100 * e.mean), textcoords="offset points", xytext=(6, 0), fontsize=8,
-                           bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"})
-        d.axhline(0, color="gray", linewidth=1)
-        d.set_xticks(range(len(names)), names, fontsize=8)
-        d.set_xlim(-0.6, len(names) - 0.4)
-        d.set_ylabel("difference (points)")
-        d.set_title(difference_title or "difference, 95% interval", fontsize=9)
-        d.grid(alpha=0.3, axis="y")
-        if banded:
-            _legend_under(d, lines)
+    if differences and _difference_panel(axs[1], differences, difference_title or "difference, 95% interval", bands,
+                                         unjudged):
+        _legend_under(axs[1], lines)
     _clip_note(fig, clipped)
     return _save(fig, path)
 
 
-def rule_differences(name: str, res: dict[str, Any], labels: dict[str, str] | None = None
-                     ) -> tuple[dict[str, Estimate], dict[str, float]]:
-    """The differences experiment `name`'s rule tests (rules.EVIDENCE, paired by seed where the JSON keeps seeds),
-    keyed by `labels[part]` (default: the part's own words), and the equivalence margin of each part that has one."""
-    rule, parts = RULES[name], EVIDENCE[name](res).parts
+def rule_differences(name: str, res: dict[str, Any], labels: dict[str, str] | None = None,
+                     extra: dict[str, str] | None = None) -> tuple[dict[str, Estimate], dict[str, float]]:
+    """The differences experiment `name`'s rule judges, exactly as it judges them (rules.EVIDENCE: paired by seed
+    where the JSON keeps seeds), keyed by `labels[part]` (default: the part's own words; a part the result cannot
+    give, as a smoke run's, left out); then `extra`'s comparisons the evidence reports beside the verdict
+    (Evidence.extra key -> label); and the equivalence margin of each part that has one."""
+    rule, ev = RULES[name], EVIDENCE[name](res)
     label = {p.key: (labels or {}).get(p.key, p.what) for p in rule.parts}
-    return ({label[p.key]: parts[p.key] for p in rule.parts},
-            {label[p.key]: p.margin for p in rule.parts if p.kind == "equivalent"})
+    diffs = {label[p.key]: ev.parts[p.key] for p in rule.parts if p.key in ev.parts}
+    diffs.update({text: ev.extra[key] for key, text in (extra or {}).items() if key in ev.extra})
+    return diffs, {label[p.key]: p.margin for p in rule.parts if p.kind == "equivalent" and p.key in ev.parts}
 
 
-def _pseudo_note(name: str, res: dict[str, Any]) -> str:
+def _pseudo_note(name: str, res: dict[str, Any], short: bool = False) -> str:
     """A title line for a result whose seeds are fine-tuning seeds of one pre-trained model (rules.INDEPENDENT not
-    met): its error bars are not intervals over independent replicates, and its verdict is not established."""
+    met): its error bars are not intervals over independent replicates, and its verdict is not established (`short`:
+    the line for a difference panel's title)."""
     met = EVIDENCE[name](res).checks.get(INDEPENDENT, (True, ""))[0]
-    return "" if met is not False else ("\nNOT ESTABLISHED: seeds are fine-tuning seeds of one pre-trained model;"
-                                        "\nthe bars are not intervals over independent replicates")
+    if met is not False:
+        return ""
+    return ("\nNOT ESTABLISHED: fine-tuning seeds" if short else
+            "\nNOT ESTABLISHED: seeds are fine-tuning seeds of one pre-trained model;"
+            "\nthe bars are not intervals over independent replicates")
 
 
 def hires(res: dict[str, Any], path: Path) -> str:
@@ -364,8 +483,8 @@ def hires(res: dict[str, Any], path: Path) -> str:
     return bars(list(est), {"digits test accuracy": list(est.values())},
                 "fine-tuning at the pre-training resolution vs 2x (E_pos resampled, §3.2)" + _pseudo_note("hires", res),
                 "digits test accuracy (%)",
-                path, differences={"32 px − 16 px": paired(r["32px"]["accs"], r["16px"]["accs"])},
-                difference_title="paired by seed (see the rule)")
+                path, differences=rule_differences("hires", res, {"gain": "32 px − 16 px"})[0],
+                difference_title="the rule's difference,\npaired by seed, 95% interval" + _pseudo_note("hires", res, True))
 
 
 def posemb(res: dict[str, Any], path: Path, seeds: int) -> str:
@@ -384,16 +503,23 @@ def posemb(res: dict[str, Any], path: Path, seeds: int) -> str:
 
 def mpp(res: dict[str, Any], path: Path, seeds: int) -> str:
     """§4.6: fine-tuned accuracy after MPP of each length, beside from-scratch training given the same total
-    compute; from scratch (the usual steps) and supervised pre-training as reference lines."""
+    compute; from scratch (the usual steps) and supervised pre-training as reference lines; beside them the
+    differences the rule judges at the longest MPP run, and (hollow, not judged) MPP against the usual scratch run."""
     lengths = sorted(res["mpp"], key=int)
+    usual = f"from scratch, the usual {scratch_steps(res)} steps"
+    diffs, _ = rule_differences("mpp", res, {"beats_scratch": "MPP − scratch,\nsame compute\n(claimed > 0)",
+                                             "behind_supervised": "MPP −\nsupervised\n(claimed < 0)"},
+                                extra={"usual_scratch": "MPP − usual\nscratch (not\njudged)"})
     return bars([f"{int(n):,} MPP steps" for n in lengths],
                 {"MPP, then fine-tuning": [stored(res["mpp"][n], seeds) for n in lengths],
                  "from scratch, same total compute": [stored(res["equal_budget_scratch"][n]["top1"], seeds)
                                                       for n in lengths]},
                 "masked patch prediction (§4.6), then fine-tuning on digits" + _pseudo_note("mpp", res),
                 "digits test accuracy (%)", path,
-                baselines={f"from scratch, the usual {scratch_steps(res)} steps": stored(res["scratch"], seeds),
-                           "supervised pre-training": stored(res["supervised"], seeds)})
+                baselines={usual: stored(res["scratch"], seeds), "supervised pre-training": stored(res["supervised"], seeds)},
+                differences=diffs, unjudged=["MPP − usual\nscratch (not\njudged)"],
+                difference_title=f"at {int(lengths[-1]):,} MPP steps: the rule's\ndifferences, 95% interval"
+                + _pseudo_note("mpp", res, True))
 
 
 def mpp_pretraining_curves(records: Sequence[dict[str, Any]], path: Path, title: str,
@@ -440,16 +566,20 @@ def mpp_pretraining_curves(records: Sequence[dict[str, Any]], path: Path, title:
 
 def variants(res: dict[str, Any], path: Path, experiment: str, a: str, b: str, title: str) -> str:
     """Two variants, each at its own picked pre-training rate (`res["lr"]`): 5-shot digits and glyph test, and
-    a − b paired by pre-training seed (appendix D.3's pooling, appendix D.1's optimisers); where `experiment`'s rule
-    tests an equivalence (on 5-shot digits), its band behind that difference."""
+    a − b paired by pre-training seed (appendix D.3's pooling, appendix D.1's optimisers): on 5-shot digits the part
+    `experiment`'s rule judges (with its equivalence band where it tests one), on the glyph test (hollow) a comparison
+    beside the verdict."""
     r = res["results"]
     metrics = {"digits_test_5shot": "5-shot digits", "glyph_test_top1": "glyph test (upstream)"}
-    margins = [p.margin for p in RULES[experiment].parts if p.kind == "equivalent"]
+    (part,) = RULES[experiment].parts
+    judged, bands = rule_differences(experiment, res, {part.key: f"{a} − {b},\n5-shot digits"})
+    upstream = f"{a} − {b}, glyph\ntest (not judged)"
     return bars([f"{p} (lr {res['lr'][p]:g})" for p in r], {name: [mean_ci(r[p][m]["values"]) for p in r]
                                                             for m, name in metrics.items()}, title, "accuracy (%)",
-                path, differences={f"{a} − {b},\n{name}": paired(r[a][m]["values"], r[b][m]["values"])
-                                   for m, name in metrics.items()}, difference_title="paired by pre-training seed",
-                bands={f"{a} − {b},\n5-shot digits": margins[0]} if margins else None)
+                path, differences={**judged, upstream: paired(r[a]["glyph_test_top1"]["values"],
+                                                              r[b]["glyph_test_top1"]["values"])},
+                difference_title="paired by pre-training seed,\n95% interval", bands=bands or None,
+                unjudged=[upstream])
 
 
 def model_size(res: dict[str, Any], path: Path) -> str:
@@ -570,32 +700,48 @@ def crossover_compute(res: dict[str, Any], path: Path) -> str:
     return _save(fig, path)
 
 
+FIGURES = {"fig4": ["fig4_data_size.png", "glyph_samples.png"], "fig5": ["fig5_compute.png"], "hires": ["hires.png"],
+           "posemb": ["posemb.png"], "mpp": ["mpp.png"], "pooling": ["pooling.png"], "optim": ["optim.png"],
+           "size": ["size.png"], "crossover": ["crossover_data.png", "crossover_compute.png"]}
+
+
+def figure_files(name: str, res: dict[str, Any]) -> list[str]:
+    """The figure files of experiment `name`'s result, as `draw` writes or lists them (SUMMARY.md links these): fig7's
+    are `vitkit inspect`'s (named in the result) and FIG7_MEASURES."""
+    if name == "fig7":
+        return [*(f for f in res.get("figures", []) if f != FIG7_MEASURES), FIG7_MEASURES]
+    if name not in FIGURES:
+        raise ValueError(f"no figures for experiment {name!r}")
+    return list(FIGURES[name])
+
+
 def draw(name: str, res: dict[str, Any], folder: Path) -> list[str]:
-    """Draw experiment `name`'s figures from its result JSON into `folder`; returns their file names. fig7's figures are
-    `vitkit inspect`'s own (copied by the run), and fig4's glyph samples are drawn from the data: both are listed,
-    not redrawn."""
+    """Draw experiment `name`'s figures from its result JSON into `folder`; returns their file names
+    (`figure_files`). fig7's `vitkit inspect` figures are copied by the run (they need the model) and fig4's glyph
+    samples are drawn from the data: both are listed, not redrawn."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    files = figure_files(name, res)
     if name == "fig4":
-        return [data_size(res, folder / "fig4_data_size.png"), "glyph_samples.png"]
-    if name == "fig5":
-        return [compute(res, folder / "fig5_compute.png")]
-    if name == "hires":
-        return [hires(res, folder / "hires.png")]
-    if name == "posemb":
-        return [posemb(res, folder / "posemb.png", legacy_seeds(res, "posemb_seeds"))]
-    if name == "mpp":
-        return [mpp(res, folder / "mpp.png", legacy_seeds(res, "finetune_seeds"))]
-    if name == "pooling":
-        return [variants(res, folder / "pooling.png", "pooling", "gap", "token",
-                         "class token vs global average pooling (appendix D.3)")]
-    if name == "optim":
-        return [variants(res, folder / "optim.png", "optim", "adamw", "sgd",
-                         "ResNet-B pre-trained with Adam vs SGD with momentum (appendix D.1)")]
-    if name == "size":
-        return [model_size(res, folder / "size.png")]
-    if name == "crossover":
-        return [crossover_data(res, folder / "crossover_data.png"), crossover_compute(res, folder / "crossover_compute.png")]
-    if name == "fig7":
-        return list(res["figures"])
-    raise ValueError(f"no figures for experiment {name!r}")
+        data_size(res, folder / files[0])
+    elif name == "fig5":
+        compute(res, folder / files[0])
+    elif name == "fig7":
+        fig7_measures(res, folder / FIG7_MEASURES)
+    elif name == "hires":
+        hires(res, folder / files[0])
+    elif name == "posemb":
+        posemb(res, folder / files[0], legacy_seeds(res, "posemb_seeds"))
+    elif name == "mpp":
+        mpp(res, folder / files[0], legacy_seeds(res, "finetune_seeds"))
+    elif name == "pooling":
+        variants(res, folder / files[0], "pooling", "gap", "token", "class token vs global average pooling (appendix D.3)")
+    elif name == "optim":
+        variants(res, folder / files[0], "optim", "adamw", "sgd",
+                 "ResNet-B pre-trained with Adam vs SGD with momentum (appendix D.1)")
+    elif name == "size":
+        model_size(res, folder / files[0])
+    elif name == "crossover":
+        crossover_data(res, folder / files[0])
+        crossover_compute(res, folder / files[1])
+    return files

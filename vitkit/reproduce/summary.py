@@ -15,6 +15,7 @@ from typing import Any
 
 from vitkit.reproduce.crossover import markdown as crossover_markdown
 from vitkit.reproduce.plan import EXPERIMENT_NAMES, scale_label
+from vitkit.reproduce.plots import figure_files
 from vitkit.reproduce.rules import RULES, judgement_markdown, rule_markdown, verdict
 from vitkit.reproduce.tables import fig7_markdown, mpp_markdown
 from vitkit.utils.atomic import atomic_write_text
@@ -73,7 +74,7 @@ def summary_markdown(results: dict[str, dict[str, Any]], figure: Callable[[str, 
         except (KeyError, ValueError, IndexError) as e:  # a result too small for its rule (a smoke run): say so
             judged, short = f"**No verdict: the result does not hold what the rule reads ({e!r}).**", "no verdict"
         head.append(f"| {n} | {short} |")
-        figs = " ".join(f"![{f}]({figure(n, f)})" for f in res.get("figures", []))
+        figs = " ".join(f"![{f}]({figure(n, f)})" for f in figure_files(n, res))
         body += [f"## {n}", "", f"Paper: {res['claim']}.", "", rule_markdown(RULES[n]) if n in RULES else "", "",
                  f"Result ({scale_label(res.get('scale', '?'))} scale):", "", result_markdown(n, res), "", judged, "", figs, ""]
     return "\n".join(head + [""] + body)
