@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,25 @@ def descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:  # noqa: ANN001
+    """A folder that `build` fills once per test session for every pytest-xdist worker: the first worker to ask builds
+    it under a file lock, the others wait for it and read it (a test that writes in it copies it first). For a
+    session fixture that several tests read and that more than one worker may need (each worker has its own session
+    fixtures: a fixture computed per worker would be computed twice)."""
+    import fcntl
+    import os
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder, above the workers'
+    folder = root / f"shared-{name}"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process ends)
+        if not (folder / ".built").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed to build it left a part
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
