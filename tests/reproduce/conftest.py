@@ -14,7 +14,13 @@ import torch
 
 from tests.helpers import shared_folder
 from vitkit.cli import main
-from vitkit.reproduce.runs import Workbench
+from vitkit.reproduce.crossover import CROSSOVER_SCALES
+from vitkit.reproduce.plan import Pretrain, Scale
+from vitkit.reproduce.runs import UNIT_FILE, Workbench
+
+# two crossover-scale runs that differ in their seed only, trained side by side in two worker processes
+PAIR_SCALE = CROSSOVER_SCALES["smoke"].scale
+PAIR_RUNS = [Pretrain("ViT", "B", images=500, steps=3, seed=s, lr=6e-3) for s in (0, 1)]
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +50,16 @@ def smoke_crossover(tmp_path_factory) -> Path:  # noqa: ANN001
         (out / "bar_ends.json").write_text(json.dumps(ends))
 
     return shared_folder(tmp_path_factory, "smoke-crossover", build)
+
+
+@pytest.fixture(scope="session")
+def pair_in_workers(tmp_path_factory) -> tuple[Scale, list[Pretrain], list[dict[str, Any]]]:  # noqa: ANN001
+    """(PAIR_SCALE, PAIR_RUNS, their summaries): the two runs pre-trained at once by `Workbench(jobs=2)`, each in a
+    worker process."""
+
+    def build(out: Path) -> None:
+        Workbench(out, PAIR_SCALE, progress=False, jobs=2).pretrain_all(PAIR_RUNS)
+
+    folder = shared_folder(tmp_path_factory, "pair-in-workers", build)
+    return PAIR_SCALE, PAIR_RUNS, [json.loads((folder / "pretrain" / r.name(PAIR_SCALE) / UNIT_FILE).read_text())
+                                   for r in PAIR_RUNS]

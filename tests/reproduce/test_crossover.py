@@ -23,7 +23,7 @@ from vitkit.reproduce.crossover import (
     trend,
     tuning_runs,
 )
-from vitkit.reproduce.plan import SMOKE, Pretrain
+from vitkit.reproduce.plan import SMOKE
 from vitkit.reproduce.runs import STATE_FILE, Workbench
 from vitkit.reproduce.stats import bracketed, extension
 
@@ -91,10 +91,9 @@ def test_grids_reuse_the_picked_tuning_run_and_hold_what_the_rule_needs() -> Non
     assert not laptop.scale.glyph_stream  # 40,000 images: drawn once per process, held
 
 
-def test_parallel_runs_give_the_summaries_of_the_sequential_ones(tmp_path: Path) -> None:
-    scale = CROSSOVER_SCALES["smoke"].scale
-    runs = [Pretrain("ViT", "B", images=500, steps=3, seed=s, lr=6e-3) for s in (0, 1)]
-    par = Workbench(tmp_path / "par", scale, progress=False, jobs=2).pretrain_all(runs)
+def test_parallel_runs_give_the_summaries_of_the_sequential_ones(tmp_path: Path, pair_in_workers) -> None:  # noqa: ANN001
+    scale, runs, par = pair_in_workers  # two runs at the crossover's smoke scale, trained in two worker processes
+    assert [r.seed for r in runs] == [0, 1] and {(r.images, r.steps, r.lr) for r in runs} == {(500, 3, 6e-3)}
     seq = Workbench(tmp_path / "seq", scale, progress=False).pretrain_all(runs)
     for p, s in zip(par, seq):
         assert p["name"] == s["name"] and p["steps"] == s["steps"] == 3 and p["lr"] == 6e-3
