@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,17 @@ def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], None]) ->
             build(folder)
             (folder / ".built").touch()
     return folder
+
+
+def check_reproduction(out: Path, names: Sequence[str], scale: str = "smoke") -> dict[str, dict]:
+    """What a `vitkit reproduce` folder `out` shows of each experiment of `names`: its result at `scale` with the
+    paper's claim, its figures drawn (over 5 kB each) and its section in SUMMARY.md; returns the results."""
+    results = {}
+    for name in names:
+        res = results[name] = json.loads((out / name / "result.json").read_text())
+        assert res["scale"] == scale and res["claim"]
+        for fig in res["figures"]:
+            assert (out / name / fig).stat().st_size > 5000
+    summary = (out / "SUMMARY.md").read_text()
+    assert all(f"## {n}" in summary for n in names)
+    return results

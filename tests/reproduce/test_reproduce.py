@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.helpers import check_reproduction
 from vitkit.cli import main
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
@@ -145,47 +146,36 @@ def test_fewshot_evaluator_equals_the_protocol_by_hand() -> None:
 
 
 # `vitkit reproduce --smoke` in parts, each one invocation in a folder of its own, so that pytest-xdist runs them on
-# both workers: the families' grid (experiments 1-3 share its runs), ViT-B's variants, the optimisers, MPP and the
+# both workers: the families' grid (experiments 1-3 share its runs), ViT-B's variants, the optimisers and the
 # crossover (its own grid: conftest.smoke_crossover, which test_crossover.py's progress-bar test reads too). The
-# parts share few runs (ViT-B and ResNet-B on the whole set); together they are every experiment
+# parts share few runs (ViT-B and ResNet-B on the whole set). MPP runs at the smoke scale in test_experiments_mpp.py
+# (with two fine-tuning seeds), which checks its folder as these do; together they are every experiment
 # (test_reproduce_all_is_every_experiment_of_the_smoke_parts).
 SMOKE_PARTS = {"grid": ("fig4", "size", "fig5", "fig7"), "vit": ("hires", "posemb", "pooling"), "optim": ("optim",),
-               "mpp": ("mpp",), "crossover": ("crossover",)}
-
-
-def _check_smoke(out: Path, names: tuple[str, ...], printed: str) -> dict[str, dict]:
-    """What every part of the smoke run shows: the command's summary line, each experiment's result at the smoke
-    scale with its claim and its figures drawn, and each in SUMMARY.md; returns the results."""
-    assert "summary:" in printed
-    results = {}
-    for name in names:
-        res = results[name] = json.loads((out / name / "result.json").read_text())
-        assert res["scale"] == "smoke" and res["claim"]
-        for fig in res["figures"]:
-            assert (out / name / fig).stat().st_size > 5000
-    summary = (out / "SUMMARY.md").read_text()
-    assert all(f"## {n}" in summary for n in names)
-    return results
+               "crossover": ("crossover",)}
+SMOKE_ELSEWHERE = ("mpp",)  # tests/reproduce/test_experiments_mpp.py
 
 
 def _smoke(out: Path, part: str, capsys) -> dict[str, dict]:  # noqa: ANN001
-    """`vitkit reproduce <the part's experiments> --smoke` in `out`, checked as `_check_smoke` does."""
+    """`vitkit reproduce <the part's experiments> --smoke` in `out`: the command's summary line, and each experiment
+    as `check_reproduction` checks it; returns the results."""
     threads = torch.get_num_threads()
     try:  # one thread (torch and BLAS): a 2-core CI machine running other tests does not thrash
         assert main(["reproduce", *SMOKE_PARTS[part], "--smoke", "--out", str(out), "--no-progress", "--threads",
                      "1"]) == 0
     finally:
         torch.set_num_threads(threads)
-    return _check_smoke(out, SMOKE_PARTS[part], capsys.readouterr().out)
+    assert "summary:" in capsys.readouterr().out
+    return check_reproduction(out, SMOKE_PARTS[part])
 
 
 def test_reproduce_all_is_every_experiment_of_the_smoke_parts(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
-    """`--all` runs every experiment in the paper's order; the smoke tests' parts hold each once."""
+    """`--all` runs every experiment in the paper's order; the smoke tests hold each once."""
     got: list[list[str]] = []
     monkeypatch.setattr("vitkit.reproduce.run_experiments", lambda names, *a, **k: got.append(names) or {})
     assert main(["reproduce", "--all", "--smoke", "--out", str(tmp_path), "--no-progress"]) == 0
     assert got == [list(EXPERIMENTS)] and "summary:" in capsys.readouterr().out
-    parts = [n for names in SMOKE_PARTS.values() for n in names]
+    parts = [n for names in SMOKE_PARTS.values() for n in names] + list(SMOKE_ELSEWHERE)
     assert sorted(parts) == sorted(EXPERIMENTS) and len(parts) == len(set(parts))
 
 
@@ -249,17 +239,12 @@ def test_reproduce_smoke_adam_vs_sgd(tmp_path: Path, capsys) -> None:  # noqa: A
 
 
 @pytest.mark.slow
-def test_reproduce_smoke_mpp(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    """Experiment 6 (masked patch prediction) at the smoke scale (test_experiments_mpp.py checks its pairing)."""
-    _smoke(tmp_path / "rep", "mpp", capsys)
-
-
-@pytest.mark.slow
 def test_reproduce_smoke_crossover(smoke_crossover: Path) -> None:
     """Experiment 7 at the smoke scale: its grid (12 steps on the two largest sets only), the rates picked by the
     sweep (12 steps take the 8-step picks), the runs drawn from the stream."""
     out = smoke_crossover  # `reproduce crossover --smoke`, run once for the session (read only)
-    cross = _check_smoke(out, SMOKE_PARTS["crossover"], (out / "stdout.txt").read_text())["crossover"]
+    assert "summary:" in (out / "stdout.txt").read_text()
+    cross = check_reproduction(out, SMOKE_PARTS["crossover"])["crossover"]
     cs = CROSSOVER_SCALES["smoke"]
     assert cross["crossover_scale"]["name"] == "smoke" and cross["lr_from"] == {"12": 8}
     got = {(r["family"], r["steps"], r["images"], r["seed"]) for r in cross["rows"]}
