@@ -22,7 +22,7 @@ from vitkit.inference.evaluate import eval_loader
 from vitkit.inference.fewshot import extract_features, fewshot_table
 from vitkit.models import create_model
 from vitkit.models.flops import model_flops, vit_flops
-from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS, SMOKE
+from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS, SMOKE, runs
 from vitkit.reproduce.crossover import FAMILIES, grid_runs
 from vitkit.reproduce.plan import MODELS, TINY_MODELS, Pretrain, pretrain_config
 from vitkit.reproduce.runs import UNIT_FILE, Workbench
@@ -102,6 +102,18 @@ def test_model_flops_put_vits_hybrids_and_resnets_on_one_axis() -> None:
     # the families of the data-size sweep are matched in compute (within 1.7x of each other)
     flops = [model_flops(m) for m in (vit, bit, hybrid)]
     assert max(flops) / min(flops) < 1.7
+
+
+def test_a_reproduction_counts_each_architectures_flops_once(monkeypatch) -> None:  # noqa: ANN001
+    """Workbench.pretrain's summary counts FLOPs once per architecture (a ResNet's count traces a forward pass): the
+    same count for every model of it, another architecture counted anew."""
+    counted: list[nn.Module] = []
+    monkeypatch.setattr(runs, "model_flops", lambda m: counted.append(m) or model_flops(m))
+    a, b = (create_model("bit", img_size=16, in_chans=1, num_classes=997, layers=[2, 2], width_factor=0.5)
+            for _ in range(2))
+    wide = create_model("bit", img_size=16, in_chans=1, num_classes=997, layers=[2, 2], width_factor=1.0)
+    assert runs._forward_flops(a) == runs._forward_flops(b) == model_flops(b) and counted == [a]
+    assert runs._forward_flops(wide) == model_flops(wide) > model_flops(a) and counted == [a, wide]
 
 
 def test_evaluators_run_during_training_on_the_model_itself(tmp_path: Path) -> None:
