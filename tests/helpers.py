@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +195,39 @@ def descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:  # noqa: ANN001
+    """A folder that `build` fills once per test session for every pytest-xdist worker: the first worker to ask builds
+    it under a file lock, the others wait for it and read it (a test that writes in it copies it first). For a
+    session fixture that several tests read and that more than one worker may need (each worker has its own session
+    fixtures: a fixture computed per worker would be computed twice)."""
+    import fcntl
+    import os
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder, above the workers'
+    folder = root / f"shared-{name}"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process ends)
+        if not (folder / ".built").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed to build it left a part
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+def check_reproduction(out: Path, names: Sequence[str], scale: str = "smoke") -> dict[str, dict]:
+    """What a `vitkit reproduce` folder `out` shows of each experiment of `names`: its result at `scale` with the
+    paper's claim, its figures drawn (over 5 kB each) and its section in SUMMARY.md; returns the results."""
+    results = {}
+    for name in names:
+        res = results[name] = json.loads((out / name / "result.json").read_text())
+        assert res["scale"] == scale and res["claim"]
+        for fig in res["figures"]:
+            assert (out / name / fig).stat().st_size > 5000
+    summary = (out / "SUMMARY.md").read_text()
+    assert all(f"## {n}" in summary for n in names)
+    return results

@@ -3,6 +3,8 @@ same distribution as the in-memory glyphs, read by the loader in one vectorised 
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ import torch
 from vitkit.data.base import Subset, batch_reader
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
-from vitkit.data.glyphs import STREAM_MAX_IMAGES, GlyphStream, glyphs
+from vitkit.data.glyphs import HELD_BYTES, STREAM_MAX_IMAGES, GlyphStream, glyph_test_stream, glyphs
 from vitkit.data.loader import StepLoader
 from vitkit.data.transforms import TrainTransform
 from vitkit.models.preprocess import PreprocessConfig
@@ -143,3 +145,26 @@ def test_ten_large_glyphs_take_memory_for_ten_not_a_thousand() -> None:
     assert peak_memory(setup, "x = glyphs(10, 10, 256).images\nassert x.shape == (10, 1, 256, 256)") < 700 << 20
     assert peak_memory(setup, "x = GlyphStream(1000, 10, 256).draw(np.arange(10))\nassert x.shape[0] == 10") \
         < 700 << 20
+
+
+
+def test_a_held_test_stream_draws_the_pixels_of_the_plain_stream_once_per_process() -> None:
+    """The test split of a stream (read in full at the end of every run of a sweep) is drawn once and held: the same
+    pixels as the plain stream's, the same object for every run, and a loader worker's copy of a stream not yet
+    drawn draws only its batches."""
+    held, plain = GlyphStream(1_000, 30, 16, 2, "test", hold=True), GlyphStream(1_000, 30, 16, 2, "test")
+    assert held.hold and not plain.hold
+    assert not pickle.loads(pickle.dumps(held)).hold  # not drawn yet: a worker's copy is a plain stream
+    idx = np.array([5, 999, 0, 5, 321])
+    assert np.array_equal(held.draw(idx), plain.draw(idx)) and np.array_equal(held.labels, plain.labels)
+    assert held._held is not None and np.array_equal(held._held, plain.draw(np.arange(1_000)))
+    copy = pickle.loads(pickle.dumps(held))
+    assert copy.hold and np.array_equal(copy.draw(idx), plain.draw(idx))  # a worker's copy holds what it was sent
+    with pytest.raises(IndexError, match=r"glyph-stream/test: index out of range 0\.\.999"):
+        held.draw(np.array([1_000]))
+    a = open_splits(DataConfig(name="glyphs", glyph_images=4_000, glyph_classes=30, glyph_seed=2, glyph_stream=True))
+    b = open_splits(DataConfig(name="glyphs", glyph_images=1_000, glyph_classes=30, glyph_seed=2, glyph_stream=True))
+    assert a["test"] is b["test"] is glyph_test_stream(1_000, 30, 16, 2)  # one object per process
+    assert a["test"].hold and np.array_equal(a["test"].draw(idx), plain.draw(idx))
+    assert not GlyphStream(10_000, 30, 48, split="test", hold=True).hold  # too large to hold: drawn as loaded
+    assert 10_000 * 48 * 48 > HELD_BYTES

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from vitkit.reproduce.crossover import (
     trend,
     tuning_runs,
 )
-from vitkit.reproduce.plan import SMOKE, Pretrain
+from vitkit.reproduce.plan import SMOKE
 from vitkit.reproduce.runs import STATE_FILE, Workbench
 from vitkit.reproduce.stats import bracketed, extension
 
@@ -90,10 +91,9 @@ def test_grids_reuse_the_picked_tuning_run_and_hold_what_the_rule_needs() -> Non
     assert not laptop.scale.glyph_stream  # 40,000 images: drawn once per process, held
 
 
-def test_parallel_runs_give_the_summaries_of_the_sequential_ones(tmp_path: Path) -> None:
-    scale = CROSSOVER_SCALES["smoke"].scale
-    runs = [Pretrain("ViT", "B", images=500, steps=3, seed=s, lr=6e-3) for s in (0, 1)]
-    par = Workbench(tmp_path / "par", scale, progress=False, jobs=2).pretrain_all(runs)
+def test_parallel_runs_give_the_summaries_of_the_sequential_ones(tmp_path: Path, pair_in_workers) -> None:  # noqa: ANN001
+    scale, runs, par = pair_in_workers  # two runs at the crossover's smoke scale, trained in two worker processes
+    assert [r.seed for r in runs] == [0, 1] and {(r.images, r.steps, r.lr) for r in runs} == {(500, 3, 6e-3)}
     seq = Workbench(tmp_path / "seq", scale, progress=False).pretrain_all(runs)
     for p, s in zip(par, seq):
         assert p["name"] == s["name"] and p["steps"] == s["steps"] == 3 and p["lr"] == 6e-3
@@ -148,10 +148,16 @@ def test_a_folder_may_grow_seeds_but_not_change_its_runs(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_the_progress_bar_ends_full_in_a_fresh_and_in_a_resumed_folder(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_the_progress_bar_ends_full_in_a_fresh_and_in_a_resumed_folder(tmp_path: Path, monkeypatch,  # noqa: ANN001
+                                                                      smoke_crossover: Path) -> None:
     """The bar counts every run of the grid and of the sweeps (extensions included) once, as done when finished
     before: a fresh run and a read-back both end at total (the long crossover resumed across sittings ended at
     344,000 of 372,000: done extensions never moved it)."""
+    # the fresh run: `reproduce crossover --smoke` from an empty folder (the smoke grid: every kind of unit the bar
+    # counts -- sweeps and their extensions, a schedule taking another's picks, the ragged grid, grid points that are
+    # the sweep's own units, the seed check)
+    fresh = [(n, total) for desc, n, total in json.loads((smoke_crossover / "bar_ends.json").read_text())
+             if desc.startswith("crossover")]
     ends: list[tuple[int, int]] = []
     close = Workbench.close
 
@@ -161,10 +167,11 @@ def test_the_progress_bar_ends_full_in_a_fresh_and_in_a_resumed_folder(tmp_path:
         close(self)
 
     monkeypatch.setattr(Workbench, "close", recording_close)
-    # the smoke grid with one pre-training seed (the seed check's seed 2 beside it): every kind of unit the bar counts
-    # -- sweeps and their extensions, a schedule taking another's picks, the ragged grid, grid points that are the
-    # sweep's own units -- in 20 runs instead of 30 (the whole smoke grid runs in test_reproduce.py's `--all`)
-    grid = replace(CROSSOVER_SCALES["smoke"], seeds=(0,))
-    for _ in range(2):
-        run_crossover(grid, tmp_path, progress=True)
-    assert len(ends) == 2 and all(n == total > 0 for n, total in ends), ends
+    # the same folder read back in a later sitting: a copy of its finished units (their unit.json; the weights and
+    # training states of finished units are not read again)
+    shutil.copytree(smoke_crossover / "crossover", tmp_path / "crossover",
+                    ignore=shutil.ignore_patterns("model", "train_state.pt"))
+    run_crossover(CROSSOVER_SCALES["smoke"], tmp_path / "crossover", progress=True)
+    assert len(fresh) == 1 and len(ends) == 1
+    assert all(n == total > 0 for n, total in fresh + ends), (fresh, ends)
+    assert ends == fresh  # the read-back plans the same steps, every one of them done

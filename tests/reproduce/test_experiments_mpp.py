@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import check_reproduction
 from vitkit.formats import load_pretrained
 from vitkit.reproduce.experiments import _mpp_pretrain, run_experiments
 from vitkit.reproduce.plan import LAPTOP, SMOKE, Pretrain
@@ -28,6 +29,9 @@ def test_each_mpp_arm_has_pretraining_seeds_each_fine_tuned_with_its_own_seed(tm
         res = run_experiments(["mpp"], tmp_path, scale, progress=False)["mpp"]
     finally:
         torch.set_num_threads(threads)
+    # the smoke run of experiment 6 (test_reproduce.py's smoke parts leave it to this test): its result, figure and
+    # summary section
+    assert check_reproduction(tmp_path, ["mpp"])["mpp"]["mpp_lr"] == res["mpp_lr"]
     wb = Workbench(tmp_path, scale, progress=False)
     assert res["seeds"] == [0, 1]
     sweep = res["mpp_lr_sweep"]  # the rate: the best digits dev accuracy after fine-tuning, over the grid and beyond

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.helpers import check_reproduction
 from vitkit.cli import main
 from vitkit.data.config import DataConfig
 from vitkit.data.datasets import open_splits
@@ -21,7 +22,7 @@ from vitkit.inference.evaluate import eval_loader
 from vitkit.inference.fewshot import extract_features, fewshot_table
 from vitkit.models import create_model
 from vitkit.models.flops import model_flops, vit_flops
-from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS, SMOKE
+from vitkit.reproduce import CROSSOVER_SCALES, EXPERIMENTS, SMOKE, runs
 from vitkit.reproduce.crossover import FAMILIES, grid_runs
 from vitkit.reproduce.plan import MODELS, TINY_MODELS, Pretrain, pretrain_config
 from vitkit.reproduce.runs import UNIT_FILE, Workbench
@@ -103,6 +104,18 @@ def test_model_flops_put_vits_hybrids_and_resnets_on_one_axis() -> None:
     assert max(flops) / min(flops) < 1.7
 
 
+def test_a_reproduction_counts_each_architectures_flops_once(monkeypatch) -> None:  # noqa: ANN001
+    """Workbench.pretrain's summary counts FLOPs once per architecture (a ResNet's count traces a forward pass): the
+    same count for every model of it, another architecture counted anew."""
+    counted: list[nn.Module] = []
+    monkeypatch.setattr(runs, "model_flops", lambda m: counted.append(m) or model_flops(m))
+    a, b = (create_model("bit", img_size=16, in_chans=1, num_classes=997, layers=[2, 2], width_factor=0.5)
+            for _ in range(2))
+    wide = create_model("bit", img_size=16, in_chans=1, num_classes=997, layers=[2, 2], width_factor=1.0)
+    assert runs._forward_flops(a) == runs._forward_flops(b) == model_flops(b) and counted == [a]
+    assert runs._forward_flops(wide) == model_flops(wide) > model_flops(a) and counted == [a, wide]
+
+
 def test_evaluators_run_during_training_on_the_model_itself(tmp_path: Path) -> None:
     seen: list[tuple[int, type]] = []
 
@@ -144,62 +157,70 @@ def test_fewshot_evaluator_equals_the_protocol_by_hand() -> None:
     assert got["digits_test_5shot"] > 0.3  # random conv features already beat chance (0.1) on digits
 
 
-@pytest.mark.slow
-def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    out = tmp_path / "rep"
+# `vitkit reproduce --smoke` in parts, each one invocation in a folder of its own, so that pytest-xdist runs them on
+# both workers: the families' grid (experiments 1-3 share its runs), ViT-B's variants, the optimisers and the
+# crossover (its own grid: conftest.smoke_crossover, which test_crossover.py's progress-bar test reads too). The
+# parts share few runs (ViT-B and ResNet-B on the whole set). MPP runs at the smoke scale in test_experiments_mpp.py
+# (with two fine-tuning seeds), which checks its folder as these do; together they are every experiment
+# (test_reproduce_all_is_every_experiment_of_the_smoke_parts).
+SMOKE_PARTS = {"grid": ("fig4", "size", "fig5", "fig7"), "vit": ("hires", "posemb", "pooling"), "optim": ("optim",),
+               "crossover": ("crossover",)}
+SMOKE_ELSEWHERE = ("mpp",)  # tests/reproduce/test_experiments_mpp.py
+
+
+def _smoke(out: Path, part: str, capsys) -> dict[str, dict]:  # noqa: ANN001
+    """`vitkit reproduce <the part's experiments> --smoke` in `out`: the command's summary line, and each experiment
+    as `check_reproduction` checks it; returns the results."""
     threads = torch.get_num_threads()
     try:  # one thread (torch and BLAS): a 2-core CI machine running other tests does not thrash
-        assert main(["reproduce", "--all", "--smoke", "--out", str(out), "--no-progress", "--threads", "1"]) == 0
+        assert main(["reproduce", *SMOKE_PARTS[part], "--smoke", "--out", str(out), "--no-progress", "--threads",
+                     "1"]) == 0
     finally:
         torch.set_num_threads(threads)
     assert "summary:" in capsys.readouterr().out
-    for name in EXPERIMENTS:
-        res = json.loads((out / name / "result.json").read_text())
-        assert res["scale"] == "smoke" and res["claim"]
-        for fig in res["figures"]:
-            assert (out / name / fig).stat().st_size > 5000
-    fig4 = json.loads((out / "fig4" / "result.json").read_text())
+    return check_reproduction(out, SMOKE_PARTS[part])
+
+
+def test_reproduce_all_is_every_experiment_of_the_smoke_parts(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
+    """`--all` runs every experiment in the paper's order; the smoke tests hold each once."""
+    got: list[list[str]] = []
+    monkeypatch.setattr("vitkit.reproduce.run_experiments", lambda names, *a, **k: got.append(names) or {})
+    assert main(["reproduce", "--all", "--smoke", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert got == [list(EXPERIMENTS)] and "summary:" in capsys.readouterr().out
+    parts = [n for names in SMOKE_PARTS.values() for n in names] + list(SMOKE_ELSEWHERE)
+    assert sorted(parts) == sorted(EXPERIMENTS) and len(parts) == len(set(parts))
+
+
+@pytest.mark.slow
+def test_reproduce_smoke_the_families_grid(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Experiments 1-3 and 9 (data size, compute, what the ViT learns, model size x data) at the smoke scale, and
+    the smoke fine-tunes learn."""
+    out = tmp_path / "rep"
+    res = _smoke(out, "grid", capsys)
+    fig4 = res["fig4"]
     assert {r["images"] for r in fig4["rows"]} == set(SMOKE.sizes) and len(fig4["rows"]) == 3 * len(SMOKE.sizes)
-    fig5 = json.loads((out / "fig5" / "result.json").read_text())
-    by = {(r["family"], r["size"]): r["train_flops"] for r in fig5["rows"]}
+    by = {(r["family"], r["size"]): r["train_flops"] for r in res["fig5"]["rows"]}
     assert by[("ViT", "S")] < by[("ViT", "B")] < by[("ViT", "L")]
-    fig7 = json.loads((out / "fig7" / "result.json").read_text())
+    fig7 = res["fig7"]
     assert fig7["grid"] == [8, 8] and len(fig7["attention_distance_per_layer"]) == TINY_MODELS["ViT"]["L"]["depth"]
     # model size x data: two sizes of each family on each data size, each few-shot figure from its own run
-    size = json.loads((out / "size" / "result.json").read_text())
+    size = res["size"]
     assert {(r["family"], r["size"], r["images"]) for r in size["rows"]} == {
         (f, s, n) for f in ("ViT", "ResNet") for s in ("S", "B") for n in SMOKE.sizes}
     assert len({r["digits_test_5shot"] for r in size["rows"]}) > 1
-    # Adam vs SGD: each optimiser's pick is the best dev rate of its (possibly extended) sweep, the SGD runs used SGD
-    optim = json.loads((out / "optim" / "result.json").read_text())
-    for o, grid in SMOKE.optimizer_lrs.items():
-        sweep = optim["lr_sweeps"][o]
-        assert set(grid) <= {r["lr"] for r in sweep}
-        assert optim["lr"][o] == max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
-    sgd = json.loads(next((out / "pretrain").glob("resnet-B_sgd_*/train_config.json")).read_text())
-    assert sgd["optimizer"] == "sgd" and sgd["momentum"] == 0.9
-    # the crossover: its grid (12 steps on the two largest sets only), the rates picked by the sweep (12 steps take
-    # the 8-step picks), the runs drawn from the stream
-    cross = json.loads((out / "crossover" / "result.json").read_text())
-    cs = CROSSOVER_SCALES["smoke"]
-    assert cross["crossover_scale"]["name"] == "smoke" and cross["lr_from"] == {"12": 8}
-    got = {(r["family"], r["steps"], r["images"], r["seed"]) for r in cross["rows"]}
-    assert got == {(r.family, r.steps, r.images, r.seed) for r in grid_runs(cs, {(f, t): 0.0 for f in FAMILIES
-                                                                                   for t in cs.schedules})}
-    for fam in FAMILIES:
-        for steps in (4, 8):
-            sweep = cross["lr_sweeps"][f"{fam} {steps} steps"]
-            assert cross["lr"][f"{fam} {steps}"] == max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
-            assert all(r["lr"] == cross["lr"][f"{fam} {r['steps']}"] for r in cross["rows"] if r["family"] == fam)
-        assert cross["lr"][f"{fam} 12"] == cross["lr"][f"{fam} 8"]
-    assert (out / "crossover" / "runs" / "pretrain").is_dir()
-    summary = (out / "SUMMARY.md").read_text()
-    assert all(f"## {n}" in summary for n in EXPERIMENTS)
     # the smoke fine-tunes (tiny models, 40 steps) learn: on average twice chance (10%) on the digits test split,
-    # the best far above it -- a broken fine-tune (labels, head, schedule) leaves every one at chance
+    # the best far above it -- a broken fine-tune (labels, head, schedule) leaves every one at chance (here the 12
+    # fine-tunes of experiments 1-2 from their pre-trained models)
     tuned = sorted(json.loads(p.read_text())["test_top1"] for p in (out / "finetune").glob(f"*/{UNIT_FILE}"))
     assert len(tuned) >= 6 and np.mean(tuned) >= 0.2 and tuned[-1] >= 0.5, tuned
 
+
+@pytest.mark.slow
+def test_reproduce_smoke_vit_variants_and_resumes(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Experiments 4, 5 and 8 (resolution, position embeddings, pooling) at the smoke scale; a unit killed mid-run
+    resumes; a folder holds one scale."""
+    out = tmp_path / "rep"
+    _smoke(out, "vit", capsys)
     # a unit killed mid-run (its state kept, its results not yet written) resumes; the rest is read back
     before = json.loads((out / "posemb" / "result.json").read_text())["results"]
     unit = Workbench(out, SMOKE, progress=False).folder(Pretrain("ViT", "B", posemb="learn2d"))
@@ -213,6 +234,41 @@ def test_reproduce_smoke_runs_every_experiment_and_resumes(tmp_path: Path, capsy
     # a folder holds one scale: the full run refuses a smoke folder
     assert main(["reproduce", "fig4", "--out", str(out), "--no-progress"]) == 2
     assert "holds a reproduction at scale 'smoke'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_reproduce_smoke_adam_vs_sgd(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Experiment 10 at the smoke scale: each optimiser's pick is the best dev rate of its (possibly extended)
+    sweep, the SGD runs used SGD."""
+    out = tmp_path / "rep"
+    optim = _smoke(out, "optim", capsys)["optim"]
+    for o, grid in SMOKE.optimizer_lrs.items():
+        sweep = optim["lr_sweeps"][o]
+        assert set(grid) <= {r["lr"] for r in sweep}
+        assert optim["lr"][o] == max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
+    sgd = json.loads(next((out / "pretrain").glob("resnet-B_sgd_*/train_config.json")).read_text())
+    assert sgd["optimizer"] == "sgd" and sgd["momentum"] == 0.9
+
+
+@pytest.mark.slow
+def test_reproduce_smoke_crossover(smoke_crossover: Path) -> None:
+    """Experiment 7 at the smoke scale: its grid (12 steps on the two largest sets only), the rates picked by the
+    sweep (12 steps take the 8-step picks), the runs drawn from the stream."""
+    out = smoke_crossover  # `reproduce crossover --smoke`, run once for the session (read only)
+    assert "summary:" in (out / "stdout.txt").read_text()
+    cross = check_reproduction(out, SMOKE_PARTS["crossover"])["crossover"]
+    cs = CROSSOVER_SCALES["smoke"]
+    assert cross["crossover_scale"]["name"] == "smoke" and cross["lr_from"] == {"12": 8}
+    got = {(r["family"], r["steps"], r["images"], r["seed"]) for r in cross["rows"]}
+    assert got == {(r.family, r.steps, r.images, r.seed) for r in grid_runs(cs, {(f, t): 0.0 for f in FAMILIES
+                                                                                   for t in cs.schedules})}
+    for fam in FAMILIES:
+        for steps in (4, 8):
+            sweep = cross["lr_sweeps"][f"{fam} {steps} steps"]
+            assert cross["lr"][f"{fam} {steps}"] == max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
+            assert all(r["lr"] == cross["lr"][f"{fam} {r['steps']}"] for r in cross["rows"] if r["family"] == fam)
+        assert cross["lr"][f"{fam} 12"] == cross["lr"][f"{fam} 8"]
+    assert (out / "crossover" / "runs" / "pretrain").is_dir()
 
 
 def test_reproduce_names_and_arguments_are_checked(tmp_path: Path, capsys) -> None:  # noqa: ANN001

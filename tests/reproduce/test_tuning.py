@@ -191,12 +191,12 @@ def test_fine_tunes_run_in_workers_with_their_extensions(tmp_path: Path) -> None
     assert not any(wb._extends(f) for f in fts)  # bracketed or spent: nothing left to train
 
 
-def test_a_run_trains_with_the_same_threads_alone_or_beside_another(tmp_path: Path) -> None:
+def test_a_run_trains_with_the_same_threads_alone_or_beside_another(tmp_path: Path, pair_in_workers) -> None:  # noqa: ANN001
     """With `--jobs 2` a lone run (a sweep's last extension) trains in this process, the others in workers: all with
     cores // jobs threads, so the same run gives the same numbers either way (a run's sums depend on its threads)."""
-    run, other = Pretrain("ViT", "B", seed=0), Pretrain("ViT", "B", seed=1)
-    pair = Workbench(tmp_path / "pair", SMOKE, progress=False, jobs=2).pretrain_all([run, other])[0]  # in workers
-    wb = Workbench(tmp_path / "alone", SMOKE, progress=False, jobs=2)
+    scale, (run, other), (pair, _) = pair_in_workers  # run and other trained at once by jobs=2, in workers
+    assert run.seed != other.seed
+    wb = Workbench(tmp_path / "alone", scale, progress=False, jobs=2)
     before = torch.get_num_threads()
     alone = wb.pretrain_all([run])[0]  # one run: this process
     assert torch.get_num_threads() == before  # restored after the run

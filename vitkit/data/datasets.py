@@ -21,7 +21,7 @@ from vitkit.data.cifar import find_cifar, load_cifar
 from vitkit.data.config import DATA_NAMES, DataConfig
 from vitkit.data.digits import load_digits_split
 from vitkit.data.folders import image_folder, list_file
-from vitkit.data.glyphs import GlyphStream, glyph_test_size, glyph_words, glyphs
+from vitkit.data.glyphs import GlyphStream, glyph_test_size, glyph_test_stream, glyph_words, glyphs
 from vitkit.data.hfdatasets import HFImageDataset, is_hf_path, splits_of
 from vitkit.data.lfw import load_lfw_subset
 from vitkit.data.preprocess import max_image_pixels
@@ -99,8 +99,9 @@ def _lfw(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
 @register_source("glyphs")
 def _glyphs(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
     n, k, size, seed = cfg.glyph_images, cfg.glyph_classes, cfg.glyph_size, cfg.glyph_seed
-    source = GlyphStream if cfg.glyph_stream else glyphs
-    return source(n, k, size, seed, "train"), source(glyph_test_size(n), k, size, seed, "test")
+    if cfg.glyph_stream:  # the test split: one held object per process (every run reads it in full)
+        return GlyphStream(n, k, size, seed, "train"), glyph_test_stream(glyph_test_size(n), k, size, seed)
+    return glyphs(n, k, size, seed, "train"), glyphs(glyph_test_size(n), k, size, seed, "test")
 
 
 @register_source("glyph_words")

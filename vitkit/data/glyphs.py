@@ -168,8 +168,8 @@ def _counter_normals(u: np.ndarray) -> np.ndarray:
 
 
 class GlyphStream:
-    """`images` glyphs drawn when they are loaded (`data.glyph_stream`): nothing is held but the labels, so the set
-    can be far larger than memory (up to 10^8 images). Image i is a pure function of (seed, split, i) through a
+    """`images` glyphs drawn when they are loaded (`data.glyph_stream`): nothing is held but the labels (and, with
+    `hold`, a small set's images once drawn), so the set can be far larger than memory (up to 10^8 images). Image i is a pure function of (seed, split, i) through a
     counter-based random stream, so any subset, batch or worker draws the same pixels; sets of different sizes
     nest. Same prototypes and ranges as `glyphs`, other random values (so other images than the in-memory set)."""
 
@@ -177,7 +177,8 @@ class GlyphStream:
     _LAYOUT = (("label", 1), ("jitter", 18), ("angle", 1), ("scale", 1), ("shift", 2), ("width", 1), ("ink", 1),
                ("paper", 1))
 
-    def __init__(self, images: int, classes: int = 1000, size: int = 16, seed: int = 0, split: str = "train") -> None:
+    def __init__(self, images: int, classes: int = 1000, size: int = 16, seed: int = 0, split: str = "train",
+                 hold: bool = False) -> None:
         check_int("glyph images", images, high=STREAM_MAX_IMAGES)
         check_int("glyph classes", classes, low=2)
         check_int("glyph size", size, low=4)
@@ -190,6 +191,10 @@ class GlyphStream:
         step = 1 << 20  # labels in blocks, to bound the temporaries
         self.labels = np.concatenate([self._labels(np.arange(i, min(i + step, images))) for i in range(0, images, step)]
                                      or [np.empty(0, np.int64)])
+        # `hold`: every image drawn at the first draw and kept, where they fit in HELD_BYTES (a set read in full
+        # again and again: a test split); the pixels are those of any other draw
+        self.hold = hold and images * size * size <= HELD_BYTES
+        self._held: np.ndarray | None = None
 
     def _labels(self, index: np.ndarray) -> np.ndarray:
         u = _counter_uniforms(self.seed, self.split, index, 1)[:, 0]
@@ -203,10 +208,22 @@ class GlyphStream:
         index = np.asarray(index, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= len(self)):
             raise IndexError(f"{self.name}: index out of range 0..{len(self) - 1}")
+        if self.hold:
+            if self._held is None:
+                self._held = self._draw(np.arange(len(self)))
+            return self._held[index]
+        return self._draw(index)
+
+    def _draw(self, index: np.ndarray) -> np.ndarray:
         out = np.empty((len(index), 1, self.size, self.size), np.uint8)
         for b in _blocks(len(index), self.size):  # bounded temporaries; every image is its own function
             out[b] = self._draw_block(index[b])
         return out
+
+    def __getstate__(self) -> dict[str, object]:
+        """A copy for a loader worker holds what this one holds: nothing yet, then it draws as a plain stream (each
+        worker drawing every image would multiply the work)."""
+        return {**self.__dict__, "hold": self._held is not None}
 
     def _draw_block(self, index: np.ndarray) -> np.ndarray:
         n, width = len(index), sum(c for _, c in self._LAYOUT)
@@ -238,6 +255,16 @@ class GlyphStream:
 
     def describe(self, i: int) -> str:
         return f"{self.name}[{i}]"
+
+
+HELD_BYTES = 16 << 20  # a held stream's images at most (a 10,000-image test split up to 40 px)
+
+
+@lru_cache(maxsize=4)
+def glyph_test_stream(images: int, classes: int = 1000, size: int = 16, seed: int = 0) -> GlyphStream:
+    """The test split of a glyph stream, one object per process: every run evaluates it in full at its end, so it is
+    drawn once and held where it is small (`GlyphStream(hold=True)`), not drawn again for each run of a sweep."""
+    return GlyphStream(images, classes, size, seed, "test", hold=True)
 
 
 def glyph_test_size(train_images: int) -> int:

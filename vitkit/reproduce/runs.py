@@ -199,7 +199,7 @@ class Workbench:
         key = f"digits_dev_{self.scale.select_shots}shot"
         best = max(curve, key=lambda r: (r[key], r["step"])) if curve else {}
         model = load_pretrained(out / "model")
-        flops = model_flops(model)
+        flops = _forward_flops(model)
         tcfg = TrainConfig.from_dict(json.loads((out / "train_config.json").read_text()))
         summary = {
             "name": run.name(self.scale), "family": run.family, "size": run.size, "posemb": run.posemb, "pooling": run.pooling,
@@ -371,6 +371,19 @@ def _unit_in_worker(out: str, scale: Scale, unit: Unit, device: str, threads: in
         wb.pretrain(unit)
     else:
         wb.finetune(unit)
+
+
+# forward FLOPs per image by architecture (model type and config): a sweep's or a grid's runs share a few, and counting
+# a ResNet's (or a hybrid's stem) traces a forward pass (~0.1 s a model, as long as a smoke run's training)
+_FLOPS: dict[str, int] = {}
+
+
+def _forward_flops(model: torch.nn.Module) -> int:
+    """`model_flops(model)`, counted once per architecture in this process."""
+    key = type(model).__name__ + json.dumps(model.config.to_dict(), sort_keys=True, default=str)
+    if key not in _FLOPS:
+        _FLOPS[key] = model_flops(model)
+    return _FLOPS[key]
 
 
 def _device_kind(device: str) -> str:
