@@ -4,7 +4,11 @@ the one loader (`StepLoader` + `TrainTransform`), as `vitkit demo` runs it."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +197,22 @@ def descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:  # noqa: ANN001
+    """The folder `name` that `build(folder)` fills, built once per test session and shared by every pytest-xdist
+    worker: the first to ask builds it under a file lock, the others wait for it and read it (the pattern xdist
+    documents: a folder under the basetemp's parent, which the workers share). Readers must not write into it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not done.is_file():
+            if folder.exists():  # half built by a worker whose build failed: built again
+                shutil.rmtree(folder)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
