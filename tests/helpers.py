@@ -64,10 +64,24 @@ def digits_model(**overrides: Any):
     return model
 
 
+#: the folder the pytest-xdist workers of this session share (`shared_root`), set by conftest.py
+SHARED: list[Path] = []
+
+
 @functools.cache
 def trained_digits_vit():  # noqa: ANN201
     """A digits ViT trained for a few hundred steps (about 90% test accuracy): a model whose answers mean something
-    (cached: built once per test session)."""
+    (cached: built once per test session; under pytest-xdist trained by the first worker that asks and saved in the
+    workers' shared folder, the others load it: the same weights, bitwise)."""
+    if not SHARED:
+        return _train_digits_vit()
+    from vitkit.formats import load_pretrained, save_pretrained
+
+    folder = built_once(SHARED[0], "trained_digits_vit", lambda f: save_pretrained(_train_digits_vit(), f / "model"))
+    return load_pretrained(folder / "model").eval()
+
+
+def _train_digits_vit():  # noqa: ANN202
     import torch
 
     torch.manual_seed(0)
@@ -199,13 +213,17 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:  # noqa: ANN001
-    """The folder `name` that `build(folder)` fills, built once per test session and shared by every pytest-xdist
-    worker: the first to ask builds it under a file lock, the others wait for it and read it (the pattern xdist
-    documents: a folder under the basetemp's parent, which the workers share). Readers must not write into it."""
+def shared_root(tmp_path_factory) -> Path:  # noqa: ANN001
+    """The folder every pytest-xdist worker of this session shares (the basetemp's parent, as xdist documents;
+    without xdist the session's basetemp)."""
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def built_once(root: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `root`/`name` that `build(folder)` fills, built once per test session and shared by every
+    pytest-xdist worker (`root`: `shared_root`): the first to ask builds it under a file lock, the others wait for
+    it and read it. Readers must not write into it."""
     folder, done = root / name, root / f"{name}.done"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed

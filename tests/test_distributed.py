@@ -19,7 +19,7 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from tests.helpers import built_once, differing_keys, digits_model, digits_trainer
+from tests.helpers import built_once, differing_keys, digits_model, digits_trainer, shared_root
 from vitkit import distributed as dist
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
@@ -116,7 +116,7 @@ def _build_pair(root: Path) -> None:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Path:  # noqa: ANN001
     """The folder of the pair's runs (read only: a test that resumes one writes into its own tmp_path)."""
-    return built_once(tmp_path_factory, "distributed_pair", _build_pair)
+    return built_once(shared_root(tmp_path_factory), "distributed_pair", _build_pair)
 
 
 def _one_at_n(run: Path, single: Trainer) -> None:
