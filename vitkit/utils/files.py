@@ -178,8 +178,9 @@ def claim_lock(lock: Path, subject: str) -> int:
 
 
 def release_lock(lock: Path, fd: int | None) -> None:
-    """Remove and release a lock taken by `claim_lock` (nothing for None); returns None for the holder's field."""
-    if fd is not None:
+    """Remove and release a lock taken by `claim_lock` (nothing for None, nor in a forked child: the lock is its
+    parent's); returns None for the holder's field."""
+    if fd is not None and _HELD.get(fd) == os.getpid():
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)  # while still held: a newcomer's open of the old inode is retried
     return _unlock(fd)
