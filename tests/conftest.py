@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import digits_test_tensors, trained_digits_vit
+from tests import helpers
+from tests.helpers import digits_test_tensors, shared_root, trained_digits_vit
 from tests.inputs import digit_folder
 from vitkit.formats import save_pretrained
 
@@ -27,6 +28,12 @@ os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_folder(tmp_path_factory) -> None:  # noqa: ANN001
+    """Where the workers share what one of them built (`tests.helpers.trained_digits_vit`'s model)."""
+    helpers.SHARED[:] = [shared_root(tmp_path_factory)]
 
 
 @pytest.fixture(scope="session")

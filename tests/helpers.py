@@ -4,8 +4,11 @@ the one loader (`StepLoader` + `TrainTransform`), as `vitkit demo` runs it."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,10 +65,24 @@ def digits_model(**overrides: Any):
     return model
 
 
+#: the folder the pytest-xdist workers of this session share (`shared_root`), set by conftest.py
+SHARED: list[Path] = []
+
+
 @functools.cache
 def trained_digits_vit():  # noqa: ANN201
     """A digits ViT trained for a few hundred steps (about 90% test accuracy): a model whose answers mean something
-    (cached: built once per test session)."""
+    (cached: built once per test session; under pytest-xdist trained by the first worker that asks and saved in the
+    workers' shared folder, the others load it: the same weights, bitwise)."""
+    if not SHARED:
+        return _train_digits_vit()
+    from vitkit.formats import load_pretrained, save_pretrained
+
+    folder = built_once(SHARED[0], "trained_digits_vit", lambda f: save_pretrained(_train_digits_vit(), f / "model"))
+    return load_pretrained(folder / "model").eval()
+
+
+def _train_digits_vit():  # noqa: ANN202
     import torch
 
     torch.manual_seed(0)
@@ -197,25 +214,26 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:  # noqa: ANN001
-    """A folder that `build` fills once per test session for every pytest-xdist worker: the first worker to ask builds
-    it under a file lock, the others wait for it and read it (a test that writes in it copies it first). For a
-    session fixture that several tests read and that more than one worker may need (each worker has its own session
-    fixtures: a fixture computed per worker would be computed twice)."""
-    import fcntl
-    import os
-    import shutil
+def shared_root(tmp_path_factory) -> Path:  # noqa: ANN001
+    """The folder every pytest-xdist worker of this session shares (the basetemp's parent, as xdist documents;
+    without xdist the session's basetemp)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder, above the workers'
-    folder = root / f"shared-{name}"
-    with open(root / f"shared-{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process ends)
-        if not (folder / ".built").is_file():
-            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed to build it left a part
+
+def built_once(root: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `root`/`name` that `build(folder)` fills, built once per test session and shared by every
+    pytest-xdist worker (`root`: `shared_root`): the first to ask builds it under a file lock, the others wait for
+    it and read it. Readers must not write into it."""
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not done.is_file():
+            if folder.exists():  # half built by a worker whose build failed: built again
+                shutil.rmtree(folder)
             folder.mkdir()
             build(folder)
-            (folder / ".built").touch()
+            done.touch()
     return folder
 
 

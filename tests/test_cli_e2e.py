@@ -26,7 +26,8 @@ def vitkit_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("demo")
-    res = run_main("demo", "--steps", "120", "--out", str(out), "--no-progress")  # in this process: no start-up
+    # 100 steps: 70.67% test top-1 (measured; 120 gave 75.78%), the bar below is 60%
+    res = run_main("demo", "--steps", "100", "--out", str(out), "--no-progress")  # in this process: no start-up
     assert res.returncode == 0, res.stderr
     return out, res
 
@@ -36,7 +37,7 @@ def test_demo_writes_model_metrics_curve(demo_run) -> None:
     last = res.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"test accuracy: (\d+\.\d\d)%", last)
     assert m, last
-    assert float(m.group(1)) > 60.0  # 120 steps already learn the digits well above chance (10%)
+    assert float(m.group(1)) > 60.0  # 100 steps already learn the digits well above chance (10%)
     for name in ("model/config.json", "model/model.safetensors", "metrics.jsonl", "curves.png"):
         assert (out / name).is_file(), name
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -112,7 +113,7 @@ def test_cli_errors_are_clear(tmp_path) -> None:
     res = vitkit_cli("predict", "x.png", "--model", str(tmp_path / "missing"))
     assert res.returncode == 2
     assert "error: no checkpoint at" in res.stderr and "Traceback" not in res.stderr
-    res = vitkit_cli("--version")
+    res = run_main("--version")  # (argparse's exit read as the process's: the process above proves the exit codes)
     assert res.returncode == 0 and "vitkit" in res.stdout
 
 

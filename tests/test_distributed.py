@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import json
+import multiprocessing
 import os
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from tests.helpers import differing_keys, digits_model, digits_trainer
+from tests.helpers import built_once, differing_keys, digits_model, digits_trainer, shared_root
 from vitkit import distributed as dist
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
@@ -53,6 +54,9 @@ def _group(rank: int, world: int, store: str):
     wrote), so a worker that got that far exits at once; a failure anywhere before still fails the test."""
     faulthandler.enable()
     torch.set_num_threads(1)
+    # loader workers are forked, as under torchrun (whose ranks are started, not spawned): a spawned rank would
+    # spawn them too, each importing torch again
+    multiprocessing.set_start_method("fork", force=True)
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         yield
@@ -63,28 +67,61 @@ def _group(rank: int, world: int, store: str):
     os._exit(0)
 
 
-def _worker(rank: int, world: int, store: str, out: str, cfg: dict, resume_from: str, make: Any = _trainer,
-            *make_args: Any) -> None:
+def _phases(out: Path, cfg: Any, resume_from: str, make: Any, *make_args: Any) -> None:
     """Train the trainer `make(out, cfg, *make_args)` builds to step N (train_state.pt at `out`, rank 0 only), then,
     given `resume_from`, finish that state's run in `out`/resumed (a 1-process checkpoint finished with this world
-    size): both in one pair of processes (each start-up imports torch)."""
+    size)."""
+    make(out, cfg, *make_args).fit(stop_at=N)
+    if resume_from:
+        t = make(out / "resumed", cfg, *make_args)
+        t.load_state(resume_from)
+        t.fit()
+
+
+def _run(out: Path, cfg: Any) -> None:
+    run_experiment(cfg, out, progress=False)
+
+
+def _pair_worker(rank: int, world: int, store: str, jobs: list[tuple[Any, ...]]) -> None:
     with _group(rank, world, store):
-        make(Path(out), cfg, *make_args).fit(stop_at=N)
-        if resume_from:
-            t = make(Path(out) / "resumed", cfg, *make_args)
-            t.load_state(resume_from)
-            t.fit()
+        for job, *args in jobs:
+            job(*args)
 
 
-def _run_worker(rank: int, world: int, store: str, out: str, cfg: dict) -> None:
-    with _group(rank, world, store):
-        run_experiment(cfg, out, progress=False)
+def _shards(root: Path) -> str:
+    """The digits' training split packed into tar shards of 400 images under `root`."""
+    train, _ = load_digits_split()
+    pack(train, root, "train", shard_size=400)
+    return str(root)
 
 
-def _spawn(tmp_path: Path, name: str, *args, worker=_worker) -> Path:
-    mp.start_processes(worker, args=(2, str(tmp_path / f"{name}.store"), str(tmp_path / name), *args),
-                       nprocs=2, start_method="spawn", join=True)
-    return tmp_path / name
+def _build_pair(root: Path) -> None:
+    """The 2-process half of every test in this file, done by one pair of gloo processes (each start-up imports
+    torch: one pair instead of one per test), after the 1-process checkpoints at step N that it finishes."""
+    shards = _shards(root / "s")
+    assert torch.get_num_threads() == 1  # as in the workers (conftest.py): the world-invariant test compares bits
+    one = {}
+    for name, make, cfg, args in (("shards", _shard_trainer, CFG, (shards,)), ("fsdp", _trainer, FSDP, ()),
+                                  ("inv", _inv_trainer, INV, ())):
+        make(root / f"{name}-one", cfg, *args).fit(stop_at=N)  # (one thread, as in the workers: conftest.py)
+        one[name] = str(root / f"{name}-one" / "train_state.pt")
+    jobs = [(_phases, root / "ddp", CFG, "", _trainer),
+            (_phases, root / "shards", CFG, one["shards"], _shard_trainer, shards),
+            (_phases, root / "fsdp", FSDP, one["fsdp"], _trainer),
+            (_run, root / "fsdp_run", FSDP_RUN),
+            (_phases, root / "inv", INV, one["inv"], _inv_trainer)]
+    mp.start_processes(_pair_worker, args=(2, str(root / "store"), jobs), nprocs=2, start_method="spawn", join=True)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Path:  # noqa: ANN001
+    """The folder of the pair's runs (read only: a test that resumes one writes into its own tmp_path)."""
+    return built_once(shared_root(tmp_path_factory), "distributed_pair", _build_pair)
+
+
+def _one_at_n(run: Path, single: Trainer) -> None:
+    """The 1-process state at step N that the pair finished is this test's own 1-process run at step N."""
+    assert differing_keys(torch.load(run / "train_state.pt", weights_only=True)["model"], single.model.state_dict()) == []
 
 
 def _delta(a: dict, b: dict) -> float:
@@ -92,23 +129,23 @@ def _delta(a: dict, b: dict) -> float:
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
-def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
-    ddp_state = torch.load(_spawn(tmp_path, "ddp", CFG, "") / "train_state.pt", weights_only=True)
+def test_two_gloo_processes_match_one_process(tmp_path: Path, pair: Path) -> None:
+    ddp_state = torch.load(pair / "ddp" / "train_state.pt", weights_only=True)
     single = _trainer(tmp_path / "one", CFG)
     single.fit(stop_at=N)
     assert ddp_state["step"] == N
     delta = _delta(ddp_state["model"], single.model.state_dict())
     assert delta < 1e-5, f"2-process DDP differs from 1 process by {delta}"
     # the logged loss and accuracy are the global batch's (reduced over ranks), not rank 0's half
-    logs = [[r for r in map(json.loads, (tmp_path / d / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
-            for d in ("ddp", "one")]
+    logs = [[r for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+            for d in (pair / "ddp", tmp_path / "one")]
     assert [r["step"] for r in logs[0]] == [r["step"] for r in logs[1]] == [3, 6]
     d_loss = max(abs(a["loss"] - b["loss"]) for a, b in zip(*logs))
     d_acc = max(abs(a["train_acc"] - b["train_acc"]) for a, b in zip(*logs))
     assert d_loss < 1e-5 and d_acc < 1e-6, (d_loss, d_acc)
     # resume the 2-process checkpoint with a different world size (1) and finish the run
     resumed = _trainer(tmp_path / "ddp", CFG)
-    resumed.load_state()
+    resumed.load_state(pair / "ddp" / "train_state.pt")
     resumed.fit()
     single.fit()
     delta2 = _delta(resumed.model.state_dict(), single.model.state_dict())
@@ -126,22 +163,19 @@ def _shard_trainer(out: Path, cfg: dict, shards: str) -> Trainer:
 
 
 @pytest.mark.slow
-def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
+def test_shards_resume_across_world_sizes(tmp_path: Path, pair: Path) -> None:
     """Tar shards read by 2 ranks x 1 loader worker: the 2-process run matches 1 process, its checkpoint finishes in
     1 process, and a 1-process checkpoint finishes in 2 processes, each as the uninterrupted 1-process run."""
-    train, _ = load_digits_split()
-    pack(train, tmp_path / "s", "train", shard_size=400)
-    shards = str(tmp_path / "s")
+    shards = str(pair / "s")
     single = _shard_trainer(tmp_path / "one", CFG, shards)
     single.fit(stop_at=N)
-    single.save_state()
-    # one pair of processes: 2 ranks to step N (two/), then the 1-process checkpoint finished by them (two/resumed/)
-    spawned = _spawn(tmp_path, "two", CFG, str(tmp_path / "one" / "train_state.pt"), _shard_trainer, shards)
-    two = torch.load(spawned / "train_state.pt", weights_only=True)
-    into_two = spawned / "resumed"
+    _one_at_n(pair / "shards-one", single)
+    # the pair: 2 ranks to step N (shards/), then the 1-process checkpoint finished by them (shards/resumed/)
+    two = torch.load(pair / "shards" / "train_state.pt", weights_only=True)
+    into_two = pair / "shards" / "resumed"
     d_two = _delta(two["model"], single.model.state_dict())
     resumed = _shard_trainer(tmp_path / "two", CFG, shards)
-    resumed.load_state()
+    resumed.load_state(pair / "shards" / "train_state.pt")
     resumed.fit()
     single.fit()
     final = single.model.state_dict()
@@ -152,13 +186,13 @@ def test_shards_resume_across_world_sizes(tmp_path: Path) -> None:
           f"1 -> 2 processes {d_into:.2e} at step {2 * N}")
 
 
-def test_fsdp_matches_one_process_and_resumes_across_world_sizes(tmp_path: Path) -> None:
+def test_fsdp_matches_one_process_and_resumes_across_world_sizes(tmp_path: Path, pair: Path) -> None:
     single = _trainer(tmp_path / "one", FSDP)  # one process: `parallel` has nothing to shard over
-    single.fit(stop_at=N)  # writes one/train_state.pt, which the FSDP workers resume below
+    single.fit(stop_at=N)  # as the pair's fsdp-one/train_state.pt, which the FSDP workers resumed
+    _one_at_n(pair / "fsdp-one", single)
     single_n = {k: v.clone() for k, v in single.model.state_dict().items()}
     single_ema_n = {k: v.clone() for k, v in single.ema.shadow.items()}
-    fsdp_state = torch.load(_spawn(tmp_path, "fsdp", FSDP, str(tmp_path / "one" / "train_state.pt")) / "train_state.pt",
-                            weights_only=True)
+    fsdp_state = torch.load(pair / "fsdp" / "train_state.pt", weights_only=True)
     assert fsdp_state["step"] == N
     # the checkpoint holds full tensors with the plain layout: model, optimizer (SGD momentum), EMA
     assert fsdp_state["model"].keys() == single_n.keys()
@@ -171,31 +205,25 @@ def test_fsdp_matches_one_process_and_resumes_across_world_sizes(tmp_path: Path)
     assert max(d_w, d_ema, d_mom) < 1e-5, f"2-process FSDP differs from 1 process: {d_w} {d_ema} {d_mom}"
     # FSDP(2) checkpoint -> 1 plain process, and 1-process checkpoint -> FSDP(2): both end as the 1-process run
     resumed = _trainer(tmp_path / "fsdp", FSDP)
-    resumed.load_state()
+    resumed.load_state(pair / "fsdp" / "train_state.pt")
     resumed.fit()
     single.fit()
     final = torch.load(tmp_path / "one" / "train_state.pt", weights_only=True)
     d_resumed, d_into = (
-        max(_delta(torch.load(tmp_path / run / "train_state.pt", weights_only=True)[k], final[k]) for k in ("model", "ema"))
-        for run in ("fsdp", "fsdp/resumed")
+        max(_delta(torch.load(run / "train_state.pt", weights_only=True)[k], final[k]) for k in ("model", "ema"))
+        for run in (tmp_path / "fsdp", pair / "fsdp" / "resumed")
     )
     assert d_resumed < 1e-5 and d_into < 1e-5, (d_resumed, d_into)
     print(f"FSDP(2) vs 1 process: max |dw| {d_w:.2e}, |d ema| {d_ema:.2e}, |d momentum| {d_mom:.2e} after {N} steps; "
           f"{d_resumed:.2e} resumed in 1 process, {d_into:.2e} 1-process checkpoint resumed under FSDP(2)")
 
 
-def test_fsdp_run_evaluates_and_saves_like_one_process(tmp_path: Path) -> None:
+def test_fsdp_run_evaluates_and_saves_like_one_process(tmp_path: Path, pair: Path) -> None:
     """A whole recipe run under FSDP(2): evaluation during training on the sharded EMA weights, checkpoints,
     and the final unsharded model evaluated and saved by rank 0, as a 1-process run of the same recipe."""
-    cfg = load_config("digits_pretrain", [
-        "model.width=16", "model.depth=2", "model.num_heads=2", "model.mlp_dim=32", "model.grad_checkpointing=true",
-        "schedule.steps=4", "schedule.warmup_steps=1", "train.batch_size=32", "train.eval_every=2",
-        "train.ckpt_every=2", "train.ema_decay=0.9", "train.parallel=fsdp", "train.tensorboard=false",
-        "data.num_workers=0",
-    ])
-    fsdp = _spawn(tmp_path, "fsdp", cfg, worker=_run_worker)
+    fsdp = pair / "fsdp_run"
     one = tmp_path / "one"
-    run_experiment(cfg, one, progress=False)
+    run_experiment(FSDP_RUN, one, progress=False)
     res = [json.loads((d / "result.json").read_text()) for d in (fsdp, one)]
     d_eval = max(abs(res[0][s][k] - res[1][s][k]) for s in ("dev", "test") for k in ("top1", "loss"))
     w = [load_file(d / "model" / "model.safetensors") for d in (fsdp, one)]
@@ -208,6 +236,13 @@ def test_fsdp_run_evaluates_and_saves_like_one_process(tmp_path: Path) -> None:
     print(f"FSDP(2) recipe run vs 1 process: saved weights max |dw| {d_w:.2e}, eval |d| {d_eval:.2e}")
 
 
+# a whole recipe run under FSDP
+FSDP_RUN = load_config("digits_pretrain", [
+    "model.width=16", "model.depth=2", "model.num_heads=2", "model.mlp_dim=32", "model.grad_checkpointing=true",
+    "schedule.steps=4", "schedule.warmup_steps=1", "train.batch_size=32", "train.eval_every=2",
+    "train.ckpt_every=2", "train.ema_decay=0.9", "train.parallel=fsdp", "train.tensorboard=false",
+    "data.num_workers=0",
+])
 # world-invariant reduction: 4 micro-batches of 8, with dropout and Mixup/CutMix drawn per micro-batch
 INV = dict(CFG, grad_accum=4, world_invariant=True, mixup=0.2, cutmix=1.0)
 
@@ -219,7 +254,7 @@ def _inv_trainer(out: Path, cfg: dict) -> Trainer:
 
 
 @pytest.mark.slow
-def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Path) -> None:
+def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Path, pair: Path) -> None:
     """With train.world_invariant, 2 processes and 1 process (one thread each) end with the same bits, and a
     checkpoint resumed with the other world size finishes with the bits of the uninterrupted 1-process run (the
     default DDP reduction agrees only to rounding: 1.2e-7 in the test above)."""
@@ -227,15 +262,15 @@ def test_world_invariant_runs_are_bitwise_equal_across_world_sizes(tmp_path: Pat
     torch.set_num_threads(1)  # as in the workers: a matmul's summation order may depend on the thread count
     try:
         single = _inv_trainer(tmp_path / "one", INV)
-        single.fit(stop_at=N)  # (writes one/train_state.pt at step N)
-        # one pair of processes: 2 ranks to step N (two/), then the 1-process checkpoint finished by them
-        spawned = _spawn(tmp_path, "two", INV, str(tmp_path / "one" / "train_state.pt"), _inv_trainer)
-        two = torch.load(spawned / "train_state.pt", weights_only=True)
-        into_two = spawned / "resumed"
+        single.fit(stop_at=N)
+        _one_at_n(pair / "inv-one", single)  # the state the pair finished
+        # the pair: 2 ranks to step N (inv/), then the 1-process checkpoint finished by them (inv/resumed/)
+        two = torch.load(pair / "inv" / "train_state.pt", weights_only=True)
+        into_two = pair / "inv" / "resumed"
         assert two["step"] == N
         assert differing_keys(two["model"], single.model.state_dict()) == [], "2 processes differ from 1 at step N"
         resumed = _inv_trainer(tmp_path / "two", INV)  # the 2-process checkpoint finished by 1 process
-        resumed.load_state()
+        resumed.load_state(pair / "inv" / "train_state.pt")
         resumed.fit()
         single.fit()
     finally:

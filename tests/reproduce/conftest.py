@@ -1,5 +1,5 @@
 """Runs that several reproduction tests read, built once per test session for every pytest-xdist worker
-(`tests.helpers.shared_folder`): a test reads them and copies what it changes."""
+(`tests.helpers.built_once`): a test reads them and copies what it changes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import shared_folder
+from tests.helpers import built_once, shared_root
 from vitkit.cli import main
 from vitkit.reproduce.crossover import CROSSOVER_SCALES
 from vitkit.reproduce.plan import Pretrain, Scale
@@ -49,7 +49,7 @@ def smoke_crossover(tmp_path_factory) -> Path:  # noqa: ANN001
         (out / "stdout.txt").write_text(printed.getvalue())
         (out / "bar_ends.json").write_text(json.dumps(ends))
 
-    return shared_folder(tmp_path_factory, "smoke-crossover", build)
+    return built_once(shared_root(tmp_path_factory), "smoke-crossover", build)
 
 
 @pytest.fixture(scope="session")
@@ -60,6 +60,6 @@ def pair_in_workers(tmp_path_factory) -> tuple[Scale, list[Pretrain], list[dict[
     def build(out: Path) -> None:
         Workbench(out, PAIR_SCALE, progress=False, jobs=2).pretrain_all(PAIR_RUNS)
 
-    folder = shared_folder(tmp_path_factory, "pair-in-workers", build)
+    folder = built_once(shared_root(tmp_path_factory), "pair-in-workers", build)
     return PAIR_SCALE, PAIR_RUNS, [json.loads((folder / "pretrain" / r.name(PAIR_SCALE) / UNIT_FILE).read_text())
                                    for r in PAIR_RUNS]

@@ -80,8 +80,10 @@ def make_digit_folder(root: Path, n: int = 120) -> Path:
     return root
 
 
-def _exit_code(out: Path) -> int:
-    """What `vitkit train` exits with for a finished run: 1 when it skipped unreadable images (the corrupt file)."""
+def _exit_code(out: Path, run: subprocess.CompletedProcess) -> int:
+    """What `vitkit train` exits with for a finished run: 1 when it skipped unreadable images (the corrupt file);
+    a run that left no result.json fails here with what it printed."""
+    assert (out / "result.json").is_file(), f"exit {run.returncode}, no result.json: {(run.stdout + run.stderr)[-3000:]}"
     return 1 if json.loads((out / "result.json").read_text()).get("skipped_images") else 0
 
 
@@ -120,15 +122,19 @@ def _run_config(tmp_path: Path, source: str, extra_train: str = "") -> Path:
 
 
 def _wait_dead(pids: list[int], timeout: float = 60.0) -> None:
-    """Wait until every pid has exited (gone, or a zombie: its files are closed); kill() only sends the signal."""
+    """Wait until every pid has exited: gone, or a zombie whose threads have all exited. A zombie leader is not
+    enough: its other threads (a loader worker's queue feeder, torch's) still hold the process's files, the run
+    folder's lock among them, until each has exited, and a resume started then was refused; kill() only sends the
+    signal."""
     deadline = time.time() + timeout
     for pid in pids:
         while time.time() < deadline:
             try:
                 state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                threads = len(os.listdir(f"/proc/{pid}/task"))
             except (FileNotFoundError, ProcessLookupError, IndexError):
                 break
-            if state in ("Z", "X"):
+            if state in ("Z", "X") and threads <= 1:
                 break
             time.sleep(0.01)
 
@@ -145,7 +151,7 @@ def _kill_at_step(run: subprocess.Popen, out: Path, step: int, ranks: int = 1) -
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _, err = run.communicate()
-    _wait_dead(pids)  # a killed loader worker holds the run folder's lock (an inherited fd) until it has exited
+    _wait_dead(pids)  # torchrun's rank 0 holds the run folder's lock until all its threads have exited
     assert run.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {(err or '')[-2000:]}"
     assert all(f.exists() for f in held), f"the run never reached step {step}"
     saved_step = torch.load(out / "train_state.pt", weights_only=True)["step"]
@@ -167,8 +173,8 @@ def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_a
     saved_step = _kill_at_step(killed, tmp_path / "killed", kill_at)
 
     resumed = run_main(*_train_cmd(cfg, tmp_path / "killed", "--resume")[3:])
-    assert resumed.returncode == _exit_code(tmp_path / "killed"), resumed.stderr[-2000:]
-    assert full.returncode == _exit_code(tmp_path / "full") == 1, out_full[-2000:]
+    assert resumed.returncode == _exit_code(tmp_path / "killed", resumed), resumed.stderr[-2000:]
+    assert full.returncode == _exit_code(tmp_path / "full", full) == 1, out_full[-2000:]
 
     a = load_file(tmp_path / "full" / "model" / "model.safetensors")
     b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
@@ -202,9 +208,9 @@ def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> N
     saved_step = _kill_at_step(killed, tmp_path / "killed", 25, ranks=2)
 
     full = run_main(*_train_cmd(cfg, tmp_path / "full")[3:])  # in this process: as above
-    assert full.returncode == _exit_code(tmp_path / "full"), full.stderr[-2000:]
+    assert full.returncode == _exit_code(tmp_path / "full", full), full.stderr[-2000:]
     resumed = run_main(*_train_cmd(cfg, tmp_path / "killed", "--resume")[3:])
-    assert resumed.returncode == _exit_code(tmp_path / "killed"), resumed.stderr[-2000:]
+    assert resumed.returncode == _exit_code(tmp_path / "killed", resumed), resumed.stderr[-2000:]
     a = load_file(tmp_path / "full" / "model" / "model.safetensors")
     b = load_file(tmp_path / "killed" / "model" / "model.safetensors")
     assert differing_keys(a, b) == [], f"differs after resuming step {saved_step} in 1 process"

@@ -27,6 +27,22 @@ from vitkit.utils.atomic import atomic_path
 
 LOCK_NAME = ".vitkit.lock"
 
+# The lock fds this process took (fd -> pid). A flock belongs to the open file, which fork() shares: a forked child
+# (a DataLoader worker) would keep a run folder locked after its job was SIGKILLed, until the orphan noticed and
+# exited, and a resume would be refused naming a dead pid. A forked child closes its copies at once (closing
+# releases nothing while the job still holds the file), so a lock lives exactly as long as the process that took it.
+_HELD: dict[int, int] = {}
+
+
+def _forget_locks_in_child() -> None:
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
+
 
 def _open_regular(path: str | os.PathLike[str], max_bytes: int, what: str) -> int:
     """An fd open on `path` (read-only, never blocking on a FIFO), which is checked to be a regular file of at most
@@ -133,12 +149,14 @@ def _lock_file(path: Path, subject: str) -> int:
                               "; wait for it to finish or choose another") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[fd] = os.getpid()
     return fd
 
 
 def _unlock(fd: int | None) -> None:
-    """Release and close a lock taken by `_lock_file` (nothing for None); returns None for the holder's field."""
-    if fd is not None:
+    """Release and close a lock taken by `_lock_file` (nothing for None, nor in a forked child, which closed its copy
+    of the fd at the fork: the number may name another file there); returns None for the holder's field."""
+    if fd is not None and _HELD.pop(fd, None) == os.getpid():
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
@@ -155,12 +173,14 @@ def claim_lock(lock: Path, subject: str) -> int:
             same = False
         if same:
             return fd
+        _HELD.pop(fd, None)
         os.close(fd)
 
 
 def release_lock(lock: Path, fd: int | None) -> None:
-    """Remove and release a lock taken by `claim_lock` (nothing for None); returns None for the holder's field."""
-    if fd is not None:
+    """Remove and release a lock taken by `claim_lock` (nothing for None, nor in a forked child: the lock is its
+    parent's); returns None for the holder's field."""
+    if fd is not None and _HELD.get(fd) == os.getpid():
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)  # while still held: a newcomer's open of the old inode is retried
     return _unlock(fd)
