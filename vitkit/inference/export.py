@@ -339,7 +339,7 @@ def quantize_int8(src: str | Path, dst: str | Path, keep_float: KeepFloat | tupl
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst, mixed)
+    _copy_tags(src, dst, mixed, smooth_quant=None)
     return dst
 
 
@@ -394,7 +394,8 @@ def _layer_nodes(graph) -> dict[str, list[str]]:  # noqa: ANN001 - onnx.GraphPro
 
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8,
                          method: str = "minmax", keep_float: KeepFloat | tuple[str, ...] = (),
-                         ranges: str | Path | None = None) -> Path:
+                         ranges: str | Path | None = None, weights: str = "s8",
+                         smooth: float | None = None, smooth_all: bool = False) -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
     channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activations:
@@ -438,11 +439,15 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     root.setLevel(logging.ERROR)
     try:
         _pre_process(src, pre)
+        if smooth is not None:
+            from vitkit.inference.smooth import smooth_onnx
+
+            smooth_onnx(pre, pre, calibration, INPUT_NAME, smooth, batch_size, insert=smooth_all)
         graph = onnx.load(str(pre)).graph
-        weights = {t.name for t in graph.initializer}
+        inits = {t.name for t in graph.initializer}
         matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
         # a MatMul of two activations (attention scores, attention x values) stays in float; so does the head
-        keep_float_nodes = [n.name for n in matmuls if not any(i in weights for i in n.input[1:2])]
+        keep_float_nodes = [n.name for n in matmuls if not any(i in inits for i in n.input[1:2])]
         output = _stored_doc(Path(src), OUTPUT_KEY, "output")  # a feature graph has no head: its last MatMul is a block's
         if matmuls and (output is None or parse_json(output, src, OUTPUT_KEY).get("output") == "logits"):
             keep_float_nodes.append(matmuls[-1].name)
@@ -474,7 +479,9 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
 
         with contextlib.redirect_stdout(io.StringIO()):  # its calibration progress, printed
             quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True,
+                            activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QUInt8 if weights == "u8" else QuantType.QInt8,
+                            reduce_range=weights == "s8",
                             op_types_to_quantize=["MatMul", "Conv"], nodes_to_exclude=keep_float_nodes,
                             calibration_cache_path=ranges,
                             calibrate_method=(CalibrationMethod.MinMax if method == "minmax"
@@ -482,11 +489,34 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
                             extra_options={"CalibPercentile": 99.999, "ActivationSymmetric": False,
                                            "CalibStridedMinMax": stride,  # (any calibrator, despite the name)
                                            "OpTypesToExcludeOutputQuantization": ["MatMul"]})
+        if weights == "a7":
+            _activations_to_7_bits(dst)
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst, mixed)
+    _copy_tags(src, dst, mixed, smooth_quant=smooth)
     return dst
+
+
+def _activations_to_7_bits(path: Path) -> None:
+    """The activation grids of the QDQ graph at `path` (each QuantizeLinear's u8 scale and zero point) narrowed to
+    0..127, the same range in 128 levels: with 8-bit s8 weights, u8 x s8 products summed in pairs then stay within
+    int16 (2 x 127 x 128 < 32768) on a CPU without VNNI."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {t.name: t for t in model.graph.initializer}
+    done = set()
+    for n in model.graph.node:
+        if n.op_type != "QuantizeLinear" or n.input[1] in done:
+            continue
+        scale, zp = numpy_helper.to_array(inits[n.input[1]]), numpy_helper.to_array(inits[n.input[2]])
+        inits[n.input[1]].CopyFrom(numpy_helper.from_array((scale * 255 / 127).astype(scale.dtype), n.input[1]))
+        inits[n.input[2]].CopyFrom(numpy_helper.from_array(
+            np.round(zp.astype(np.float64) * 127 / 255).astype(zp.dtype), n.input[2]))
+        done.add(n.input[1])
+    onnx.save(model, str(path))
 
 
 def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:
@@ -503,16 +533,18 @@ def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:
     return tags
 
 
-def _copy_tags(src: str | Path, dst: Path, mixed: KeepFloat) -> None:
-    """`_int8_tags(src)` and the mixed precision `mixed` written into the ONNX file `dst`."""
+def _copy_tags(src: str | Path, dst: Path, mixed: KeepFloat, **recipe: object) -> None:
+    """`_int8_tags(src)` and the int8 recipe (the mixed precision `mixed`, and `recipe`: how it was quantised,
+    e.g. smooth_quant) written into the ONNX file `dst`."""
     for key, _, doc in _int8_tags(src):
         _tag_onnx(dst, doc, key)
-    _tag_onnx(dst, json.dumps(mixed.as_doc()), INT8_KEY)
+    _tag_onnx(dst, json.dumps({**mixed.as_doc(), **recipe}), INT8_KEY)
 
 
 def exported_int8(path: str | Path) -> dict[str, object] | None:
-    """The mixed precision stored with an int8 export (`KeepFloat.as_doc`: the layers kept in float and the rule
-    that chose them), or None (an fp32 file, or an int8 file of an older vitkit)."""
+    """The int8 recipe stored with an int8 export (`KeepFloat.as_doc`: the layers kept in float and the rule that
+    chose them; `smooth_quant`: SmoothQuant's alpha, None for none), or None (an fp32 file, or an int8 file of an
+    older vitkit)."""
     doc = _stored_doc(Path(path), INT8_KEY, "int8")
     if doc is None:
         return None
@@ -601,7 +633,8 @@ def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.
                               advanced_parameters=advanced)
     finally:
         nlog.setLevel(level)
-    for _, rt, doc in (*_int8_tags(src), (INT8_KEY, "int8", json.dumps(mixed.as_doc()))):
+    for _, rt, doc in (*_int8_tags(src), (INT8_KEY, "int8", json.dumps(
+            {**mixed.as_doc(), "smooth_quant": smooth_quant if smooth_quant >= 0 else None}))):
         q.set_rt_info(doc, ["vitkit", rt])
     dst.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(q, str(dst), compress_to_fp16=False)

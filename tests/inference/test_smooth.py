@@ -1,0 +1,105 @@
+"""SmoothQuant for onnxruntime static int8 (`vitkit.inference.smooth`): folded into the LayerNorms and the MatMuls
+that read them, the float graph computes the same function; on a model with a planted activation-outlier channel
+static int8 comes far closer to fp32 with it."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import int8_against_fp32, trained_digits_vit
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+#: the channel of each LayerNorm output made an outlier, and by how much
+CHANNEL, FACTOR = 5, 40.0
+
+
+def planted_channel_model() -> torch.nn.Module:
+    """The trained digits ViT with channel `CHANNEL` of every block's LayerNorm output scaled up `FACTOR`x and the
+    qkv / fc1 weight columns that read it scaled down as much: the same function in float, but one LayerNorm output
+    channel far larger than the others (the activation outliers SmoothQuant is for)."""
+    model = copy.deepcopy(trained_digits_vit())
+    with torch.no_grad():
+        for b in model.blocks:
+            for norm, lin in ((b.norm1, b.attn.qkv), (b.norm2, b.mlp.fc1)):
+                norm.weight[CHANNEL] *= FACTOR
+                norm.bias[CHANNEL] *= FACTOR
+                lin.weight[:, CHANNEL] /= FACTOR
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):  # noqa: ANN201
+    """(the planted model, its fp32 ONNX export, 64 calibration digits)."""
+    from vitkit.data.digits import load_digits_split
+    from vitkit.inference.export import export_onnx
+
+    model = planted_channel_model()
+    train, _ = load_digits_split()
+    pre = model.preprocess
+    return model, export_onnx(model, tmp_path_factory.mktemp("smooth") / "m.onnx"), pre.normalize(
+        pre.resize(train.images[:64]))
+
+
+def test_smoothing_folds_into_the_layernorms_and_leaves_the_float_output_unchanged(planted, tmp_path) -> None:
+    from vitkit.inference.export import INPUT_NAME, onnx_logits, ort_session
+    from vitkit.inference.smooth import channel_absmax, smooth_onnx, smoothable
+
+    model, src, calib = planted
+    g = onnx.load(str(src)).graph
+    found = smoothable(g)
+    # the LayerNorms before each block's qkv and fc1; not the final norm (the pooling reads it)
+    assert sorted(found) == sorted(f"/blocks.{i}/norm{j}/LayerNormalization" for i in range(2) for j in (1, 2))
+    assert sorted(m.name.split("/")[-2] for ms in found.values() for m in ms) == ["fc1", "fc1", "qkv", "qkv"]
+    dst = tmp_path / "s.onnx"
+    smooth_onnx(src, dst, calib, INPUT_NAME, alpha=0.5)
+    s = onnx.load(str(dst)).graph
+    assert [n.op_type for n in s.node] == [n.op_type for n in g.node]  # folded: no node added, same speed
+    x = calib[:32]
+    ref, got = onnx_logits(ort_session(src), x), onnx_logits(ort_session(dst), x)
+    assert ((got - ref).norm() / ref.norm()).item() < 1e-5
+    with torch.no_grad():
+        assert ((ref - model(x)).norm() / ref.norm()).item() < 1e-5
+    # the planted channel is no longer the outlier of its LayerNorm's output
+    names = [n.output[0] for n in g.node if n.name in found]
+    before, after = channel_absmax(src, names, x, INPUT_NAME), channel_absmax(dst, names, x, INPUT_NAME)
+    for t in names:
+        assert int(np.argmax(before[t])) == CHANNEL
+        spread_before = before[t].max() / np.median(before[t])
+        spread_after = after[t].max() / np.median(after[t])
+        assert spread_after < spread_before / 4, (t, spread_before, spread_after)
+
+
+def test_smoothquant_brings_static_int8_close_to_fp32_on_a_planted_outlier_channel(planted, tmp_path) -> None:
+    from vitkit.inference.backends import exported_runner
+    from vitkit.inference.export import exported_int8, quantize_static_int8
+
+    model, src, calib = planted
+    plain = quantize_static_int8(src, tmp_path / "plain.onnx", calib)
+    smooth = quantize_static_int8(src, tmp_path / "smooth.onnx", calib, smooth=0.5)
+    a0, _, e0 = int8_against_fp32(model, exported_runner(plain))
+    a1, drop, e1 = int8_against_fp32(model, exported_runner(smooth))
+    # the outlier channel's range leaves a few int8 levels for the other channels: the plain graph is far off
+    assert a0 < 0.96 and a1 >= 0.98 and drop < 0.02, (a0, a1, drop)
+    assert e1 < e0 / 3, (e0, e1)
+    assert exported_int8(smooth)["smooth_quant"] == 0.5 and exported_int8(plain)["smooth_quant"] is None
+
+
+def test_smoothing_refuses_what_it_cannot_do(planted, tmp_path) -> None:
+    from vitkit.inference.export import INPUT_NAME
+    from vitkit.inference.smooth import smooth_onnx
+
+    _, src, calib = planted
+    with pytest.raises(ValueError, match="alpha is between 0 and 1, got 1.5"):
+        smooth_onnx(src, tmp_path / "s.onnx", calib, INPUT_NAME, alpha=1.5)
+    g = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                               [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+                               [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
+    onnx.save(onnx.helper.make_model(g), str(tmp_path / "relu.onnx"))
+    with pytest.raises(ValueError, match="relu.onnx: no LayerNorm whose output only MatMuls"):
+        smooth_onnx(tmp_path / "relu.onnx", tmp_path / "s.onnx", calib, "x")
