@@ -44,10 +44,10 @@ def parse_variant(v: str) -> dict[str, object]:
     MatMuls' inputs through Mul nodes; "s8": weights s8, no SmoothQuant."""
     w, _, sq = v.partition("+sq")
     if w not in ("s8", "u8", "a7"):
-        raise ValueError(f"variant {v!r}: weights s8 or u8, then optionally +sqALPHA or +sqallALPHA")
+        raise ValueError(f"variant {v!r}: s8, u8 or a7, then optionally +sqALPHA or +sqallALPHA")
     every = sq.startswith("all")
     sq = sq.removeprefix("all")
-    return {"weights": w, "smooth": float(sq) if sq else None, "smooth_all": every}
+    return {"grid": {"s8": "w7"}.get(w, w), "smooth": float(sq) if sq else None, "smooth_all": every}
 
 
 def header(args: argparse.Namespace) -> dict[str, object]:

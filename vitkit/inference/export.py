@@ -360,6 +360,15 @@ CALIBRATION_CHUNK = 8
 CALIBRATION_METHODS = ("minmax", "percentile")
 
 
+#: the int8 grids `quantize_static_int8` writes, each exact on CPUs with VNNI and without (where onnxruntime's
+#: u8 x s8 kernels add pairs of products in saturating 16-bit lanes, which full 8-bit u8 x s8 overflows)
+INT8_GRIDS = {
+    "w7": "s8 weights on 7 bits, u8 activations on 8 (onnxruntime's reduce_range)",
+    "a7": "s8 weights on 8 bits, u8 activations on 7",
+    "u8": "u8 weights and activations on 8 bits (onnxruntime's u8 x u8 kernels, slower than u8 x s8 without VNNI)",
+}
+
+
 def _check_calibration(calibration: torch.Tensor) -> None:
     """A ValueError for a calibration set that is not (N, C, H, W) with at least `MIN_CALIBRATION` images; a warning
     under `FEW_CALIBRATION` (static int8, both runtimes)."""
@@ -394,7 +403,7 @@ def _layer_nodes(graph) -> dict[str, list[str]]:  # noqa: ANN001 - onnx.GraphPro
 
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8,
                          method: str = "minmax", keep_float: KeepFloat | tuple[str, ...] = (),
-                         ranges: str | Path | None = None, weights: str = "s8",
+                         ranges: str | Path | None = None, grid: str = "w7",
                          smooth: float | None = None, smooth_all: bool = False) -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
@@ -430,6 +439,8 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
 
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"calibration method: one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    if grid not in INT8_GRIDS:
+        raise ValueError(f"int8 grid: one of {', '.join(INT8_GRIDS)}, got {grid!r}")
     batch_size = min(batch_size, len(calibration))
     _check_calibration(calibration)
     dst = Path(dst)
@@ -480,8 +491,8 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
         with contextlib.redirect_stdout(io.StringIO()):  # its calibration progress, printed
             quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=QuantType.QUInt8,
-                            weight_type=QuantType.QUInt8 if weights == "u8" else QuantType.QInt8,
-                            reduce_range=weights == "s8",
+                            weight_type=QuantType.QUInt8 if grid == "u8" else QuantType.QInt8,
+                            reduce_range=grid == "w7",
                             op_types_to_quantize=["MatMul", "Conv"], nodes_to_exclude=keep_float_nodes,
                             calibration_cache_path=ranges,
                             calibrate_method=(CalibrationMethod.MinMax if method == "minmax"
@@ -489,12 +500,12 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
                             extra_options={"CalibPercentile": 99.999, "ActivationSymmetric": False,
                                            "CalibStridedMinMax": stride,  # (any calibrator, despite the name)
                                            "OpTypesToExcludeOutputQuantization": ["MatMul"]})
-        if weights == "a7":
+        if grid == "a7":
             _activations_to_7_bits(dst)
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst, mixed, smooth_quant=smooth)
+    _copy_tags(src, dst, mixed, smooth_quant=smooth, grid=grid)
     return dst
 
 
