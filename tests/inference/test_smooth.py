@@ -77,20 +77,25 @@ def test_smoothing_folds_into_the_layernorms_and_leaves_the_float_output_unchang
 
 def test_smoothquant_brings_static_int8_close_to_fp32_on_a_planted_outlier_channel(planted, tmp_path) -> None:
     from vitkit.inference.backends import exported_runner
-    from vitkit.inference.export import exported_int8, quantize_static_int8
+    from vitkit.inference.export import describe_int8, exported_int8, quantize_static_int8
+    from vitkit.inference.smooth import SMOOTH_ALPHA
 
     model, src, calib = planted
-    plain = quantize_static_int8(src, tmp_path / "plain.onnx", calib)
-    smooth = quantize_static_int8(src, tmp_path / "smooth.onnx", calib, smooth=0.5)
+    plain = quantize_static_int8(src, tmp_path / "plain.onnx", calib, smooth=None)
+    smooth = quantize_static_int8(src, tmp_path / "smooth.onnx", calib)  # SmoothQuant is the default
     a0, _, e0 = int8_against_fp32(model, exported_runner(plain))
     a1, drop, e1 = int8_against_fp32(model, exported_runner(smooth))
     # the outlier channel's range leaves a few int8 levels for the other channels: the plain graph is far off
     assert a0 < 0.96 and a1 >= 0.98 and drop < 0.02, (a0, a1, drop)
     assert e1 < e0 / 3, (e0, e1)
-    assert exported_int8(smooth)["smooth_quant"] == 0.5 and exported_int8(plain)["smooth_quant"] is None
+    # the recipe is stored in the file and said from it
+    assert exported_int8(smooth)["smooth_quant"] == SMOOTH_ALPHA and exported_int8(smooth)["smoothed"] == 4
+    assert exported_int8(plain)["smooth_quant"] is None and exported_int8(plain)["grid"] == "w7"
+    said = describe_int8(exported_int8(smooth))
+    assert f"SmoothQuant alpha {SMOOTH_ALPHA} folded into 4 LayerNorms" in said and "s8 weights on 7 bits" in said
 
 
-def test_smoothing_refuses_what_it_cannot_do(planted, tmp_path) -> None:
+def test_smoothing_refuses_a_bad_alpha_and_leaves_a_graph_without_layernorms_as_it_is(planted, tmp_path) -> None:
     from vitkit.inference.export import INPUT_NAME
     from vitkit.inference.smooth import smooth_onnx
 
@@ -101,5 +106,5 @@ def test_smoothing_refuses_what_it_cannot_do(planted, tmp_path) -> None:
                                [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
                                [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
     onnx.save(onnx.helper.make_model(g), str(tmp_path / "relu.onnx"))
-    with pytest.raises(ValueError, match="relu.onnx: no LayerNorm whose output only MatMuls"):
-        smooth_onnx(tmp_path / "relu.onnx", tmp_path / "s.onnx", calib, "x")
+    assert smooth_onnx(tmp_path / "relu.onnx", tmp_path / "s.onnx", torch.zeros(2, 4), "x") == {}
+    assert [n.op_type for n in onnx.load(str(tmp_path / "s.onnx")).graph.node] == ["Relu"]

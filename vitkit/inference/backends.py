@@ -31,9 +31,11 @@ from torch import nn
 from vitkit.inference.export import (
     DEFAULT_OPSET,
     OUTPUT_KEY,
+    describe_int8,
     export_aoti,
     export_onnx,
     export_openvino,
+    exported_int8,
     exported_output,
     exported_preprocess,
     load_aoti,
@@ -307,10 +309,14 @@ def quantize_for(backend: str, model: nn.Module, src: Path, dst: Path, calibrati
     if mixed.layers and log is not None:
         log(f"int8 mixed precision: {mixed.describe()}")
     if backend == "openvino":
-        return quantize_openvino_int8(src, dst, calibration, mixed), mixed
-    if calibration is not None:
-        return quantize_static_int8(src, dst, calibration, keep_float=mixed), mixed
-    return quantize_int8(src, dst, mixed), mixed
+        out = quantize_openvino_int8(src, dst, calibration, mixed)
+    elif calibration is not None:
+        out = quantize_static_int8(src, dst, calibration, keep_float=mixed)
+    else:
+        return quantize_int8(src, dst, mixed), mixed
+    if log is not None:
+        log(describe_int8(exported_int8(out)))
+    return out, mixed
 
 
 def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = DEFAULT_OPSET, int8: bool = False,

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from vitkit.inference.mixed import INT8_KEY, KeepFloat, check_known_layers
+from vitkit.inference.smooth import SMOOTH_ALPHA, smooth_onnx
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
@@ -364,9 +365,10 @@ CALIBRATION_METHODS = ("minmax", "percentile")
 #: u8 x s8 kernels add pairs of products in saturating 16-bit lanes, which full 8-bit u8 x s8 overflows)
 INT8_GRIDS = {
     "w7": "s8 weights on 7 bits, u8 activations on 8 (onnxruntime's reduce_range)",
-    "a7": "s8 weights on 8 bits, u8 activations on 7",
     "u8": "u8 weights and activations on 8 bits (onnxruntime's u8 x u8 kernels, slower than u8 x s8 without VNNI)",
 }
+#: the grid static int8 is written on unless asked otherwise: the faster (u8 x s8 kernels)
+DEFAULT_GRID = "w7"
 
 
 def _check_calibration(calibration: torch.Tensor) -> None:
@@ -403,8 +405,8 @@ def _layer_nodes(graph) -> dict[str, list[str]]:  # noqa: ANN001 - onnx.GraphPro
 
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8,
                          method: str = "minmax", keep_float: KeepFloat | tuple[str, ...] = (),
-                         ranges: str | Path | None = None, grid: str = "w7",
-                         smooth: float | None = None, smooth_all: bool = False) -> Path:
+                         ranges: str | Path | None = None, grid: str = DEFAULT_GRID,
+                         smooth: float | None = SMOOTH_ALPHA) -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
     channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activations:
@@ -450,10 +452,7 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     root.setLevel(logging.ERROR)
     try:
         _pre_process(src, pre)
-        if smooth is not None:
-            from vitkit.inference.smooth import smooth_onnx
-
-            smooth_onnx(pre, pre, calibration, INPUT_NAME, smooth, batch_size, insert=smooth_all)
+        smoothed = smooth_onnx(pre, pre, calibration, INPUT_NAME, smooth, batch_size) if smooth is not None else {}
         graph = onnx.load(str(pre)).graph
         inits = {t.name for t in graph.initializer}
         matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
@@ -500,34 +499,23 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
                             extra_options={"CalibPercentile": 99.999, "ActivationSymmetric": False,
                                            "CalibStridedMinMax": stride,  # (any calibrator, despite the name)
                                            "OpTypesToExcludeOutputQuantization": ["MatMul"]})
-        if grid == "a7":
-            _activations_to_7_bits(dst)
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst, mixed, smooth_quant=smooth, grid=grid)
+    _copy_tags(src, dst, mixed, grid=grid, smooth_quant=smooth if smoothed else None, smoothed=len(smoothed))
     return dst
 
 
-def _activations_to_7_bits(path: Path) -> None:
-    """The activation grids of the QDQ graph at `path` (each QuantizeLinear's u8 scale and zero point) narrowed to
-    0..127, the same range in 128 levels: with 8-bit s8 weights, u8 x s8 products summed in pairs then stay within
-    int16 (2 x 127 x 128 < 32768) on a CPU without VNNI."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(path))
-    inits = {t.name: t for t in model.graph.initializer}
-    done = set()
-    for n in model.graph.node:
-        if n.op_type != "QuantizeLinear" or n.input[1] in done:
-            continue
-        scale, zp = numpy_helper.to_array(inits[n.input[1]]), numpy_helper.to_array(inits[n.input[2]])
-        inits[n.input[1]].CopyFrom(numpy_helper.from_array((scale * 255 / 127).astype(scale.dtype), n.input[1]))
-        inits[n.input[2]].CopyFrom(numpy_helper.from_array(
-            np.round(zp.astype(np.float64) * 127 / 255).astype(zp.dtype), n.input[2]))
-        done.add(n.input[1])
-    onnx.save(model, str(path))
+def describe_int8(doc: dict[str, object] | None) -> str:
+    """One line for the log of how an int8 graph was quantised, from its stored recipe (`exported_int8`)."""
+    if doc is None:
+        return "int8: the file does not record how it was quantised (an older vitkit's export)"
+    grid = doc.get("grid")
+    sq = doc.get("smooth_quant")
+    parts = [f"grid {grid}: {INT8_GRIDS[grid]}" if grid in INT8_GRIDS else None,
+             (f"SmoothQuant alpha {sq}" + (f" folded into {doc['smoothed']} LayerNorms" if doc.get("smoothed") else ""))
+             if sq is not None else "no SmoothQuant"]
+    return "int8 recipe: " + "; ".join(p for p in parts if p)
 
 
 def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:

@@ -27,7 +27,7 @@ from torch import nn
 
 from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel, quantize_for
 from vitkit.inference.cpu_fused import fused_for_cpu
-from vitkit.inference.export import exported_int8
+from vitkit.inference.export import describe_int8, exported_int8
 from vitkit.inference.mixed import check_keep_float
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import read_json
@@ -293,6 +293,8 @@ def _exported_predictor(model: ExportedModel, precision: str | None, runtime: st
         kept = doc["keep_float"] if doc else []
         say(f"int8 mixed precision: layers kept in float: {', '.join(kept) or 'none'} ({doc['rule']})" if doc else
             f"int8: {model.path.name} does not record which layers it keeps in float (an older vitkit's export)")
+        if doc and "smooth_quant" in doc:
+            say(describe_int8(doc))
         what = f"int8, {len(kept)} layers kept in float" if kept else asked
     say(f"precision: {what} (the export's own); runtime: {name}, {what} ({model.path.name}: the file's own)")
     return Predictor(fn, name, asked, f"{name}, {what} ({model.path.name})")

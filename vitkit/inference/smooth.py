@@ -88,29 +88,14 @@ def smooth_scales(act_max: np.ndarray, weight_max: np.ndarray, alpha: float) -> 
     return s.astype(np.float32)
 
 
-def other_inputs(graph, skip: set[str]) -> dict[str, list]:  # noqa: ANN001 - onnx.GraphProto
-    """{activation tensor: the MatMul nodes that read it as their first input with a 2-D weight second} for the
-    activations not produced by a LayerNorm of `skip` (`smoothable`'s): a block's attention output (proj) and
-    its GELU output (fc2), where the scales cannot be folded into a LayerNorm."""
-    weights = _constants(graph)
-    folded = {n.output[0] for n in graph.node if n.name in skip}
-    found: dict[str, list] = {}
-    for n in graph.node:
-        if (n.op_type == "MatMul" and n.input[0] not in folded and n.input[0] not in weights
-                and n.input[1] in weights and len(weights[n.input[1]].dims) == 2):
-            found.setdefault(n.input[0], []).append(n)
-    return found
-
-
 def smooth_onnx(src: str | Path, dst: str | Path, calibration: torch.Tensor, input_name: str,
-                alpha: float = SMOOTH_ALPHA, batch_size: int = 8, insert: bool = False) -> dict[str, float]:
+                alpha: float = SMOOTH_ALPHA, batch_size: int = 8) -> dict[str, float]:
     """SmoothQuant applied to the ONNX graph `src`, written to `dst`: for each LayerNorm whose output only MatMuls
     read (`smoothable`), its output's per-channel max |x| over `calibration` (normalised images, N x C x H x W),
     the scales of `smooth_scales`, the LayerNorm's scale and bias divided by them and the MatMuls' weight rows
-    multiplied (new initializers: a weight shared with another node is not changed under it). With `insert`, the
-    other weight MatMuls' inputs (`other_inputs`: proj, fc2) as well, each through a new Mul node by 1 / s before
-    it (one elementwise pass more). The float function is unchanged up to rounding. Returns {smoothed activation:
-    how much its spread of channel ranges (largest / median max |x|) shrank}, for the log."""
+    multiplied (new initializers: a weight shared with another node is not changed under it): no node is added.
+    The float function is unchanged up to rounding. Returns {smoothed LayerNorm output: how much its spread of
+    channel ranges (largest / median max |x|) shrank}; empty (and `dst` a copy) where nothing is smoothable."""
     import onnx
     from onnx import numpy_helper
 
@@ -120,11 +105,10 @@ def smooth_onnx(src: str | Path, dst: str | Path, calibration: torch.Tensor, inp
     graph = model.graph
     targets = smoothable(graph)
     if not targets:
-        raise ValueError(f"{src}: no LayerNorm whose output only MatMuls with weights read: nothing to smooth")
+        onnx.save(model, str(dst))
+        return {}
     norms = {n.name: n for n in graph.node if n.name in targets}
     groups = {norms[k].output[0]: (norms[k], v) for k, v in targets.items()}
-    if insert:
-        groups.update({t: (None, v) for t, v in other_inputs(graph, set(targets)).items()})
     act = channel_absmax(src, list(groups), calibration, input_name, batch_size)
     inits = _constants(graph)
     done: dict[str, float] = {}
@@ -137,19 +121,11 @@ def smooth_onnx(src: str | Path, dst: str | Path, calibration: torch.Tensor, inp
         w = {m.name: numpy_helper.to_array(inits[m.input[1]]) for m in readers}
         a = act[t]
         s = smooth_scales(a, np.max([np.abs(v).max(1) for v in w.values()], axis=0), alpha)
-        if ln is not None:  # folded: gamma / s, beta / s
-            for slot in (1, 2):
-                if len(ln.input) > slot and ln.input[slot]:
-                    ln.input[slot] = add(numpy_helper.to_array(inits[ln.input[slot]]) / s, f"{ln.name}.smoothed_{slot}")
-        else:  # x / s by a Mul node before the first reader
-            mul = onnx.helper.make_node("Mul", [t, add(1 / s, f"{t}.smooth_inverse")], [f"{t}.smoothed"],
-                                        name=f"{t}.smooth")
-            at = min(list(graph.node).index(m) for m in readers)
-            graph.node.insert(at, mul)
-        for m in readers:
+        for slot in (1, 2):  # x / s folded into the LayerNorm: gamma / s, beta / s
+            if len(ln.input) > slot and ln.input[slot]:
+                ln.input[slot] = add(numpy_helper.to_array(inits[ln.input[slot]]) / s, f"{ln.name}.smoothed_{slot}")
+        for m in readers:  # s W
             m.input[1] = add(w[m.name] * s[:, None], f"{m.name}.smoothed_weight")
-            if ln is None:
-                m.input[0] = f"{t}.smoothed"
         done[t] = float((a.max() / np.median(a)) / ((a / s).max() / np.median(a / s)))
     used = {i for n in graph.node for i in n.input}
     keep = [t for t in graph.initializer if t.name in used]
