@@ -1,6 +1,7 @@
-"""SmoothQuant for onnxruntime static int8 (`vitkit.inference.smooth`): folded into the LayerNorms and the MatMuls
-that read them, the float graph computes the same function; on a model with a planted activation-outlier channel
-static int8 comes far closer to fp32 with it."""
+"""Static int8's recipe on onnxruntime: SmoothQuant (`vitkit.inference.smooth`), folded into the LayerNorms and the
+MatMuls that read them, so the float graph computes the same function, and on a model with a planted
+activation-outlier channel static int8 comes far closer to fp32 with it; and the int8 grid (`--int8-grid`), stored
+in the export and said by the commands that run it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from tests.helpers import int8_against_fp32, trained_digits_vit
+from tests.inputs import assert_one_line_error, run_main
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -88,6 +90,10 @@ def test_smoothquant_brings_static_int8_close_to_fp32_on_a_planted_outlier_chann
     # the outlier channel's range leaves a few int8 levels for the other channels: the plain graph is far off
     assert a0 < 0.96 and a1 >= 0.98 and drop < 0.02, (a0, a1, drop)
     assert e1 < e0 / 3, (e0, e1)
+    # 8-bit u8 weights: the smoothed weights' wider channel ranges lose less than on 7-bit s8
+    u8 = quantize_static_int8(src, tmp_path / "u8.onnx", calib, grid="u8")
+    a2, _, e2 = int8_against_fp32(model, exported_runner(u8))
+    assert e2 < e1 and a2 >= a1 - 0.005, (e1, e2, a1, a2)
     # the recipe is stored in the file and said from it
     assert exported_int8(smooth)["smooth_quant"] == SMOOTH_ALPHA and exported_int8(smooth)["smoothed"] == 4
     assert exported_int8(plain)["smooth_quant"] is None and exported_int8(plain)["grid"] == "w7"
@@ -108,3 +114,32 @@ def test_smoothing_refuses_a_bad_alpha_and_leaves_a_graph_without_layernorms_as_
     onnx.save(onnx.helper.make_model(g), str(tmp_path / "relu.onnx"))
     assert smooth_onnx(tmp_path / "relu.onnx", tmp_path / "s.onnx", torch.zeros(2, 4), "x") == {}
     assert [n.op_type for n in onnx.load(str(tmp_path / "s.onnx")).graph.node] == ["Relu"]
+
+
+def test_export_on_the_u8_grid_records_it_and_predict_says_the_recipe(tmp_path, saved_digits) -> None:
+    from onnx import numpy_helper
+
+    from vitkit.inference.export import exported_int8
+
+    model_dir, imgs = saved_digits
+    out = tmp_path / "m.onnx"
+    r = run_main("export", str(model_dir), "--out", str(out), "--precision", "int8", "--calibrate", str(imgs),
+                 "--int8-grid", "u8", "--no-check")
+    assert r.returncode == 0, r.stderr
+    assert "int8 recipe: grid u8: u8 weights and activations on 8 bits" in r.stdout and "SmoothQuant alpha" in r.stdout
+    doc = exported_int8(tmp_path / "m.int8.onnx")
+    assert doc["grid"] == "u8" and doc["smoothed"] == 4
+    g = onnx.load(str(tmp_path / "m.int8.onnx")).graph
+    w = [numpy_helper.to_array(t) for t in g.initializer if t.name.endswith("weight_quantized")]
+    assert w and all(x.dtype == np.uint8 for x in w) and max(int(x.max()) - int(x.min()) for x in w) > 128
+    p = run_main("predict", str(imgs), "--model", str(tmp_path / "m.int8.onnx"), "--output", str(tmp_path / "p.jsonl"))
+    assert p.returncode == 0, p.stderr
+    assert "int8 recipe: grid u8" in p.stderr, p.stderr
+    # what cannot take a grid is refused by name
+    for args, says in ((("export", str(model_dir), "--out", str(tmp_path / "d.onnx"), "--precision", "int8",
+                         "--int8-grid", "u8"), "--int8-grid chooses the grid of static int8, which is calibrated"),
+                       (("predict", str(imgs), "--model", str(model_dir), "--runtime", "openvino", "--precision",
+                         "int8", "--calibrate", str(imgs), "--int8-grid", "u8"), "--int8-grid is onnxruntime's"),
+                       (("predict", str(imgs), "--model", str(tmp_path / "m.int8.onnx"), "--int8-grid", "w7",
+                         "--precision", "int8", "--calibrate", str(imgs)), "is already exported")):
+        assert_one_line_error(run_main(*args), says)

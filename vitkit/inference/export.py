@@ -371,6 +371,23 @@ INT8_GRIDS = {
 DEFAULT_GRID = "w7"
 
 
+def check_int8_grid(grid: str | None, precision: str, calibrated: bool, runtime: str | None = None) -> None:
+    """`--int8-grid`'s checks before any work: int8 only, static (calibrated), onnxruntime's (OpenVINO's NNCF has
+    its own), a grid of `INT8_GRIDS`."""
+    if grid is None:
+        return
+    if grid not in INT8_GRIDS:
+        raise ValueError(f"--int8-grid: one of {', '.join(INT8_GRIDS)}, got {grid!r}")
+    if precision != "int8":
+        raise ValueError(f"--int8-grid chooses the grid of static int8; precision is {precision}: add --precision int8")
+    if not calibrated:
+        raise ValueError("--int8-grid chooses the grid of static int8, which is calibrated on your images: give "
+                         "--calibrate DIR")
+    if runtime not in (None, "onnxruntime"):
+        raise ValueError(f"--int8-grid is onnxruntime's static int8; {runtime} int8 is quantised by NNCF on its own "
+                         "grid: use --runtime onnxruntime, or leave out --int8-grid")
+
+
 def _check_calibration(calibration: torch.Tensor) -> None:
     """A ValueError for a calibration set that is not (N, C, H, W) with at least `MIN_CALIBRATION` images; a warning
     under `FEW_CALIBRATION` (static int8, both runtimes)."""
