@@ -56,18 +56,12 @@ def header(args: argparse.Namespace) -> dict[str, object]:
 
 
 def accuracy(args: argparse.Namespace) -> dict[str, object]:
-    from dinov2_tome import load_checked
-    from tome_int8 import DINO_DIGITS, _digits_pool, _summarise, dinov2_digits_seed
+    from int8_openvino import dinov2_digits, fp32_features
+    from tome_int8 import DINO_DIGITS, _summarise, dinov2_digits_seed
 
     tmp = scratch_dir(prefix="vitkit-int8-smooth-")
-    model, check = load_checked(args.wheel, tmp / "dinov2")
-    pre = model.preprocess
-    images, labels, n_tr, n_te = _digits_pool(None if args.limit >= 1797 else args.limit)
-    n_cal = min(args.calibration, n_tr // 2)
-
-    def prep(x: torch.Tensor) -> torch.Tensor:
-        return pre.normalize(pre.resize(x.expand(-1, 3, -1, -1)))
-
+    model, check, prep, images, labels, n_tr, n_te, n_cal = dinov2_digits(args.wheel, tmp, args.limit,
+                                                                          args.calibration)
     doc = header(args) | {"wheel_parity_max_abs": check(prep(images[:4])), "images": len(images), "n_train": n_tr,
                           "n_test": n_te, "n_calibration": n_cal, "seconds": {}}
     feats: dict = {"labels": labels, "n_train": n_tr, "n_test": n_te, "n_calibration": n_cal, "variants": {}}
@@ -81,13 +75,7 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
         print(f"{name}: {len(images)} digits in {doc['seconds'][name]:.0f} s (load {os.getloadavg()[0]:.1f})",
               flush=True)
 
-    cache = args.fp32_cache
-    if cache is not None and cache.is_file() and len(torch.load(cache)["features"]) == len(images):
-        feats["variants"][(0, "fp32")] = {"features": torch.load(cache)["features"], "final_tokens": 257}
-    else:
-        features("fp32", lambda x: model.intermediates(x, blocks=False)["pooled"])
-        if cache is not None:
-            torch.save({"features": feats["variants"][(0, "fp32")]["features"]}, cache)
+    fp32_features(feats, model, features, args.fp32_cache)
     src = export_onnx(model, tmp / "d.onnx")
     calib = prep(images[:n_cal])
     for v in args.variants.split(","):

@@ -434,10 +434,14 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     attention's activation x activation MatMuls (q k^T, a v) and the classifier head (the graph's last MatMul/Gemm).
     The MatMuls' outputs stay float (onnxruntime runs each as one MatMulIntegerToFloat: an int8 output would add a
     requantisation and a DequantizeLinear pass per MatMul, which made static int8 slower than dynamic).
-    Weights are quantised to 7 bits (onnxruntime's `reduce_range`): on a CPU without VNNI (AVX2, AVX-512 without
-    VNNI) its u8 x s8 kernels add pairs of products in saturating 16-bit lanes, and full-range 8-bit weights overflow
-    them (a 2-core AMD EPYC with AVX2: top-1 agreement 0.89 with fp32 on the test model, over 0.98 with 7-bit weights);
-    the file runs wherever it is copied, so it is written to be exact on both kinds of CPU.
+    `grid` (`INT8_GRIDS`): "w7", s8 weights on 7 bits (onnxruntime's `reduce_range`): on a CPU without VNNI (AVX2,
+    AVX-512 without VNNI) its u8 x s8 kernels add pairs of products in saturating 16-bit lanes, and full-range 8-bit
+    s8 weights overflow them (a 2-core AMD EPYC with AVX2: top-1 agreement 0.89 with fp32 on the test model, over
+    0.98 with 7-bit weights); "u8", u8 weights on 8 bits, run by onnxruntime's u8 x u8 kernels, which do not
+    saturate: closer to fp32, slower where u8 x s8 is the faster kernel. The file runs wherever it is copied, so
+    both are written to be exact on both kinds of CPU. `smooth`: SmoothQuant's alpha (`vitkit.inference.smooth`,
+    folded into the LayerNorms before qkv and fc1: the same nodes, the same speed), None for none.
+    Both are stored in the file's metadata (`INT8_KEY`: grid, smooth_quant, smoothed) and said by `describe_int8`.
     The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out), at most
     `CALIBRATION_CHUNK` images held at once (the histograms are merged chunk by chunk).
     `keep_float`: layers (`quantisable_layers` names, e.g. "blocks.11.mlp.fc2", or a `KeepFloat` with the rule that
