@@ -46,7 +46,7 @@ def parse_variant(v: str) -> dict[str, object]:
     w, _, sq = v.partition("+sq")
     if w not in ("s8", "u8"):
         raise ValueError(f"variant {v!r}: s8 or u8, then optionally +sqALPHA")
-    return {"grid": "w7" if w == "s8" else "u8", "smooth": float(sq) if sq else None}
+    return {"grid": "w7" if w == "s8" else "u8", "smooth_quant": float(sq) if sq else None}
 
 
 def header(args: argparse.Namespace) -> dict[str, object]:

@@ -83,7 +83,7 @@ def test_smoothquant_brings_static_int8_close_to_fp32_on_a_planted_outlier_chann
     from vitkit.inference.smooth import SMOOTH_ALPHA
 
     model, src, calib = planted
-    plain = quantize_static_int8(src, tmp_path / "plain.onnx", calib, smooth=None)
+    plain = quantize_static_int8(src, tmp_path / "plain.onnx", calib, smooth_quant=None)
     smooth = quantize_static_int8(src, tmp_path / "smooth.onnx", calib)  # SmoothQuant is the default
     a0, _, e0 = int8_against_fp32(model, exported_runner(plain))
     a1, drop, e1 = int8_against_fp32(model, exported_runner(smooth))

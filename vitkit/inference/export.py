@@ -423,7 +423,7 @@ def _layer_nodes(graph) -> dict[str, list[str]]:  # noqa: ANN001 - onnx.GraphPro
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8,
                          method: str = "minmax", keep_float: KeepFloat | tuple[str, ...] = (),
                          ranges: str | Path | None = None, grid: str = DEFAULT_GRID,
-                         smooth: float | None = SMOOTH_ALPHA) -> Path:
+                         smooth_quant: float | None = SMOOTH_ALPHA) -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
     channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activations:
@@ -439,7 +439,7 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     s8 weights overflow them (a 2-core AMD EPYC with AVX2: top-1 agreement 0.89 with fp32 on the test model, over
     0.98 with 7-bit weights); "u8", u8 weights on 8 bits, run by onnxruntime's u8 x u8 kernels, which do not
     saturate: closer to fp32, slower where u8 x s8 is the faster kernel. The file runs wherever it is copied, so
-    both are written to be exact on both kinds of CPU. `smooth`: SmoothQuant's alpha (`vitkit.inference.smooth`,
+    both are written to be exact on both kinds of CPU. `smooth_quant`: SmoothQuant's alpha (`vitkit.inference.smooth`,
     folded into the LayerNorms before qkv and fc1: the same nodes, the same speed), None for none.
     Both are stored in the file's metadata (`INT8_KEY`: grid, smooth_quant, smoothed) and said by `describe_int8`.
     The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out), at most
@@ -473,7 +473,8 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     root.setLevel(logging.ERROR)
     try:
         _pre_process(src, pre)
-        smoothed = smooth_onnx(pre, pre, calibration, INPUT_NAME, smooth, batch_size) if smooth is not None else {}
+        smoothed = (smooth_onnx(pre, pre, calibration, INPUT_NAME, smooth_quant, batch_size)
+                    if smooth_quant is not None else {})
         graph = onnx.load(str(pre)).graph
         inits = {t.name for t in graph.initializer}
         matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
@@ -523,7 +524,7 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst, mixed, grid=grid, smooth_quant=smooth if smoothed else None, smoothed=len(smoothed))
+    _copy_tags(src, dst, mixed, grid=grid, smooth_quant=smooth_quant if smoothed else None, smoothed=len(smoothed))
     return dst
 
 
