@@ -1,5 +1,5 @@
 """SmoothQuant (Xiao et al. 2023, "SmoothQuant: accurate and efficient post-training quantization for large language
-models", §4) for onnxruntime's static int8 (issue 53): per-channel scales that move the activation outliers of a
+models", §4) for onnxruntime's static int8 (issue 53; on by default, `quantize_static_int8`): per-channel scales that move the activation outliers of a
 LayerNorm's output into the weights of the MatMuls that read it, folded into the graph so the float model computes
 the same function.
 
@@ -22,7 +22,7 @@ import torch
 #: SmoothQuant's migration strength alpha for onnxruntime static int8: how much of the activations' channel range
 #: moves into the weights (0: none, 1: all)
 SMOOTH_ALPHA = 0.5
-#: the smallest and largest per-channel scale: a channel that is ~0 on every calibration image is left alone
+#: the smallest and largest per-channel scale (a near-dead channel or weight row would otherwise get an extreme one)
 SCALE_RANGE = (1e-2, 1e2)
 
 
