@@ -200,23 +200,43 @@ def main() -> None:
     print(markdown(out))
 
 
-def dinov2_mixed(args: argparse.Namespace) -> dict[str, object]:
-    """The DINOv2 digits features of fp32 and of every int8 variant (onnxruntime static and OpenVINO NNCF, each with
-    the N most sensitive layers kept in float for N in --keep), the 5-seed accuracy protocol on them, the measured
-    layer errors, and the variants' speed against torch fp32 (interleaved, batch 8)."""
+def dinov2_digits(wheel: Path, tmp: Path, limit: int, calibration: int):  # noqa: ANN201
+    """The DINOv2 digits protocol's set-up: (the wheel's backbone, its parity check, the digits' preprocessing,
+    the pool's images and labels, training / test counts, calibration count)."""
     from dinov2_tome import load_checked  # the sibling scripts: the wheel's backbone and the digits protocol
-    from tome_int8 import DINO_DIGITS, _digits_pool, _summarise, dinov2_digits_seed
-    from tqdm.auto import tqdm
+    from tome_int8 import _digits_pool
 
-    tmp = scratch_dir(prefix="vitkit-int8-mixed-")  # removed as the process exits
-    model, check = load_checked(args.dinov2, tmp / "dinov2")
+    model, check = load_checked(wheel, tmp / "dinov2")
     pre = model.preprocess
-    images, labels, n_tr, n_te = _digits_pool(None if args.limit >= 1797 else args.limit)
-    n_cal = min(args.calibration, n_tr // 2)
+    images, labels, n_tr, n_te = _digits_pool(None if limit >= 1797 else limit)
 
     def prep(x: torch.Tensor) -> torch.Tensor:
         return pre.normalize(pre.resize(x.expand(-1, 3, -1, -1)))
 
+    return model, check, prep, images, labels, n_tr, n_te, min(calibration, n_tr // 2)
+
+
+def fp32_features(feats: dict, model: torch.nn.Module, features, cache: Path | None) -> None:  # noqa: ANN001
+    """The DINOv2 digits pool's fp32 pooled features into `feats["variants"][(0, "fp32")]`: read from `cache` where
+    it holds as many digits, else computed by `features` (the script's feature loop) and written to `cache`."""
+    if cache is not None and cache.is_file() and len(torch.load(cache)["features"]) == len(feats["labels"]):
+        feats["variants"][(0, "fp32")] = {"features": torch.load(cache)["features"], "final_tokens": 257}
+        return
+    features("fp32", lambda x: model.intermediates(x, blocks=False)["pooled"])
+    if cache is not None:
+        torch.save({"features": feats["variants"][(0, "fp32")]["features"]}, cache)
+
+
+def dinov2_mixed(args: argparse.Namespace) -> dict[str, object]:
+    """The DINOv2 digits features of fp32 and of every int8 variant (onnxruntime static and OpenVINO NNCF, each with
+    the N most sensitive layers kept in float for N in --keep), the 5-seed accuracy protocol on them, the measured
+    layer errors, and the variants' speed against torch fp32 (interleaved, batch 8)."""
+    from tome_int8 import DINO_DIGITS, _summarise, dinov2_digits_seed
+    from tqdm.auto import tqdm
+
+    tmp = scratch_dir(prefix="vitkit-int8-mixed-")  # removed as the process exits
+    model, check, prep, images, labels, n_tr, n_te, n_cal = dinov2_digits(args.dinov2, tmp, args.limit,
+                                                                          args.calibration)
     doc: dict[str, object] = {"machine": machine_info("cpu"), "isa": isa_kind(), "threads": torch.get_num_threads(),
                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "load_before": os.getloadavg(), "wheel_parity_max_abs": check(prep(images[:4])),
@@ -231,13 +251,7 @@ def dinov2_mixed(args: argparse.Namespace) -> dict[str, object]:
         feats["variants"][(0, name)] = {"features": out, "final_tokens": 257, "seconds": time.perf_counter() - t0}
         print(f"{name}: {len(images)} digits in {time.perf_counter() - t0:.0f} s", flush=True)
 
-    cache = args.fp32_cache
-    if cache is not None and cache.is_file() and len(torch.load(cache)["features"]) == len(images):
-        feats["variants"][(0, "fp32")] = {"features": torch.load(cache)["features"], "final_tokens": 257}
-    else:
-        features("fp32", lambda x: model.intermediates(x, blocks=False)["pooled"])
-        if cache is not None:
-            torch.save({"features": feats["variants"][(0, "fp32")]["features"]}, cache)
+    fp32_features(feats, model, features, args.fp32_cache)
     src = export_onnx(model, tmp / "d.onnx")
     t0 = time.perf_counter()
     errors = (json.loads(args.errors.read_text())["layer_errors"] if args.errors else

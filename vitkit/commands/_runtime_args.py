@@ -9,6 +9,7 @@ import sys
 
 from torch import nn
 
+from vitkit.inference.export import DEFAULT_GRID, INT8_GRIDS
 from vitkit.inference.mixed import parse_keep_float
 from vitkit.inference.runtime import RUNTIMES, Predictor, build_predictor
 from vitkit.utils.options import INFERENCE_PRECISION, PRECISION_CHOICES, native_asked, precision_help
@@ -31,14 +32,19 @@ def add_runtime_arguments(p: argparse.ArgumentParser, default_runtime: str | Non
     p.add_argument("--calibrate", nargs="+", default=None, metavar="PATH",
                    help="int8: static quantisation calibrated on these images of your own (files, folders, lists; a "
                    "few hundred, at most 512 read) instead of dynamic quantisation; OpenVINO int8 (NNCF) needs it")
-    add_keep_float_argument(p)
+    add_int8_arguments(p)
 
 
-def add_keep_float_argument(p: argparse.ArgumentParser) -> None:
+def add_int8_arguments(p: argparse.ArgumentParser) -> None:
+    """--int8-keep-float and --int8-grid (`predict`, `eval`, `embed`, `export`)."""
     p.add_argument("--int8-keep-float", default=None, metavar="N|LAYERS",
                    help="int8 mixed precision: keep N layers in float, those with the largest int8 error measured "
                    "on the --calibrate images, or the layers named (comma-separated module paths, e.g. "
                    "blocks.11.mlp.fc2); the choice is printed and stored in an export (default: all int8)")
+    p.add_argument("--int8-grid", default=None, choices=tuple(INT8_GRIDS),
+                   help="static int8 on onnxruntime (with --calibrate): w7, s8 weights on 7 bits (the fast u8 x s8 "
+                   "kernels); u8, u8 weights on 8 bits (closer to fp32, slower on CPUs without VNNI); both exact on "
+                   f"every CPU; printed and stored in an export (default: {DEFAULT_GRID})")
 
 
 def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | None = None) -> Predictor:
@@ -53,7 +59,7 @@ def predictor_for(model: nn.Module, args: argparse.Namespace, n_images: int | No
     keep = parse_keep_float(getattr(args, "int8_keep_float", None))
     return build_predictor(model, args.precision, args.runtime, args.compile, getattr(args, "device", "cpu"),
                            args.threads, log=lambda m: print(m, file=sys.stderr), n_images=n_images,
-                           calibration=calibration, keep_float=keep)
+                           calibration=calibration, keep_float=keep, int8_grid=getattr(args, "int8_grid", None))
 
 
 def check_native(args: argparse.Namespace) -> None:
@@ -72,7 +78,8 @@ def check_native(args: argparse.Namespace) -> None:
     if args.compile:
         raise ValueError("--native with --compile: every packed batch has its own shape (a recompile each); "
                          "leave out --compile")
-    if getattr(args, "calibrate", None) or args.precision == "int8" or getattr(args, "int8_keep_float", None):
+    if (getattr(args, "calibrate", None) or args.precision == "int8" or getattr(args, "int8_keep_float", None)
+            or getattr(args, "int8_grid", None)):
         raise ValueError("--native runs in torch (fp32 / bf16); int8 runs in onnxruntime at a fixed input size")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vitkit.commands._load_args import add_load_arguments, load_hints
 from vitkit.commands._merge_args import add_merge_argument, apply_merge
-from vitkit.commands._runtime_args import add_keep_float_argument
+from vitkit.commands._runtime_args import add_int8_arguments
 from vitkit.inference.backends import EXPORT_SUFFIXES, FORMATS
 from vitkit.inference.export import DEFAULT_OPSET
 from vitkit.utils.options import EXPORT_PRECISIONS, add_img_size_argument, precision_help
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate", nargs="+", default=None, metavar="PATH",
                    help="with --precision int8: static quantisation calibrated on these images of your own (files, "
                    "folders, lists; a few hundred, at most 512 read) instead of dynamic quantisation")
-    add_keep_float_argument(p)
+    add_int8_arguments(p)
     p.add_argument("--no-check", action="store_true", help="skip the parity check against PyTorch")
     p.add_argument("--bench", action="store_true", help="time PyTorch and the exported files side by side")
     p.add_argument("--batch", type=int, default=8, help="batch size of the --bench timing (default: 8)")
@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
 
     keep = parse_keep_float(args.int8_keep_float)
     check_keep_float(keep, "int8" if args.int8 else (args.precision or "fp32"), bool(args.calibrate))
+    from vitkit.inference.export import check_int8_grid
+
+    check_int8_grid(args.int8_grid, "int8" if args.int8 else (args.precision or "fp32"), bool(args.calibrate),
+                    "openvino" if args.format == "openvino" else None)
     from vitkit.formats.hub import is_hub_id
 
     src = Path(args.source)
@@ -129,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
 
         calibration = calibration_images(args.calibrate, model.preprocess)
         print(f"calibrating int8 on {len(calibration)} images")
-    paths = export_model(model, args.format, out, args.opset, args.int8, calibration, keep, log=print)
+    paths = export_model(model, args.format, out, args.opset, args.int8, calibration, keep, log=print,
+                         grid=args.int8_grid)
     for name, p in paths.items():
         print(f"wrote {p}" + (f" (dynamic batch, {model.config.img_size[0]}x{model.config.img_size[1]})"
                               if name.endswith("fp32") else ""))

@@ -29,11 +29,15 @@ import torch
 from torch import nn
 
 from vitkit.inference.export import (
+    DEFAULT_GRID,
     DEFAULT_OPSET,
     OUTPUT_KEY,
+    check_int8_grid,
+    describe_int8,
     export_aoti,
     export_onnx,
     export_openvino,
+    exported_int8,
     exported_output,
     exported_preprocess,
     load_aoti,
@@ -298,36 +302,44 @@ def check_export(fmt: str, int8: bool = False, calibrated: bool = False) -> None
 
 
 def quantize_for(backend: str, model: nn.Module, src: Path, dst: Path, calibration: torch.Tensor | None,
-                 keep: int | tuple[str, ...] = 0, log: Callable[[str], None] | None = None) -> tuple[Path, KeepFloat]:
+                 keep: int | tuple[str, ...] = 0, log: Callable[[str], None] | None = None,
+                 grid: str | None = None) -> tuple[Path, KeepFloat]:
     """`src`, the fp32 export of `model` for `backend` (onnxruntime or openvino), quantised to int8 at `dst`:
     OpenVINO by NNCF (calibrated), onnxruntime static where `calibration` is given, dynamic otherwise; with the
     layers `keep` (`vitkit.inference.mixed.keep_float`: a count measured on `calibration`, or names) kept in float,
-    said to `log` and stored in the file. Returns (the int8 file, the mixed precision)."""
+    said to `log` and stored in the file; `grid`: static int8's grid (`INT8_GRIDS`; default `DEFAULT_GRID`), its
+    recipe said to `log` too. Returns (the int8 file, the mixed precision)."""
+    check_int8_grid(grid, "int8", calibration is not None, backend)
     mixed = keep_float(model, calibration, keep, quantisable_layers(src)) if keep else KeepFloat((), "all int8")
     if mixed.layers and log is not None:
         log(f"int8 mixed precision: {mixed.describe()}")
     if backend == "openvino":
-        return quantize_openvino_int8(src, dst, calibration, mixed), mixed
-    if calibration is not None:
-        return quantize_static_int8(src, dst, calibration, keep_float=mixed), mixed
-    return quantize_int8(src, dst, mixed), mixed
+        out = quantize_openvino_int8(src, dst, calibration, mixed)
+    elif calibration is not None:
+        out = quantize_static_int8(src, dst, calibration, keep_float=mixed, grid=grid or DEFAULT_GRID)
+    else:
+        return quantize_int8(src, dst, mixed), mixed
+    if log is not None:
+        log(describe_int8(exported_int8(out)))
+    return out, mixed
 
 
 def export_model(model: nn.Module, fmt: str, out: str | Path, opset: int = DEFAULT_OPSET, int8: bool = False,
                  calibration: torch.Tensor | None = None, keep: int | tuple[str, ...] = 0,
-                 log: Callable[[str], None] | None = None) -> dict[str, Path]:
+                 log: Callable[[str], None] | None = None, grid: str | None = None) -> dict[str, Path]:
     """Export `model` (fp32, eval) as `fmt` (onnx | openvino | aoti) to `out`, and with `int8` its quantisation
     beside: ONNX dynamic, or static calibrated on `calibration` (normalised images of the user's own); OpenVINO
     NNCF's post-training quantisation calibrated on them (`quantize_openvino_int8`, calibration required); `keep`:
-    the layers kept in float (`quantize_for`, said to `log`); returns {"<fmt> fp32": path, "<fmt> int8": path}."""
+    the layers kept in float and `grid` static int8's grid (`quantize_for`, said to `log`); returns {"<fmt> fp32": path, "<fmt> int8": path}."""
     check_export(fmt, int8, calibration is not None)
     check_keep_float(keep, "int8" if int8 else "fp32", calibration is not None)
+    check_int8_grid(grid, "int8" if int8 else "fp32", calibration is not None, FORMATS[fmt].name)
     out = Path(out)
     with staged_files(out) as staged:  # every file complete before any earlier one is replaced
         FORMATS[fmt].export(model, staged, opset)
         if int8:
             quantize_for(FORMATS[fmt].name, model, staged, staged.with_suffix(f".int8{FORMATS[fmt].suffix}"),
-                         calibration, keep, log)
+                         calibration, keep, log, grid)
     paths = {f"{fmt} fp32": out}
     if int8:
         paths[f"{fmt} int8"] = out.with_suffix(f".int8{FORMATS[fmt].suffix}")

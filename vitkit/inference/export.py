@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from vitkit.inference.mixed import INT8_KEY, KeepFloat, check_known_layers
+from vitkit.inference.smooth import SMOOTH_ALPHA, smooth_onnx
 from vitkit.models.preprocess import PreprocessConfig
 from vitkit.models.vit import VisionTransformer
 from vitkit.utils.atomic import atomic_write_bytes, atomic_write_text
@@ -339,7 +340,7 @@ def quantize_int8(src: str | Path, dst: str | Path, keep_float: KeepFloat | tupl
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst, mixed)
+    _copy_tags(src, dst, mixed, smooth_quant=None)
     return dst
 
 
@@ -358,6 +359,33 @@ CALIBRATION_CHUNK = 8
 #: how `quantize_static_int8` sets each activation's range from the calibration images: "minmax" (the whole range
 #: seen) or "percentile" (99.999th percentile of |x|, clipping the rarest values)
 CALIBRATION_METHODS = ("minmax", "percentile")
+
+
+#: the int8 grids `quantize_static_int8` writes, each exact on CPUs with VNNI and without (where onnxruntime's
+#: u8 x s8 kernels add pairs of products in saturating 16-bit lanes, which full 8-bit u8 x s8 overflows)
+INT8_GRIDS = {
+    "w7": "s8 weights on 7 bits, u8 activations on 8 (onnxruntime's reduce_range)",
+    "u8": "u8 weights and activations on 8 bits (onnxruntime's u8 x u8 kernels, slower than u8 x s8 without VNNI)",
+}
+#: the grid static int8 is written on unless asked otherwise: the faster (u8 x s8 kernels)
+DEFAULT_GRID = "w7"
+
+
+def check_int8_grid(grid: str | None, precision: str, calibrated: bool, runtime: str | None = None) -> None:
+    """`--int8-grid`'s checks before any work: int8 only, static (calibrated), onnxruntime's (OpenVINO's NNCF has
+    its own), a grid of `INT8_GRIDS`."""
+    if grid is None:
+        return
+    if grid not in INT8_GRIDS:
+        raise ValueError(f"--int8-grid: one of {', '.join(INT8_GRIDS)}, got {grid!r}")
+    if precision != "int8":
+        raise ValueError(f"--int8-grid chooses the grid of static int8; precision is {precision}: add --precision int8")
+    if not calibrated:
+        raise ValueError("--int8-grid chooses the grid of static int8, which is calibrated on your images: give "
+                         "--calibrate DIR")
+    if runtime not in (None, "onnxruntime"):
+        raise ValueError(f"--int8-grid is onnxruntime's static int8; {runtime} int8 is quantised by NNCF on its own "
+                         "grid: use --runtime onnxruntime, or leave out --int8-grid")
 
 
 def _check_calibration(calibration: torch.Tensor) -> None:
@@ -394,7 +422,8 @@ def _layer_nodes(graph) -> dict[str, list[str]]:  # noqa: ANN001 - onnx.GraphPro
 
 def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Tensor, batch_size: int = 8,
                          method: str = "minmax", keep_float: KeepFloat | tuple[str, ...] = (),
-                         ranges: str | Path | None = None) -> Path:
+                         ranges: str | Path | None = None, grid: str = DEFAULT_GRID,
+                         smooth_quant: float | None = SMOOTH_ALPHA) -> Path:
     """onnxruntime static quantisation (QDQ) calibrated on `calibration`, normalised images (N, C, H, W) of the
     user's own data (a few hundred): every Linear's MatMul (and the patch embedding's Conv) in int8, weights per
     channel (s8), activations per tensor (u8, the VNNI u8 x s8 path) with ranges from the calibration's activations:
@@ -404,10 +433,14 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     attention's activation x activation MatMuls (q k^T, a v) and the classifier head (the graph's last MatMul/Gemm).
     The MatMuls' outputs stay float (onnxruntime runs each as one MatMulIntegerToFloat: an int8 output would add a
     requantisation and a DequantizeLinear pass per MatMul, which made static int8 slower than dynamic).
-    Weights are quantised to 7 bits (onnxruntime's `reduce_range`): on a CPU without VNNI (AVX2, AVX-512 without
-    VNNI) its u8 x s8 kernels add pairs of products in saturating 16-bit lanes, and full-range 8-bit weights overflow
-    them (measured on an AVX2 CPU: BENCHMARKS.md "Faster than the matmul roof");
-    the file runs wherever it is copied, so it is written to be exact on both kinds of CPU.
+    `grid` (`INT8_GRIDS`): "w7", s8 weights on 7 bits (onnxruntime's `reduce_range`): on a CPU without VNNI (AVX2,
+    AVX-512 without VNNI) its u8 x s8 kernels add pairs of products in saturating 16-bit lanes, and full-range 8-bit
+    s8 weights overflow them (measured: BENCHMARKS.md "int8 on a CPU without VNNI"); "u8", u8 weights on 8 bits,
+    run by onnxruntime's u8 x u8 kernels, which do not saturate: closer to fp32, slower where u8 x s8 is the faster
+    kernel. The file runs wherever it is copied, so
+    both are written to be exact on both kinds of CPU. `smooth_quant`: SmoothQuant's alpha (`vitkit.inference.smooth`,
+    folded into the LayerNorms before qkv and fc1: the same nodes, the same speed), None for none.
+    Both are stored in the file's metadata (`INT8_KEY`: grid, smooth_quant, smoothed) and said by `describe_int8`.
     The calibration runs in equal batches of `batch_size` (a remainder of fewer images is left out), at most
     `CALIBRATION_CHUNK` images held at once (the histograms are merged chunk by chunk).
     `keep_float`: layers (`quantisable_layers` names, e.g. "blocks.11.mlp.fc2", or a `KeepFloat` with the rule that
@@ -428,6 +461,8 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
 
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"calibration method: one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    if grid not in INT8_GRIDS:
+        raise ValueError(f"int8 grid: one of {', '.join(INT8_GRIDS)}, got {grid!r}")
     batch_size = min(batch_size, len(calibration))
     _check_calibration(calibration)
     dst = Path(dst)
@@ -437,11 +472,13 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     root.setLevel(logging.ERROR)
     try:
         _pre_process(src, pre)
+        smoothed = (smooth_onnx(pre, pre, calibration, INPUT_NAME, smooth_quant, batch_size)
+                    if smooth_quant is not None else {})
         graph = onnx.load(str(pre)).graph
-        weights = {t.name for t in graph.initializer}
+        inits = {t.name for t in graph.initializer}
         matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
         # a MatMul of two activations (attention scores, attention x values) stays in float; so does the head
-        keep_float_nodes = [n.name for n in matmuls if not any(i in weights for i in n.input[1:2])]
+        keep_float_nodes = [n.name for n in matmuls if not any(i in inits for i in n.input[1:2])]
         output = _stored_doc(Path(src), OUTPUT_KEY, "output")  # a feature graph has no head: its last MatMul is a block's
         if matmuls and (output is None or parse_json(output, src, OUTPUT_KEY).get("output") == "logits"):
             keep_float_nodes.append(matmuls[-1].name)
@@ -473,7 +510,9 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
 
         with contextlib.redirect_stdout(io.StringIO()):  # its calibration progress, printed
             quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True,
+                            activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QUInt8 if grid == "u8" else QuantType.QInt8,
+                            reduce_range=grid == "w7",
                             op_types_to_quantize=["MatMul", "Conv"], nodes_to_exclude=keep_float_nodes,
                             calibration_cache_path=ranges,
                             calibrate_method=(CalibrationMethod.MinMax if method == "minmax"
@@ -484,8 +523,20 @@ def quantize_static_int8(src: str | Path, dst: str | Path, calibration: torch.Te
     finally:
         root.setLevel(level)
         pre.unlink(missing_ok=True)
-    _copy_tags(src, dst, mixed)
+    _copy_tags(src, dst, mixed, grid=grid, smooth_quant=smooth_quant if smoothed else None, smoothed=len(smoothed))
     return dst
+
+
+def describe_int8(doc: dict[str, object] | None) -> str:
+    """One line for the log of how an int8 graph was quantised, from its stored recipe (`exported_int8`)."""
+    if doc is None:
+        return "int8: the file does not record how it was quantised (an older vitkit's export)"
+    grid = doc.get("grid")
+    sq = doc.get("smooth_quant")
+    parts = [f"grid {grid}: {INT8_GRIDS[grid]}" if grid in INT8_GRIDS else None,
+             (f"SmoothQuant alpha {sq}" + (f" folded into {doc['smoothed']} LayerNorms" if doc.get("smoothed") else ""))
+             if sq is not None else "no SmoothQuant"]
+    return "int8 recipe: " + "; ".join(p for p in parts if p)
 
 
 def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:
@@ -502,16 +553,18 @@ def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:
     return tags
 
 
-def _copy_tags(src: str | Path, dst: Path, mixed: KeepFloat) -> None:
-    """`_int8_tags(src)` and the mixed precision `mixed` written into the ONNX file `dst`."""
+def _copy_tags(src: str | Path, dst: Path, mixed: KeepFloat, **recipe: object) -> None:
+    """`_int8_tags(src)` and the int8 recipe (the mixed precision `mixed`, and `recipe`: how it was quantised,
+    e.g. smooth_quant) written into the ONNX file `dst`."""
     for key, _, doc in _int8_tags(src):
         _tag_onnx(dst, doc, key)
-    _tag_onnx(dst, json.dumps(mixed.as_doc()), INT8_KEY)
+    _tag_onnx(dst, json.dumps({**mixed.as_doc(), **recipe}), INT8_KEY)
 
 
 def exported_int8(path: str | Path) -> dict[str, object] | None:
-    """The mixed precision stored with an int8 export (`KeepFloat.as_doc`: the layers kept in float and the rule
-    that chose them), or None (an fp32 file, or an int8 file of an older vitkit)."""
+    """The int8 recipe stored with an int8 export (`KeepFloat.as_doc`: the layers kept in float and the rule that
+    chose them; `smooth_quant`: SmoothQuant's alpha, None for none), or None (an fp32 file, or an int8 file of an
+    older vitkit)."""
     doc = _stored_doc(Path(path), INT8_KEY, "int8")
     if doc is None:
         return None
@@ -600,7 +653,8 @@ def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.
                               advanced_parameters=advanced)
     finally:
         nlog.setLevel(level)
-    for _, rt, doc in (*_int8_tags(src), (INT8_KEY, "int8", json.dumps(mixed.as_doc()))):
+    for _, rt, doc in (*_int8_tags(src), (INT8_KEY, "int8", json.dumps(
+            {**mixed.as_doc(), "smooth_quant": smooth_quant if smooth_quant >= 0 else None}))):
         q.set_rt_info(doc, ["vitkit", rt])
     dst.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(q, str(dst), compress_to_fp16=False)

@@ -27,7 +27,7 @@ from torch import nn
 
 from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel, quantize_for
 from vitkit.inference.cpu_fused import fused_for_cpu
-from vitkit.inference.export import exported_int8
+from vitkit.inference.export import check_int8_grid, describe_int8, exported_int8
 from vitkit.inference.mixed import check_keep_float
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import read_json
@@ -185,7 +185,8 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
 def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: str | None = "torch", compile: bool = False,
                     device: str | torch.device = "cpu", threads: int | None = None,
                     log: Callable[[str], None] | None = None, n_images: int | None = None,
-                    calibration: torch.Tensor | None = None, keep_float: int | tuple[str, ...] = 0) -> Predictor:
+                    calibration: torch.Tensor | None = None, keep_float: int | tuple[str, ...] = 0,
+                    int8_grid: str | None = None) -> Predictor:
     """`model` as a `Predictor` on `runtime` in `precision`: the one place where both are decided. "auto" for either
     is resolved here (`precision.resolve`, `resolve_runtime` with `n_images`, the size of the job); `runtime=None`
     is torch (the reference numbers), or onnxruntime for int8 (the portable int8; `auto` may pick OpenVINO). A
@@ -196,13 +197,14 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     images of the user's data) makes int8 static, calibrated on them (`quantize_static_int8`), instead of dynamic.
     `keep_float` (int8 on onnxruntime / OpenVINO): the layers kept in float, mixed precision
     (`vitkit.inference.mixed.keep_float`: N, the N with the largest int8 error measured on `calibration`; or names).
-    Every path runs a snapshot of `model` (`snapshot`): the caller's model is not changed (not even put in eval
+    `int8_grid`: static int8's grid on onnxruntime (`vitkit.inference.export.INT8_GRIDS`). Every path runs a snapshot of `model` (`snapshot`): the caller's model is not changed (not even put in eval
     mode), and nothing done to it afterwards (weights, `set_token_merging`, hooks) changes the predictor."""
     say = log or (lambda _m: None)
     if isinstance(model, ExportedModel):
-        if keep_float:
-            raise ValueError(f"--int8-keep-float: {model.path} is already exported; choose the layers kept in float "
-                             "when exporting (vitkit export --precision int8 --int8-keep-float ...)")
+        if keep_float or int8_grid:
+            flag = "--int8-keep-float" if keep_float else "--int8-grid"
+            raise ValueError(f"{flag}: {model.path} is already exported; choose how it is quantised when exporting "
+                             f"(vitkit export --precision int8 {flag} ...)")
         return _exported_predictor(model, precision, runtime, compile, device, threads, say, calibration)
     precision, why = precision_mod.resolve(precision, device)
     asked = runtime or ("onnxruntime" if precision == "int8" else "torch")
@@ -214,12 +216,15 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
         rwhy = "the default for int8: the portable path (--runtime auto: the fastest measured on this CPU)"
     if asked == "auto" and compile and runtime != "torch":
         runtime, rwhy = "torch", "--compile asks for torch.compile"
+    if asked == "auto" and int8_grid and runtime != "onnxruntime":
+        runtime, rwhy = "onnxruntime", "--int8-grid is onnxruntime's static int8"
     set_threads(threads)
     if calibration is not None and precision != "int8":
         raise ValueError(f"calibration images are for int8 (static quantisation); precision is {precision}")
     check_keep_float(keep_float, precision, calibration is not None)
+    check_int8_grid(int8_grid, precision, calibration is not None, runtime)
     try:
-        net = _build(model, precision, runtime, compile, device, threads, say, calibration, keep_float)
+        net = _build(model, precision, runtime, compile, device, threads, say, calibration, keep_float, int8_grid)
     except Exception as e:  # noqa: BLE001 - an export or graph compiler refusing this model, reported below
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         if asked != "auto" or runtime == "torch" or precision not in SUPPORTED["torch"]:
@@ -233,7 +238,7 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
 
 def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device: str | torch.device,
            threads: int | None, say: Callable[[str], None], calibration: torch.Tensor | None = None,
-           keep_float: int | tuple[str, ...] = 0) -> Predictor:
+           keep_float: int | tuple[str, ...] = 0, int8_grid: str | None = None) -> Predictor:
     if runtime == "torch":
         return _torch_predictor(model, precision, compile, device, say)
     if compile:
@@ -246,7 +251,7 @@ def _build(model: nn.Module, precision: str, runtime: str, compile: bool, device
         path = backend.export(snap, Path(tmp) / f"model{backend.suffix}", 17)
         if precision == "int8":
             path, mixed = quantize_for(runtime, snap, path, Path(tmp) / f"model.int8{backend.suffix}", calibration,
-                                       keep_float, say)
+                                       keep_float, say, int8_grid)
         run = backend.runner(path, precision, threads or torch.get_num_threads())
     say(f"{runtime}: exported and compiled the model in {time.perf_counter() - t0:.1f} s")
     what = "int8 (dynamic quantisation of MatMul/Gemm)" if precision == "int8" else precision
@@ -293,6 +298,8 @@ def _exported_predictor(model: ExportedModel, precision: str | None, runtime: st
         kept = doc["keep_float"] if doc else []
         say(f"int8 mixed precision: layers kept in float: {', '.join(kept) or 'none'} ({doc['rule']})" if doc else
             f"int8: {model.path.name} does not record which layers it keeps in float (an older vitkit's export)")
+        if doc and "smooth_quant" in doc:
+            say(describe_int8(doc))
         what = f"int8, {len(kept)} layers kept in float" if kept else asked
     say(f"precision: {what} (the export's own); runtime: {name}, {what} ({model.path.name}: the file's own)")
     return Predictor(fn, name, asked, f"{name}, {what} ({model.path.name})")
