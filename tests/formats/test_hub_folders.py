@@ -13,7 +13,6 @@ import torch
 
 import vitkit
 from tests.hub_folders import hub_folder, transformers_features
-from tests.inputs import photo_files
 from vitkit.cli import main
 
 pytest.importorskip("transformers")
@@ -21,11 +20,6 @@ pytest.importorskip("transformers")
 
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
-
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return photo_files(tmp_path_factory.mktemp("photos") / "img")
 
 
 def test_a_stock_dinov2_small_folder_embeds_files_as_transformers_pipeline(tmp_path: Path, photos: list[Path]) -> None:
