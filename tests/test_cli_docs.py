@@ -44,7 +44,8 @@ TINY_ARCH = ["--set", "model.img_size=32", "--set", "model.width=32", "--set", "
 # what runs, beside parsing: subcommand -> extra arguments for its smoke form (None: parse only)
 RUN = {"train": SMOKE_SET, "finetune": SMOKE_SET, "predict": ["--no-progress"], "eval": [], "fewshot": [],
        "embed": ["--no-progress", "--overwrite"],
-       "inspect": ["--no-progress", "--num-images", "2"], "convert": [], "demo": ["--steps", "2", "--no-progress"],
+       "inspect": ["--no-progress", "--num-images", "2", "--components", "4"],  # 4 of E's principal components, not 28
+       "convert": [], "demo": ["--steps", "2", "--no-progress"],
        "data": ["--no-progress"], "sweep": None, "bench": None, "export": None, "reproduce": None}
 
 
