@@ -195,7 +195,8 @@ def test_attention_comes_from_the_models_own_forward_pass(variant: dict) -> None
 
 @pytest.mark.parametrize("variant", [VARIANTS[3], VARIANTS[4]], ids=["gap-none", "hybrid"])
 def test_inspect_model_skips_figures_that_do_not_apply(tmp_path: Path, variant: dict) -> None:
-    summary = inspect_model(_tiny(**variant), [InspectImage("a", torch.rand(3, 16, 16))], tmp_path, progress=False)
+    summary = inspect_model(_tiny(**variant), [InspectImage("a", torch.rand(3, 16, 16))], tmp_path, progress=False,
+                            num_components=4)  # (drawn or skipped as with 16: whether, not how many, is read)
     figs = summary["figures"]
     assert "skipped" in figs["position_embedding_similarity"]
     assert ("skipped" in figs["embedding_filters"]) == ("resnet_layers" in variant)
