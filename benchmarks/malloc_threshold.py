@@ -17,10 +17,9 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-
-from vitkit.utils.files import scratch_dir
 
 CHILD = """
 import sys, time
@@ -55,19 +54,21 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args()
-    tmp = scratch_dir("vitkit-malloc-")
-    model = a.model or pretrained(tmp / "pre")
-    modes = a.modes.split(",")
-    runs: dict[str, list[dict[str, float | str]]] = {m: [] for m in modes}
-    for r in range(a.rounds):
-        for m in modes:
-            out = subprocess.run([sys.executable, "-c", CHILD, m, str(model), str(tmp / f"ft_{m}"), str(a.steps)],
-                                 capture_output=True, text=True, check=True).stdout
-            rc, wall, peak = out.strip().splitlines()[-1].split()[1:]
-            assert rc == "0", out
-            said = next((ln.strip(" -") for ln in out.splitlines() if "malloc:" in ln), "")  # the run's header
-            runs[m].append({"wall_s": float(wall), "peak_rss_mib": float(peak), "malloc": said})
-            print(f"round {r} {m}: {float(wall):.1f} s, peak {float(peak):.0f} MiB", flush=True)
+    # a TemporaryDirectory, not vitkit's scratch_dir: this process then never imports vitkit (torch), only its children
+    with tempfile.TemporaryDirectory(prefix="vitkit-malloc-") as scratch:
+        tmp = Path(scratch)
+        model = a.model or pretrained(tmp / "pre")
+        modes = a.modes.split(",")
+        runs: dict[str, list[dict[str, float | str]]] = {m: [] for m in modes}
+        for r in range(a.rounds):
+            for m in modes:
+                out = subprocess.run([sys.executable, "-c", CHILD, m, str(model), str(tmp / f"ft_{m}"), str(a.steps)],
+                                     capture_output=True, text=True, check=True).stdout
+                rc, wall, peak = out.strip().splitlines()[-1].split()[1:]
+                assert rc == "0", out
+                said = next((ln.strip(" -") for ln in out.splitlines() if "malloc:" in ln), "")  # the run's header
+                runs[m].append({"wall_s": float(wall), "peak_rss_mib": float(peak), "malloc": said})
+                print(f"round {r} {m}: {float(wall):.1f} s, peak {float(peak):.0f} MiB", flush=True)
     summary = {m: {"median_wall_s": statistics.median(x["wall_s"] for x in v),
                    "median_peak_rss_mib": statistics.median(x["peak_rss_mib"] for x in v)} for m, v in runs.items()}
     for m, s in summary.items():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests import helpers
-from tests.helpers import digits_test_tensors, shared_root, trained_digits_vit
-from tests.inputs import digit_folder
+from tests.helpers import built_once, digits_test_tensors, shared_root, trained_digits_vit
+from tests.inputs import PHOTOS, digit_folder, photo_files
 from vitkit.formats import save_pretrained
 
 # One intra-op thread, here and in the CLI processes the tests start (they inherit the environment): the suite's
@@ -51,3 +51,11 @@ def digits_ckpt(tmp_path_factory) -> Path:
 def saved_digits(digits_ckpt: Path, tmp_path_factory) -> tuple[Path, Path]:  # noqa: ANN001
     """(`digits_ckpt`, a folder of 100 digit images: the calibration set and the inputs of the int8 tests)."""
     return digits_ckpt, digit_folder(tmp_path_factory.mktemp("digit_images"), list(range(10)), 100)
+
+
+@pytest.fixture(scope="session")
+def photos(tmp_path_factory) -> list[Path]:  # noqa: ANN001
+    """`tests.inputs.photo_files` (1.7 CPU s to write: a 2048 x 2048 PNG among them), written once for every worker
+    of the session. Read only: a test writes beside them in its own tmp_path."""
+    folder = built_once(shared_root(tmp_path_factory), "photos", lambda f: photo_files(f / "img")) / "img"
+    return [folder / name for name in PHOTOS]

@@ -80,14 +80,18 @@ SMALL = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3, "i
          "projection_dim": 32}
 
 
-def hub_folder(root: Path, family: str, small: bool = True, seed: int = 0) -> Path:
+def hub_folder(root: Path, family: str, small: bool = True, seed: int = 0, layers: int | None = None) -> Path:
     """`root`/`family`: the family's hub config.json and preprocessor_config.json as shipped (sizes shrunk when
-    `small`), random weights from transformers' class; returns the folder."""
+    `small`; only the depth, to `layers` blocks, when given), random weights from transformers' class; returns the
+    folder."""
     transformers = pytest.importorskip("transformers")
     cls_name, cfg_name, config, processor = HUB[family]
     config = dict(config)
     if small:
         config.update({k: v for k, v in SMALL.items() if k != "projection_dim" or k in config})
+    if layers is not None:
+        config["num_hidden_layers"] = layers
+    if small or layers is not None:
         config.pop("out_features", None), config.pop("out_indices", None)  # the 12-layer backbone's stage names
     keep = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype",
                                                           "transformers_version")}

@@ -164,8 +164,12 @@ def png_header_only(path: Path, side: int, bit_depth: int) -> Path:
     return path
 
 
+PHOTOS = ("wide.jpg", "large.png", "small.png", "grey.png", "rgba.png", "rotated.jpg")  # photo_files', in its order
+
+
 def photo_files(root: Path) -> list[Path]:
-    """Non-square, large, small, grey, RGBA and EXIF-rotated files made from scikit-image's photos."""
+    """Non-square, large, small, grey, RGBA and EXIF-rotated files made from scikit-image's photos (`PHOTOS`; the
+    session's shared copy, read only: the `photos` fixture of tests/conftest.py)."""
     skd = pytest.importorskip("skimage.data")
     root.mkdir()
     coffee, chelsea, astro = skd.coffee(), skd.chelsea(), skd.astronaut()
@@ -194,6 +198,7 @@ def photo_files(root: Path) -> list[Path]:
     f = root / "rotated.jpg"
     Image.fromarray(coffee).save(f, exif=exif.tobytes(), quality=92)
     files.append(f)
+    assert tuple(f.name for f in files) == PHOTOS, files
     return files
 
 

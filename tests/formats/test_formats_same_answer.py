@@ -11,12 +11,12 @@ import torch
 from PIL import Image
 
 import vitkit
-from tests.inputs import TIMM_FIXTURE, photo_files
+from tests.inputs import TIMM_FIXTURE
 from vitkit.cli import main
 from vitkit.data.preprocess import load_image
 
 
-def test_hf_folder_predictions_from_files_match_transformers(tmp_path: Path) -> None:
+def test_hf_folder_predictions_from_files_match_transformers(tmp_path: Path, photos: list[Path]) -> None:
     transformers = pytest.importorskip("transformers")
     from PIL import ImageOps
 
@@ -32,7 +32,7 @@ def test_hf_folder_predictions_from_files_match_transformers(tmp_path: Path) -> 
                                           resample=2)
     hf.save_pretrained(tmp_path / "hf")
     proc.save_pretrained(tmp_path / "hf")
-    files = photo_files(tmp_path / "img")
+    files = photos
     model = vitkit.load_pretrained(tmp_path / "hf")
     assert model.preprocess.mean == tuple(mean) and model.preprocess.std == tuple(std)
     assert main(["predict", *map(str, files), "--model", str(tmp_path / "hf"), "--topk", "6", "--output",
@@ -53,7 +53,8 @@ def test_hf_folder_predictions_from_files_match_transformers(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("processor", ["BitImageProcessor", "CLIPImageProcessor"])
-def test_hf_shortest_edge_and_centre_crop_from_files_match_transformers(tmp_path: Path, processor: str) -> None:
+def test_hf_shortest_edge_and_centre_crop_from_files_match_transformers(tmp_path: Path, processor: str,
+                                                                       photos: list[Path]) -> None:
     """DINOv2's and CLIP's processors: the shorter side to `shortest_edge`, then a centre crop placed as transformers
     places it (margin // 2, where torchvision rounds). 24 / (24 / 59) is 58.99..., so a crop_pct of 24 / 59 alone
     would resize to 58; the margins are odd, so the two crop placements differ by a pixel."""
@@ -74,7 +75,7 @@ def test_hf_shortest_edge_and_centre_crop_from_files_match_transformers(tmp_path
     pre = model.preprocess
     assert (pre.crop_mode, pre.crop_offset, pre.interpolation) == ("center", "floor", "bicubic")
     assert int(24 / pre.crop_pct) == 59 and pre.crop_pct == exact_crop_pct(24, 59) != 24 / 59
-    for f in photo_files(tmp_path / "img"):
+    for f in photos:
         im = ImageOps.exif_transpose(Image.open(f)).convert("RGB")
         ref_in = torch.from_numpy(proc(im, return_tensors="np")["pixel_values"])
         ours_in = pre.normalize(load_image(pre, f)[None])
@@ -143,7 +144,7 @@ def test_a_transformers_crop_placement_saved_to_timm_is_named(tmp_path: Path) ->
     assert vitkit.load_pretrained(tmp_path / "timm").preprocess.crop_offset == "round"
 
 
-def test_a_crop_saved_to_hf_is_transformers_own_crop(tmp_path: Path) -> None:
+def test_a_crop_saved_to_hf_is_transformers_own_crop(tmp_path: Path, photos: list[Path]) -> None:
     """A model with a centre crop (timm's crop_pct) saved as a transformers folder keeps its crop: a
     BitImageProcessor that resizes the shorter side and centre-crops, which transformers itself runs to the same
     inputs as vitkit (before, the crop was dropped: a plain resize, other pixels). The crop placement differs from
@@ -165,7 +166,7 @@ def test_a_crop_saved_to_hf_is_transformers_own_crop(tmp_path: Path) -> None:
     proc = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
     back = vitkit.load_pretrained(tmp_path / "hf").preprocess
     assert back.crop_mode == "center" and int(size / back.crop_pct) == 59 and back.crop_offset == "floor"
-    for f in photo_files(tmp_path / "img"):
+    for f in photos:
         im = ImageOps.exif_transpose(Image.open(f)).convert("RGB")
         ref = torch.from_numpy(proc(im, return_tensors="np")["pixel_values"])
         d = (back.normalize(load_image(back, f)[None]) - ref).abs()

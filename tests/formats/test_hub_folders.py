@@ -13,7 +13,6 @@ import torch
 
 import vitkit
 from tests.hub_folders import hub_folder, transformers_features
-from tests.inputs import photo_files
 from vitkit.cli import main
 
 pytest.importorskip("transformers")
@@ -23,15 +22,11 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return photo_files(tmp_path_factory.mktemp("photos") / "img")
-
-
 def test_a_stock_dinov2_small_folder_embeds_files_as_transformers_pipeline(tmp_path: Path, photos: list[Path]) -> None:
     """facebook/dinov2-small as shipped: a 518 config (37 x 37 E_pos) and a processor cropping 224. It used to be
-    refused; it runs at 224 with E_pos resampled to 16 x 16 as transformers' Dinov2Model does, and says so."""
-    folder = hub_folder(tmp_path, "dinov2", small=False)
+    refused; it runs at 224 with E_pos resampled to 16 x 16 as transformers' Dinov2Model does, and says so. Its
+    width, heads, geometry and processor as shipped; 2 of its 12 blocks (the table enters before the first)."""
+    folder = hub_folder(tmp_path, "dinov2", small=False, layers=2)
     model = vitkit.load_pretrained(folder)
     assert model.config.img_size == (224, 224) and model.config.grid_size == (16, 16)
     assert model.config.posemb_resample == "bicubic"

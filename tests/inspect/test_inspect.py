@@ -195,7 +195,8 @@ def test_attention_comes_from_the_models_own_forward_pass(variant: dict) -> None
 
 @pytest.mark.parametrize("variant", [VARIANTS[3], VARIANTS[4]], ids=["gap-none", "hybrid"])
 def test_inspect_model_skips_figures_that_do_not_apply(tmp_path: Path, variant: dict) -> None:
-    summary = inspect_model(_tiny(**variant), [InspectImage("a", torch.rand(3, 16, 16))], tmp_path, progress=False)
+    summary = inspect_model(_tiny(**variant), [InspectImage("a", torch.rand(3, 16, 16))], tmp_path, progress=False,
+                            num_components=4)  # (drawn or skipped as with 16: whether, not how many, is read)
     figs = summary["figures"]
     assert "skipped" in figs["position_embedding_similarity"]
     assert ("skipped" in figs["embedding_filters"]) == ("resnet_layers" in variant)
@@ -208,7 +209,8 @@ def test_cli_on_a_one_channel_checkpoint_uses_demo_test_digits(tmp_path: Path) -
     model.preprocess.labels = ["zero", "one", "two"]
     save_native(model, tmp_path / "ckpt")
     out = tmp_path / "out"
-    rc = main(["inspect", "--model", str(tmp_path / "ckpt"), "--out", str(out), "--num-images", "5", "--no-progress"])
+    rc = main(["inspect", "--model", str(tmp_path / "ckpt"), "--out", str(out), "--num-images", "5", "--no-progress",
+               "--components", "4"])  # (4 panels of E's components, not all 16: the figure is not what is read here)
     assert rc == 0
     for name in FIGURES:
         assert (out / f"{name}.png").stat().st_size > 1000
@@ -230,7 +232,8 @@ def test_cli_reports_unreadable_images_and_goes_on(tmp_path: Path, capsys: pytes
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"not an image")
     out = tmp_path / "out"
-    args = ["inspect", "--model", str(tmp_path / "ckpt"), "--out", str(out), "--no-progress", "--images"]
+    args = ["inspect", "--model", str(tmp_path / "ckpt"), "--out", str(out), "--no-progress", "--components", "4",
+            "--images"]
     assert main(args + [str(bad), "skimage:chelsea"]) == 1  # the one exit rule: done, inputs skipped and named
     err = capsys.readouterr().err
     assert "broken.png" in err and "skipping" in err
@@ -278,7 +281,8 @@ def test_cli_inspects_an_original_format_npz_checkpoint(tmp_path: Path) -> None:
     _write_original_npz(tmp_path / "ViT-tiny.npz")
     out = tmp_path / "out"
     rc = main(
-        ["inspect", "--model", str(tmp_path / "ViT-tiny.npz"), "--out", str(out), "--num-images", "2", "--no-progress"]
+        ["inspect", "--model", str(tmp_path / "ViT-tiny.npz"), "--out", str(out), "--num-images", "2", "--no-progress",
+         "--components", "4"]
     )
     assert rc == 0
     for name in FIGURES:

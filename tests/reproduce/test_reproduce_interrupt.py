@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import descendants
+from vitkit.train.engine import HOLD_ENV
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads child processes from /proc")
 
-# fig4 at the smoke scale, its runs made a million steps long: the sweep's first round keeps both workers training
-# far longer than the test waits
+# fig4 at the smoke scale, its runs made a million steps long: no unit of the sweep's first round ends before the
+# test stops it
 CHILD = """
 import dataclasses, sys
 from vitkit.reproduce import plan
@@ -59,15 +60,18 @@ def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Sig
     out = tmp_path / "r"
     log = tmp_path / "stderr.txt"  # a file, not a pipe: an orphan holding the pipe would block reading it
     with log.open("w") as f:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stderr=f)
+        # each worker trains one step of its unit, then holds inside its training loop (engine.HOLD_ENV) until it is
+        # stopped: the signal lands mid-training, not after a guessed sleep, and the wait costs no CPU
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stderr=f, env={**os.environ, HOLD_ENV: "1"})
     workers: list[int] = []
     try:
-        _until(lambda: len(list(out.glob("pretrain/*/train_config.json"))) >= 2 or proc.poll() is not None, 120,
+        _until(lambda: len(list(out.glob("pretrain/*/.held-at-1.rank0"))) >= 2 or proc.poll() is not None, 120,
                "two units training in workers")
         assert proc.poll() is None, f"the reproduction ended before it was stopped: {log.read_text()[-2000:]}"
         workers = _workers(proc.pid)
         assert len(workers) == 2, workers
-        time.sleep(1)  # both inside their training loops
+        held = {int(p.read_text()) for p in out.glob("pretrain/*/.held-at-1.rank0")}
+        assert held == set(workers), (held, workers)  # both inside their training loops, one unit each
         assert all(_alive(w) for w in workers)
         proc.send_signal(sig)
         code = proc.wait(timeout=60)

@@ -61,7 +61,7 @@ def test_finetuning_recipes_refuse_a_random_start(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"needs model\.pretrained.*--from-scratch"):
         run_experiment(cfg, tmp_path / "ft", progress=False)
     res = run_experiment(load_config("digits_finetune", TINY + ["model.require_pretrained=false"]), tmp_path / "ok",
-                         progress=False)
+                         progress=False, curves=False)  # (no curves.png: 0.45 of a tiny run's 0.55 CPU s)
     assert res["steps"] == 2
     # the same through the command line: `sweep` (the README's example) and `train`
     assert main(["sweep", "--config", "digits_finetune", "--lrs", "0.01", "--out", str(tmp_path / "sw"),
@@ -164,7 +164,7 @@ def test_eval_split_images_skipped_in_training_are_named(tmp_path: Path) -> None
     (root / "val" / "1" / "zz_broken.png").write_bytes(b"\x89PNG broken")
     cfg = load_config("digits_pretrain", TINY_LOGGED + ["data.name=\"folder\"", f"data.path=\"{root}\"", "data.dev_fraction=0",
                                                  "data.eval_split=\"test\"", "train.eval_every=3"])
-    run_experiment(cfg, tmp_path / "run", progress=False)
+    run_experiment(cfg, tmp_path / "run", progress=False, curves=False)
     recs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     named = [m for r in recs for m in r.get("eval_skipped_images", [])]
     assert named and all("zz_broken.png" in m for m in named)
@@ -195,7 +195,7 @@ def test_bad_config_values_are_refused_before_any_data_is_read(tmp_path: Path, o
 def test_resume_validates_the_state_the_recipe_and_the_log(tmp_path: Path, capsys) -> None:
     cfg = load_config("digits_pretrain", TINY_LOGGED + ["schedule.steps=4", "train.ckpt_every=2"])
     run = tmp_path / "run"
-    run_experiment(cfg, run, progress=False)
+    run_experiment(cfg, run, progress=False, curves=False)
     # another recipe: named, refused; --force accepts
     other = load_config("digits_pretrain", TINY_LOGGED + ["schedule.steps=6", "train.ckpt_every=2", "optim.lr=0.01"])
     with pytest.raises(ValueError, match=r"another recipe \(optim\.lr: 0\.002 -> 0\.01; schedule\.steps: 4 -> 6"):
@@ -204,7 +204,7 @@ def test_resume_validates_the_state_the_recipe_and_the_log(tmp_path: Path, capsy
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 4, "lo')
     (run / ".train_state.pt.abc123.tmp").write_bytes(b"half a checkpoint")
-    res = run_experiment(other, run, resume=True, force=True, progress=False)
+    res = run_experiment(other, run, resume=True, force=True, progress=False, curves=False)
     assert res["steps"] == 6 and not (run / ".train_state.pt.abc123.tmp").exists()
     out = capsys.readouterr()
     assert "dropped a torn log line" in out.out + out.err
