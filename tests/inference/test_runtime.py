@@ -57,6 +57,12 @@ def test_auto_runtime_follows_what_is_installed_and_the_job() -> None:
     assert resolve_precision("int8") == ("int8", "asked for")
 
 
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has compiled in this process (torch._dynamo, imported here on first use: it
+    costs seconds, and only the compiling tests need it)."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 PATHS = [  # runtime, precision, compile, max |dlogit| / max |logit| allowed, top-1 agreement required
     ("torch", "fp32", False, 1e-5, 1.0),  # oneDNN's fused blocks (inference/cpu_fused.py): fp32 rounding
     ("torch", "fp32", True, 1e-4, 1.0),
@@ -80,9 +86,12 @@ def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile
     x = model.preprocess(test.images)
     with torch.no_grad():
         ref = model(x)
+    graphs = compiled_graphs() if compile_ else 0
     net = build_predictor(model, precision, runtime, compile_)
     got = torch.cat([net(b) for b in x.split(128)])  # batches of several sizes through one dynamic-batch graph
     assert got.dtype == torch.float32 and got.shape == ref.shape
+    if compile_:  # one compile: the batch dimension is dynamic from the first batch (runtime.batch_dynamic), not a
+        assert compiled_graphs() - graphs == 1  # graph for 128 and a second when the short last batch (66) comes
     err = (got - ref).abs().max().item() / ref.abs().max().item()
     same = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
     print(f"{net.description}: max |dlogit| / max |logit| {err:.1e}, top-1 agreement {same:.4f}")
