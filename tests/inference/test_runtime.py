@@ -86,6 +86,8 @@ def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile
     x = model.preprocess(test.images)
     with torch.no_grad():
         ref = model(x)
+    if compile_:  # dynamo as in a fresh process: compiled graphs are kept per code object, shared by every
+        torch._dynamo.reset()  # instance of a class, and another test's compile of a ViT here would be counted or found
     graphs = compiled_graphs() if compile_ else 0
     net = build_predictor(model, precision, runtime, compile_)
     got = torch.cat([net(b) for b in x.split(128)])  # batches of several sizes through one dynamic-batch graph
