@@ -151,9 +151,14 @@ def test_predict_and_eval_run_int8_and_name_their_choices(tmp_path: Path, capsys
 
 
 @pytest.mark.slow
-def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     """`vitkit export --format aoti` (torch.export + AOTInductor, a C++ build: ~20 s here) and `--format openvino`
     write files that reproduce the PyTorch logits at several batch sizes, without the model's code."""
+    # AOTInductor's precompiled headers off for the suite's one AOTInductor build: on CI's fresh machine it would
+    # build two (its wrapper's and its kernels', ~140 MB each, under the temp folder) to compile one file each, once:
+    # 56 -> 40 CPU s for this test there (benchmarks/results/suite_durations.md, Session 22); where a previous
+    # run left them, compiling without them costs ~11 CPU s more
+    monkeypatch.setattr(torch._inductor.config.aot_inductor, "precompile_headers", False)
     model = trained_digits_vit()
     vitkit.save_pretrained(model, tmp_path / "m")
     formats = ["aoti"] + (["openvino"] if OPENVINO else [])
