@@ -57,6 +57,12 @@ def test_auto_runtime_follows_what_is_installed_and_the_job() -> None:
     assert resolve_precision("int8") == ("int8", "asked for")
 
 
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has compiled in this process (torch._dynamo, imported here on first use: it
+    costs seconds, and only the compiling tests need it)."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 PATHS = [  # runtime, precision, compile, max |dlogit| / max |logit| allowed, top-1 agreement required
     ("torch", "fp32", False, 1e-5, 1.0),  # oneDNN's fused blocks (inference/cpu_fused.py): fp32 rounding
     ("torch", "fp32", True, 1e-4, 1.0),
@@ -80,9 +86,14 @@ def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile
     x = model.preprocess(test.images)
     with torch.no_grad():
         ref = model(x)
+    if compile_:  # dynamo as in a fresh process: compiled graphs are kept per code object, shared by every
+        torch._dynamo.reset()  # instance of a class, and another test's compile of a ViT here would be counted or found
+    graphs = compiled_graphs() if compile_ else 0
     net = build_predictor(model, precision, runtime, compile_)
     got = torch.cat([net(b) for b in x.split(128)])  # batches of several sizes through one dynamic-batch graph
     assert got.dtype == torch.float32 and got.shape == ref.shape
+    if compile_:  # one compile: the batch dimension is dynamic from the first batch (runtime.batch_dynamic), not a
+        assert compiled_graphs() - graphs == 1  # graph for 128 and a second when the short last batch (66) comes
     err = (got - ref).abs().max().item() / ref.abs().max().item()
     same = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
     print(f"{net.description}: max |dlogit| / max |logit| {err:.1e}, top-1 agreement {same:.4f}")
@@ -140,9 +151,14 @@ def test_predict_and_eval_run_int8_and_name_their_choices(tmp_path: Path, capsys
 
 
 @pytest.mark.slow
-def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_aoti_and_openvino_exports_match_pytorch(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     """`vitkit export --format aoti` (torch.export + AOTInductor, a C++ build: ~20 s here) and `--format openvino`
     write files that reproduce the PyTorch logits at several batch sizes, without the model's code."""
+    # AOTInductor's precompiled headers off for the suite's one AOTInductor build: on CI's fresh machine it would
+    # build two (its wrapper's and its kernels', ~140 MB each, under the temp folder) to compile one file each, once:
+    # 56 -> 40 CPU s for this test there (benchmarks/results/suite_durations.md, Session 22); where a previous
+    # run left them, compiling without them costs ~11 CPU s more
+    monkeypatch.setattr(torch._inductor.config.aot_inductor, "precompile_headers", False)
     model = trained_digits_vit()
     vitkit.save_pretrained(model, tmp_path / "m")
     formats = ["aoti"] + (["openvino"] if OPENVINO else [])

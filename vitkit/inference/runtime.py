@@ -169,14 +169,25 @@ class Predictor(nn.Module):
         return self.fn(x)
 
 
+def batch_dynamic(x: torch.Tensor) -> torch.Tensor:
+    """`x` (an alias: the caller's tensor is left unmarked) with its batch dimension marked dynamic for
+    torch.compile, so that the first call compiles one graph for every batch size. Unmarked, the first batch
+    compiles a graph for its size and the next size compiles a second, dynamic one: two compiles for any job whose
+    last batch is short. A first batch of 1 is still compiled for its own (dynamo specializes sizes 0 and 1)."""
+    x = x.detach()
+    torch._dynamo.maybe_mark_dynamic(x, 0)
+    return x
+
+
 def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: str | torch.device,
                      say: Callable[[str], None]) -> Predictor:
     prec = precision_mod.get(precision)  # looked up once; the model and its inputs follow it
     net = inference_model(model, prec, compile, device=device, log=say)
+    prepare = batch_dynamic if compile else lambda x: x
 
     def run(x: torch.Tensor) -> torch.Tensor:
         with prec.context(device):
-            return net(x.to(device, prec.input_dtype)).float()
+            return net(prepare(x.to(device, prec.input_dtype))).float()
 
     how = "torch.compile (inductor, frozen weights)" if compile else "eager"
     return Predictor(run, "torch", precision, f"torch {how}, {precision}", module=net)
