@@ -434,21 +434,24 @@ def assert_int8_agrees(got: torch.Tensor, want: torch.Tensor, what: str, min_cos
 OPENVINO_INT8_MERGED_COS = 0.93
 
 
-def predictor(runtime: str = "torch", precision: str = "fp32", **kwargs: Any) -> Callable[[Case], None]:
+def predictor(runtime: str = "torch", precision: str = "fp32", calibrate: bool = False,
+              **kwargs: Any) -> Callable[[Case], None]:
     """build_predictor(model, precision, runtime, ...)(x) against the eager logits, at the precision's tolerance;
-    the caller's model answers as before."""
+    the caller's model answers as before. `calibrate`: int8 calibrated on the case's images (static int8, with its
+    SmoothQuant fold; `kwargs` may add `keep_float` / `int8_grid`)."""
 
     def check(c: Case) -> None:
         missing = [p for p in BACKENDS[runtime].packages if importlib.util.find_spec(p) is None]
         if missing:
             pytest.skip(f"the {runtime} runtime needs {', '.join(missing)} (not installed)")
         extra = dict(kwargs)
-        if runtime == "openvino" and precision == "int8":  # NNCF's int8 is calibrated: on the case's images
+        if calibrate or (runtime == "openvino" and precision == "int8"):  # NNCF's int8 is always calibrated
             extra["calibration"] = torch.cat([c.x] * 2)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (the few-calibration-images warning: 8 images, by design here)
             got = vitkit.build_predictor(c.model, precision, runtime, **extra)(c.x)
-        what = f"build_predictor({precision}, {runtime}{', compile' if kwargs else ''})"
+        what = f"build_predictor({precision}, {runtime}{', calibrated' if calibrate else ''}" + \
+            "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")"
         if precision == "int8":
             merged_ov = runtime == "openvino" and is_merged(c.model)
             assert_int8_agrees(got, c.ref.logits, what, OPENVINO_INT8_MERGED_COS if merged_ov else 0.98)
@@ -841,6 +844,11 @@ PATHS: dict[str, PathSpec] = {
     **{f"predictor_{rt}_{prec}": PathSpec(predictor(rt, prec), ALL if rt == "torch" else on(*EXPORT_SUBSET))
        for rt, prec in PREDICTORS},
     "predictor_torch_fp32_compile": PathSpec(predictor(compile=True), on(*COMPILE_SUBSET)),
+    # static int8 (calibrated, SmoothQuant folded), and with its options: mixed precision on the other grid
+    "predictor_onnxruntime_int8_static": PathSpec(predictor("onnxruntime", "int8", calibrate=True),
+                                                  on(*EXPORT_SUBSET)),
+    "predictor_onnxruntime_int8_keep_float_u8": PathSpec(
+        predictor("onnxruntime", "int8", calibrate=True, keep_float=1, int8_grid="u8"), on(*EXPORT_SUBSET)),
     "predictor_leaves_caller": PathSpec(check_predictor_leaves_caller, on(*SNAPSHOT_SUBSET)),
     "predictor_snapshot_fp32": PathSpec(predictor_snapshot("fp32"), on(*SNAPSHOT_SUBSET)),
     "predictor_snapshot_bf16": PathSpec(predictor_snapshot("bf16"), on(*SNAPSHOT_SUBSET)),
