@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -244,11 +246,17 @@ def test_malloc_threshold_script_sets_each_threshold_it_names(tmp_path: Path) ->
 
     vitkit.save_pretrained(digits_model(width=16, depth=1, num_heads=2, mlp_dim=32), tmp_path / "m")
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "malloc_threshold.py"
-    r = subprocess.run([sys.executable, str(script), "--model", str(tmp_path / "m"), "--modes", "glibc,4",
-                        "--steps", "2", "--rounds", "1", "--json", str(tmp_path / "r.json")],
-                       capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
-    assert r.returncode == 0, r.stderr[-2000:]
-    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
-    assert runs["glibc"][0]["malloc"] == "malloc: glibc's default"
-    assert runs["4"][0]["malloc"].startswith("malloc: blocks >= 4096 KiB are mmapped"), runs["4"]
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("vitkit-malloc-")] == []  # its scratch is gone
+    # the script's own TMPDIR, to see its scratch go: a short folder, not tmp_path (the fine-tunes' loader workers
+    # pass batches through a Unix socket under TMPDIR, whose path has a length limit: vitkit.data.loader)
+    scratch = Path(tempfile.mkdtemp(prefix="vk-"))
+    try:
+        r = subprocess.run([sys.executable, str(script), "--model", str(tmp_path / "m"), "--modes", "glibc,4",
+                            "--steps", "2", "--rounds", "1", "--json", str(tmp_path / "r.json")],
+                           capture_output=True, text=True, env={**os.environ, "TMPDIR": str(scratch)})
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+        assert runs["glibc"][0]["malloc"] == "malloc: glibc's default"
+        assert runs["4"][0]["malloc"].startswith("malloc: blocks >= 4096 KiB are mmapped"), runs["4"]
+        assert [p.name for p in scratch.iterdir() if p.name.startswith("vitkit-malloc-")] == []  # its scratch is gone
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -42,7 +42,7 @@ def add_int8_arguments(p: argparse.ArgumentParser) -> None:
                    "on the --calibrate images, or the layers named (comma-separated module paths, e.g. "
                    "blocks.11.mlp.fc2); the choice is printed and stored in an export (default: all int8)")
     p.add_argument("--int8-grid", default=None, choices=tuple(INT8_GRIDS),
-                   help="static int8 on onnxruntime (with --calibrate): w7, s8 weights on 7 bits (the fast u8 x s8 "
+                   help="static int8 on onnxruntime (with --calibrate): w7, s8 weights on 7 bits (the fast u8-by-s8 "
                    "kernels); u8, u8 weights on 8 bits (closer to fp32, slower on CPUs without VNNI); both exact on "
                    f"every CPU; printed and stored in an export (default: {DEFAULT_GRID})")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -69,6 +70,30 @@ def _decode_size_of(transform: SampleTransform) -> tuple[int, int] | None:
 
 def _identity(b: Batch) -> Batch:
     return b
+
+
+#: the longest path of a Unix socket (sun_path less its terminating NUL, Linux)
+UNIX_PATH_MAX = 107
+
+
+def check_worker_socket_dir() -> None:
+    """Refuse, naming TMPDIR, a temporary folder too deep for loader workers. With torch's "file_descriptor"
+    sharing (Linux's default) a worker hands each batch over through a Unix socket that multiprocessing creates
+    under the temporary folder (`pymp-XXXXXXXX/listener-XXXXXXXX`); when that path is longer than a socket's path
+    may be, Python 3.11's queue thread only prints "AF_UNIX path too long", drops the batch, and the run waits
+    for it for ever."""
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return
+    from multiprocessing import process
+
+    # the folder multiprocessing made for this process, or the one it will make (util.get_temp_dir's own rule)
+    base = process.current_process()._config.get("tempdir") or os.path.join(tempfile.gettempdir(), "pymp-" + "x" * 8)
+    listener = os.path.join(base, "listener-" + "x" * 8)
+    if len(listener) > UNIX_PATH_MAX:
+        raise ValueError(f"the temporary folder {tempfile.gettempdir()!r} is too deep for data-loading workers: "
+                         f"they pass batches through a Unix socket under it ({listener!r}, {len(listener)} "
+                         f"characters; at most {UNIX_PATH_MAX}); set TMPDIR to a shorter folder (e.g. /tmp), "
+                         "or load in the main process (--set data.num_workers=0)")
 
 
 class StepLoader:
@@ -168,6 +193,7 @@ class StepLoader:
                 b = self.load(s)
                 yield b.pin_memory() if self.pin_memory and len(b.y) else b
             return
+        check_worker_socket_dir()
         dl = torch.utils.data.DataLoader(
             self, batch_size=None, sampler=range(start, end), num_workers=self.num_workers,
             collate_fn=_identity, prefetch_factor=4, pin_memory=self.pin_memory,
