@@ -117,10 +117,10 @@ def _seed_groups(rows: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]],
     return {k: mean_ci(list(v.values())) for k, v in groups.items()}
 
 
-def _yerr(ests: Sequence[Estimate], cap: float | None = 1.0) -> tuple[list[list[float]], bool]:
+def _yerr(ests: Sequence[Estimate]) -> tuple[list[list[float]], bool]:
     """The 95% t-intervals of accuracy estimates as matplotlib's [[below], [above]] in points, each upper end
-    clipped at `cap` (100%; None: differences, not clipped); and whether any was clipped."""
-    hi = [e.hi if cap is None else min(e.hi, cap) for e in ests]
+    clipped at 100% (a difference's interval is not clipped: `_differences`); and whether any was clipped."""
+    hi = [min(e.hi, 1.0) for e in ests]
     return ([[100 * (e.mean - e.lo) for e in ests], [100 * (h - e.mean) for e, h in zip(ests, hi)]],
             any(h < e.hi for e, h in zip(ests, hi)))
 
