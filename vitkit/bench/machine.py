@@ -96,7 +96,9 @@ def _ort_matmul_integer(n: int, threads: int) -> tuple[object, object, object]:
         [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "int8_roof",
         [helper.make_tensor_value_info("A", TensorProto.UINT8, [n, n])], [helper.make_tensor_value_info(
             "Y", TensorProto.INT32, [n, n])], initializer=[onnx.numpy_helper.from_array(b, "B")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    opset = [helper.make_opsetid("", 13)]  # the oldest IR version that holds the opset, not onnx's newest: an
+    # onnxruntime older than the installed onnx refuses a newer IR ("Unsupported model IR version: 14, max 13")
+    model = helper.make_model(graph, opset_imports=opset, ir_version=helper.find_min_ir_version_for(opset))
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
