@@ -83,8 +83,10 @@ def download_snapshot(repo_id: str, revision: str | None = None, allow_pickle: b
     where = f"{repo_id} (revision {rev})"
     cache = constants.HF_HUB_CACHE
     try:
+        # offline said to huggingface_hub in so many words: some 1.x releases list a commit's files over the network
+        # under HF_HUB_OFFLINE (and fail) instead of reading the cached snapshot
         folder = huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=patterns,
-                                                   library_name="vitkit")
+                                                   library_name="vitkit", local_files_only=constants.HF_HUB_OFFLINE)
     except getattr(errors, "IncompleteSnapshotError", ()) as e:  # huggingface_hub 1.x: a partial snapshot
         missing = re.search(r"missing \(([^)]*)\)", str(e))
         raise FileNotFoundError(f"{where}: the cached snapshot in {cache} is incomplete (missing "
