@@ -12,7 +12,7 @@ import torch
 
 import vitkit
 from tests.helpers import random_vit
-from vitkit.formats.adapters import load_adapters, save_adapters
+from vitkit.formats.adapters import default_layout, load_adapters, save_adapters
 from vitkit.models.lora import LoraConfig, apply_lora, lora_modules, merge_lora
 
 ALL = ("q", "k", "v", "proj", "fc1", "fc2")
@@ -288,8 +288,10 @@ def test_vitkit_reads_a_folder_peft_wrote_for_a_vit_classifier(tmp_path: Path, l
 
 def test_vitkit_reads_a_folder_peft_wrote_for_a_dinov2_backbone(tmp_path: Path) -> None:
     vitkit.save_pretrained(random_vit(in_chans=3, num_classes=0, layer_scale=0.1), tmp_path / "hf", format="hf")
+    # peft's own names of key, attention output and fc1 in the installed transformers' DINOv2 (renamed in 5.x)
+    names = {"current": ["k_proj", "o_proj", "fc1"], "classic": ["key", "dense", "fc1"]}[default_layout("dinov2")]
     pm = _peft_writes(transformers.Dinov2Model.from_pretrained(tmp_path / "hf"), tmp_path / "peft", r=2,
-                      lora_alpha=4, target_modules=["k_proj", "o_proj", "fc1"])
+                      lora_alpha=4, target_modules=names)
     model = load_adapters(tmp_path / "peft", base=tmp_path / "hf")
     assert model.lora_config.targets == ("k", "proj", "fc1") and model.lora_config.train == ()
     x = _x(model)

@@ -11,9 +11,9 @@ Two layouts, each a folder of `adapter_config.json` + `adapter_model.safetensors
 * peft's (`PeftModel.from_pretrained(transformers_model, folder)`), for a model that saves as transformers' ViT
   or DINOv2: `base_model.model.<module>.lora_[AB].weight` on transformers' module names (q, k and v are transformers'
   separate query / key / value Linears: vitkit's per-slice adapters are exactly theirs), the classifier as a
-  `modules_to_save`. Module names differ between transformers 4 (`encoder.layer.N.attention.attention.query`,
-  "classic") and 5 (`layers.N.attention.q_proj`, "current"); `layout` picks, by default the installed
-  transformers' (logged). `load_adapters` also reads a folder peft wrote for a transformers ViT / DINOv2 (either
+  `modules_to_save`. Module names differ between transformers releases (`encoder.layer.N.attention.attention.query`,
+  "classic", through transformers 4 and early 5.x; `layers.N.attention.q_proj`, "current"); `layout` picks, by
+  default the one the installed transformers' class has (read off it, logged). `load_adapters` also reads a folder peft wrote for a transformers ViT / DINOv2 (either
   layout, told by its module names) onto the matching vitkit model (`load_peft_adapters`); peft records no
   identity of its base, so a base is refused when its shapes, depth or modules do not fit the adapters. Its
   `base_model_name_or_path` and `revision` are written and read as vitkit's record is (a hub id: formats/hub.py).
@@ -226,17 +226,29 @@ def _base_model(base: str | Path | nn.Module, hints: dict[str, Any] | None = Non
 
 
 # ----------------------------------------------------------------------------- peft's layout
-def default_layout() -> str:
-    """The module names of the installed transformers: "current" from version 5 on, else "classic"; without
-    transformers there is nothing to default to."""
+def default_layout(kind: str | None = None) -> str:
+    """The module names the installed transformers gives its class for `kind` (a transformers model type; None:
+    ViT), read off a one-block instance of that class: "current" (`attention.q_proj`) or "classic"
+    (`attention.attention.query`). Not told by the version: 5.x releases before the rename still use the classic
+    names. Without transformers there is nothing to read."""
     try:
         import transformers
     except ImportError:
-        raise ValueError("peft adapters name transformers' modules, which differ between transformers 4 (classic) "
-                         "and 5 (current); transformers is not installed here: pass layout=") from None
-    layout = "current" if int(transformers.__version__.split(".")[0]) >= 5 else "classic"
-    log.warning("peft adapter module names: %s layout (transformers %s installed); pass layout= for the other",
-                layout, transformers.__version__)
+        raise ValueError("peft adapters name transformers' modules, which differ between transformers releases "
+                         "(classic / current); transformers is not installed here: pass layout=") from None
+    hf_type = kind or "vit"
+    small = transformers.AutoConfig.for_model(hf_type, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                              intermediate_size=16)
+    names = [n for n, _ in transformers.AutoModel.from_config(small).named_modules()]
+    if any(n.endswith("attention.q_proj") for n in names):
+        layout = "current"
+    elif any(n.endswith("attention.attention.query") for n in names):
+        layout = "classic"
+    else:
+        raise ValueError(f"transformers {transformers.__version__}'s {hf_type} names its attention modules in "
+                         "neither layout vitkit writes (attention.q_proj, attention.attention.query): pass layout=")
+    log.warning("peft adapter module names: %s layout (read off transformers %s's %s); pass layout= for the other",
+                layout, transformers.__version__, hf_type)
     return layout
 
 
@@ -267,7 +279,7 @@ def peft_adapters(model: VisionTransformer, layout: str | None = None, base: str
                   ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """adapter_config.json and the tensors of `model`'s adapters in peft's layout (see the module docstring)."""
     cfg = _lora_of(model)
-    layout = layout or default_layout()
+    layout = layout or default_layout(hf_family(model.config))
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if set(cfg.train) - {"head"}:
