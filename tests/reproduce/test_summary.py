@@ -415,9 +415,9 @@ def test_bar_figures_draw_the_differences_their_rule_judges(name: str, tmp_path:
     plt.close(fig)
 
 
-@pytest.mark.parametrize(("name", "figure"), [("fig4", "fig4_data_size.png"), ("crossover", "crossover_compute.png"),
-                                              ("size", "size.png")])
-def test_data_size_figures_draw_every_part_their_rule_judges(name: str, figure: str, tmp_path: Path,
+@pytest.mark.parametrize(("name", "drawer"), [("fig4", "data_size"), ("crossover", "crossover_compute"),
+                                              ("size", "model_size")])
+def test_data_size_figures_draw_every_part_their_rule_judges(name: str, drawer: str, tmp_path: Path,
                                                              monkeypatch) -> None:  # noqa: ANN001
     """Experiments 1, 7 and 9 (committed laptop run): beside the gap at each data size, a panel of the rule's parts
     number for number in the rule's order, the ones a data-size curve cannot show included (the gap's change with
@@ -426,7 +426,7 @@ def test_data_size_figures_draw_every_part_their_rule_judges(name: str, figure: 
     from vitkit.reproduce.rules import RULES, verdict
 
     res = load_results(LAPTOP_RESULTS)[name]
-    fig = _drawn(monkeypatch, lambda: plots.draw(name, res, tmp_path))[figure]
+    fig = _drawn(monkeypatch, lambda: getattr(plots, drawer)(res, tmp_path / "f.png"))["f.png"]
     _, ev, _ = verdict(name, res)
     (panel,) = [ax for ax in fig.axes if ax.get_title().startswith("the rule's parts")]
     parts = RULES[name].parts
