@@ -11,7 +11,9 @@ rate picked: the same JSON as `optim.json` with the SGD results and rate replace
 `--work` is a laptop-scale reproduction folder (created when missing); the seed-0 run at the tied rate is the sweep's
 own unit, so with a copy of the run's folder it is read back, and in a fresh folder it is trained again (on the same
 kind of CPU with the same thread count it gives the sweep's dev accuracy bit for bit: the script says whether).
-Train it on the machine the result came from: a run's numbers belong to its CPU.
+Train it on the machine the result came from: a run's numbers belong to its CPU. `--rate` trains a rate of another
+run's tie on this run's CPU: the re-run on the AMD EPYC has no tie of its own, and was given the committed Xeon run's
+pick (`--result benchmarks/results/reproduce/laptop_rerun/optim.json --rate 0.3`; REPRODUCTION.md §3, experiment 10).
 """
 
 from __future__ import annotations

@@ -163,3 +163,25 @@ def test_a_rerun_under_way_is_compared_sweep_by_sweep(runs: dict) -> None:
     assert rows["Hybrid-B"].endswith("| 0.006 → (sweep unfinished) |") and "(not bracketed)" in rows["Hybrid-B"]
     assert "by T: 10 equal bit for bit to the committed run's, 2 different" in text
     assert "of 2 finished sweeps, 1 pick the committed rate, 1 another: ResNet-S." in text
+
+
+def test_experiment_10s_tie_block_says_which_rates_have_a_verdict_on_which_cpu(
+        runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committed block: the tied rate trained on the re-run's CPU, its seed 0 checked number for number against
+    the re-run's own sweep run, its time from its log, and the committed run's other tied rate named as missing; a
+    seed 0 that differs is said so."""
+    text = report.ties_block(runs)
+    assert "| re-run (AMD EPYC), SGD at 0.3: [optim_sgd0.3.json]" in text and "equal bit for bit |" in text
+    assert "every rate of the committed run's tie has a verdict: 0.3 (trained at it" in text
+    assert "the committed run at 0.9 has no row" in text and "3 min 29 s wall clock" in text
+    assert "dev 81.19 equal bit for bit, 5-shot test 80.76 equal bit for bit, glyph test 91.80 equal" in text
+    alt = json.loads((report.RERUN / "optim_sgd0.3.json").read_text())
+    alt["results"]["sgd"]["digits_test_5shot"]["values"][0] += 1e-9
+    monkeypatch.setattr(report, "RERUN", tmp_path)
+    (tmp_path / "optim.json").write_text((ROOT / "benchmarks/results/reproduce/laptop_rerun/optim.json").read_text())
+    (tmp_path / "optim_sgd0.3.json").write_text(json.dumps(alt))
+    text = report.ties_block(runs)
+    assert "5-shot test 80.76 **different** (80.76)" in text and "its log is not committed" in text
+    (tmp_path / "optim_sgd0.3.json").unlink()
+    assert "of the committed run's tie only 0.9 (the re-run's own pick) has a verdict; 0.3 is not trained yet" in (
+        report.ties_block(runs))

@@ -413,3 +413,28 @@ def test_bar_figures_draw_the_differences_their_rule_judges(name: str, tmp_path:
     assert all(f in ("white", (1.0, 1.0, 1.0, 1.0)) for f in faces[len(parts):])
     assert fig.axes[1].get_ylabel() == "difference (points)"
     plt.close(fig)
+
+
+@pytest.mark.parametrize(("name", "drawer"), [("fig4", "data_size"), ("crossover", "crossover_compute"),
+                                              ("size", "model_size")])
+def test_data_size_figures_draw_every_part_their_rule_judges(name: str, drawer: str, tmp_path: Path,
+                                                             monkeypatch) -> None:  # noqa: ANN001
+    """Experiments 1, 7 and 9 (committed laptop run): beside the gap at each data size, a panel of the rule's parts
+    number for number in the rule's order, the ones a data-size curve cannot show included (the gap's change with
+    data, the crossover's matched-FLOPs part, the ViTs' difference in gains); the parts added after the results were
+    read say so on their tick."""
+    from vitkit.reproduce.rules import RULES, verdict
+
+    res = load_results(LAPTOP_RESULTS)[name]
+    fig = _drawn(monkeypatch, lambda: getattr(plots, drawer)(res, tmp_path / "f.png"))["f.png"]
+    _, ev, _ = verdict(name, res)
+    (panel,) = [ax for ax in fig.axes if ax.get_title().startswith("the rule's parts")]
+    parts = RULES[name].parts
+    assert _panel(panel) == [_as_drawn(ev.parts[p.key]) for p in parts]
+    ticks = [t.get_text() for t in panel.get_xticklabels()]
+    assert [f"(claimed {p.inequality()})" in t for p, t in zip(parts, ticks)] == [True] * len(parts)
+    assert ["post hoc" in t for t in ticks] == [bool(p.added) for p in parts]
+    faces = [line.get_markerfacecolor() for line in panel.get_lines() if line.get_marker() == "o"]
+    assert all(f not in ("white", (1.0, 1.0, 1.0, 1.0)) for f in faces)  # every part judged: filled
+    assert panel.get_ylabel() == "difference (points)"
+    plt.close(fig)

@@ -9,9 +9,10 @@ accuracy interval that passes 100% is drawn clipped at 100 and the figure says s
 value labels sit beyond the error bar's end, never on it; a legend covers no data (below the axes, outside them);
 points that share an x are dodged sideways, and the axis label says by how much. Every experiment's figure has a
 panel of the paired differences its rule reads with their 95% intervals, drawn by one helper (`_differences`): the
-parts the rule judges, number for number (`rule_differences`: rules.EVIDENCE), or, over data sizes, the gap at each
-size paired as the rules pair it (`_paired_gaps`: rules.paired_by_seed); a comparison reported beside a verdict but
-not judged is drawn hollow and says so.
+parts the rule judges, number for number (`rule_differences`: rules.EVIDENCE; `_rule_panel` where a figure also has
+curves), each at the point it reads, and for the experiments over data sizes beside it the gap at each size paired
+as the rules pair it (`_paired_gaps`: rules.paired_by_seed); a comparison reported beside a verdict but not judged
+is drawn hollow and says so.
 """
 
 from __future__ import annotations
@@ -232,19 +233,40 @@ def _paired_gaps(ax: Any, rows: Sequence[dict[str, Any]], series: dict[str, tupl
                  ylabel="difference (points)", data_x=sorted(true_x))
 
 
+def _rule_panel(ax: Any, name: str, res: dict[str, Any], labels: dict[str, str], metric: str) -> None:
+    """The parts experiment `name`'s rule judges, number for number (`rule_differences`), one tick each: its
+    `labels[part]`, its claim, and "post hoc" where the part was added after the results were read (rules.Part.added);
+    `metric`: what the differences are of, for the title."""
+    parts = {p.key: p for p in RULES[name].parts}
+    named = {k: f"{text}\n(claimed {parts[k].inequality()})" + ("\n(post hoc)" if parts[k].added else "")
+             for k, text in labels.items()}
+    diffs, bands = rule_differences(name, res, named)
+    _difference_panel(ax, diffs, f"the rule's parts: {metric},\npaired by seed, 95% interval", bands=bands or None)
+    ax.set_xlabel("each part at the point it reads")
+
+
 # -- experiments 1 and 2: data size and compute ------------------------------------------------------------
 
 def data_size(res: dict[str, Any], path: Path) -> str:
     """Fig. 3/4: transfer accuracy against the number of pre-training images, one line per family (dotted:
-    the family's untrained network, where the panel has a figure for it)."""
+    the family's untrained network, where the panel has a figure for it). The top row is what the rule reads: 5-shot
+    digits, ViT − ResNet paired by seed at each data size, and the rule's parts as it judges them (the gap at the
+    smallest and the largest size and how it changes between them); the bottom row, the other metrics."""
     rows, untrained = res["rows"], res.get("untrained") or {}
-    panels = [("finetune_top1", "fine-tuned digits accuracy (Fig. 3)"), ("digits_test_5shot", "5-shot linear, digits (Fig. 4)"),
-              ("lfw_test_5shot", "5-shot linear, lfw faces"), ("glyph_test_top1", "pre-training task: glyph test accuracy")]
-    fig, axes = plt.subplots(1, 5, figsize=(21, 4.6))
+    panels = [("digits_test_5shot", "5-shot linear, digits (Fig. 4; the rule's metric)"),
+              ("finetune_top1", "fine-tuned digits accuracy (Fig. 3)"), ("lfw_test_5shot", "5-shot linear, lfw faces"),
+              ("glyph_test_top1", "pre-training task: glyph test accuracy")]
+    fig, grid = plt.subplots(2, 3, figsize=(16, 9.6))
+    axes = list(grid.flat)
     clipped, dotted = False, False
-    _paired_gaps(axes[4], rows, {"ViT − ResNet": ({"family": "ViT"}, {"family": "ResNet"})}, "digits_test_5shot",
-                 "ViT − ResNet, 5-shot digits\n(the rule's differences)")
-    for ax, (key, title) in zip(axes, panels):
+    _paired_gaps(axes[1], rows, {"ViT − ResNet": ({"family": "ViT"}, {"family": "ResNet"})}, "digits_test_5shot",
+                 "ViT − ResNet, 5-shot digits, at each data size")
+    sizes = sorted({r["images"] for r in rows})
+    _rule_panel(axes[2], "fig4", res, {"small": f"ViT − ResNet\nat {sizes[0]:,}",
+                                       "large": f"ViT − ResNet\nat {sizes[-1]:,}",
+                                       "narrows": f"the gap at\n{sizes[-1]:,} minus\nat {sizes[0]:,}"},
+                "ViT − ResNet, 5-shot digits")
+    for ax, (key, title) in zip([axes[0], *axes[3:]], panels):
         for fam in MARKERS:
             est = _seed_groups([r for r in rows if r["family"] == fam], lambda r: r["images"], key)
             if not est:
@@ -584,14 +606,18 @@ def variants(res: dict[str, Any], path: Path, experiment: str, a: str, b: str, t
 
 def model_size(res: dict[str, Any], path: Path) -> str:
     """Fig. 3 (§4.2): 5-shot digits and glyph test against pre-training images, one line per family and size
-    (S: dashed, hollow markers; B: solid, filled)."""
+    (S: dashed, hollow markers; B: solid, filled); B − S paired by seed at each data size; the rule's parts as it
+    judges them (the ViTs' difference in gains from data, and B − S on the whole set)."""
     rows = res["rows"]
     panels = [("digits_test_5shot", "5-shot linear, digits"), ("glyph_test_top1", "pre-training task: glyph test")]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.8), gridspec_kw={"width_ratios": [1, 1, 1, 0.7]})
     clipped = False
     _paired_gaps(axes[2], rows, {f"{fam}-B − {fam}-S": ({"family": fam, "size": "B"}, {"family": fam, "size": "S"})
                                  for fam in ("ViT", "ResNet")}, "digits_test_5shot",
                  "B − S, 5-shot digits, paired by seed\n(the rule reads the ViTs')", colors=(COLORS["ViT"], COLORS["ResNet"]))
+    sizes = sorted({r["images"] for r in rows})
+    _rule_panel(axes[3], "size", res, {"vit_gain": f"ViT-B's gain\nminus ViT-S's,\n{sizes[0]:,} → {sizes[-1]:,}",
+                                       "vit_large": f"ViT-B − ViT-S\nat {sizes[-1]:,}"}, "5-shot digits")
     for ax, (key, title) in zip(axes, panels):
         for fam in ("ViT", "ResNet"):
             for size, style, face in (("S", "--", "white"), ("B", "-", COLORS[fam])):
@@ -672,12 +698,20 @@ def crossover_data(res: dict[str, Any], path: Path) -> str:
 def crossover_compute(res: dict[str, Any], path: Path) -> str:
     """Experiment 7: accuracy against pre-training FLOPs; faint dots: every run (each seed, every data size); lines:
     each family at the largest data size over its schedule lengths (a fixed point named in advance, not a maximum
-    over data sizes); a dotted line at the matched-FLOPs point the rule reads (rules.matched_flops_point)."""
+    over data sizes); a dotted line at the matched-FLOPs point the rule reads (rules.matched_flops_point); and the
+    rule's four parts as it judges them (at the smallest and the largest data size, matched steps and matched FLOPs,
+    and the gap's change with data)."""
     rows = crossover_rows(res)
     big = max(r["images"] for r in rows)
     sizes = sorted({r["images"] for r in rows})
     t_match, x_match = matched_flops_point(rows)
-    fig, axes = plt.subplots(1, len(CROSSOVER_METRICS), figsize=(5.4 * len(CROSSOVER_METRICS), 5.2))
+    k = len(CROSSOVER_METRICS)
+    fig, axes = plt.subplots(1, k + 1, figsize=(5.4 * k + 6.2, 5.6), gridspec_kw={"width_ratios": [1] * k + [1.15]})
+    _rule_panel(axes[-1], "crossover", res, {
+        "small_data": f"smallest data\n({_short(sizes[0])}), its\nlongest run",
+        "large_data_steps": f"largest data\n({_short(big)}),\nmatched steps",
+        "large_data_flops": f"largest data,\nmatched FLOPs\n({_short(x_match)})",
+        "narrows": f"the gap at\n{_short(big)} minus\nat {_short(sizes[0])}"}, "ViT − ResNet, 5-shot digits")
     clipped = False
     for ax, (m, title) in zip(axes, CROSSOVER_METRICS.items()):
         for fam in ("ViT", "ResNet"):

@@ -32,7 +32,7 @@ from vitkit.reproduce.rules import (
     registered,
     verdict,
 )
-from vitkit.reproduce.stats import LEVEL, Estimate, bracketed, pick_rate, sweep_text
+from vitkit.reproduce.stats import LEVEL, Estimate, best_rates, bracketed, pick_rate, sweep_text
 from vitkit.reproduce.summary import load_results
 from vitkit.reproduce.tuning import model_name
 from vitkit.utils.atomic import atomic_write_text
@@ -388,16 +388,38 @@ def laptop_times_table(log: Path | None) -> str:
         f"[{log.name}](benchmarks/results/reproduce/laptop/{log.name}) |"])
 
 
+def _sgd_rate_source(res: dict[str, Any]) -> str:
+    """How a result's SGD rate came to be: trained at a rate given to benchmarks/reproduce_tied_rate.py (its record),
+    or its sweep's pick (outright, or the smaller of an exact dev tie)."""
+    rate, sweep = res["lr"]["sgd"], res["lr_sweeps"]["sgd"]
+    if "tied_rate" in res:
+        t = res["tied_rate"]
+        same = {True: "equal bit for bit", False: "**different**", None: "not in the sweep"}[t["seed0_equals_sweep"]]
+        return (f"trained at this rate (benchmarks/reproduce_tied_rate.py, {t['cpu']}); seed 0's dev "
+                f"{100 * t['seed0_dev']:.2f} against the sweep's own run: {same}")
+    if f"{rate:g}" != f"{pick_rate(sweep):g}":
+        return f"not its sweep's pick ({pick_rate(sweep):.3g})"
+    best = sorted(best_rates(sweep))
+    top = max(r["dev"] for r in sweep)
+    if len(best) > 1:
+        return f"its pick: {' and '.join(f'{r:.3g}' for r in best)} tie at {100 * top:.2f} dev, the smaller by rule"
+    second = max((r for r in sweep if r["dev"] < top), key=lambda r: r["dev"], default=None)
+    return f"its pick, outright: {100 * top:.2f} dev" + (
+        f" against {100 * second['dev']:.2f} at {second['lr']:.3g}" if second else "")
+
+
 def ties_table(runs: dict[str, dict[str, Any]], alternatives: dict[str, dict[str, Any]]) -> str:
     """Experiment 10 under each rate of a tied SGD pick: the verdict at the pick and at every other tied rate
-    (`alternatives`: a label -> the result as it reads with that rate, benchmarks/reproduce_tied_rate.py)."""
+    (`alternatives`: a label -> the result as it reads with that rate, benchmarks/reproduce_tied_rate.py), and how
+    each row's rate was picked or trained (`_sgd_rate_source`)."""
     rule = RULES["optim"]
     p = rule.parts[0]
-    lines = ["| run | SGD rate | Adam − SGD, 5-shot digits (paired by seed) | outcome | verdict |", "|---|---:|---|---|---|"]
+    lines = ["| run | SGD rate | Adam − SGD, 5-shot digits (paired by seed) | outcome | verdict | the rate |",
+             "|---|---:|---|---|---|---|"]
     for label, res in {**runs, **alternatives}.items():
         _, ev, j = verdict("optim", res)
         lines.append(f"| {label} | {res['lr']['sgd']:.3g} | {part_text(p, ev.parts[p.key])} | {j.outcomes[p.key]} | "
-                     f"{j.label} |")
+                     f"{j.label} | {_sgd_rate_source(res)} |")
     return "\n".join(lines)
 
 
@@ -417,22 +439,91 @@ def rerun_log() -> Path | None:
     return logs[-1] if logs else None
 
 
+def _snapshot_unit(optimizer: str, lr: float, seed: int) -> dict[str, Any] | None:
+    """The re-run's pre-training unit of ResNet-B (the whole set) at `lr` and `seed` in its snapshot (`SNAPSHOT`)."""
+    if not SNAPSHOT.is_file():
+        return None
+    return next((u for u in json.loads(SNAPSHOT.read_text())["units"]
+                 if (u["family"], u["size"], u["optimizer"], u["seed"], u["images"]) ==
+                 ("ResNet", "B", optimizer, seed, LAPTOP.glyph_images) and f"{u['lr']:g}" == f"{lr:g}"), None)
+
+
+def _tied_rate_note(path: Path, res: dict[str, Any]) -> str:
+    """A trained tied-rate result's record: its seed 0 against the re-run's own sweep run at that rate (dev, 5-shot
+    test and glyph test, bit for bit) and its time from its committed log (`<name>_<date>.log` beside it)."""
+    rate, sgd = res["lr"]["sgd"], res["results"]["sgd"]
+    unit = _snapshot_unit("sgd", rate, 0)
+    if unit is None:
+        same = "the re-run's sweep run at this rate is not in its snapshot"
+    else:
+        pairs = [("dev", res["tied_rate"]["seed0_dev"], unit["dev"]),
+                 ("5-shot test", sgd["digits_test_5shot"]["values"][0], unit["digits_test_5shot"]),
+                 ("glyph test", sgd["glyph_test_top1"]["values"][0], unit["glyph_test_top1"])]
+        same = "seed 0 against the re-run's own sweep run at this rate: " + ", ".join(
+            f"{k} {100 * a:.2f} {'equal bit for bit' if a == b else f'**different** ({100 * b:.2f})'}"
+            for k, a, b in pairs)
+    logs = sorted(path.parent.glob(f"{path.stem}_*.log"))
+    if logs:
+        t = time_log(logs[-1])
+        load = (f"; load {t['load_start'][0]} at the start, {t['load_end'][0]} at the end (1-min, a shared machine)"
+                if t["load_start"] and t["load_end"] else "")
+        took = (f"{clock_text(t['wall_s'])} wall clock, {t['cpu_s']:,.0f} CPU s{load} "
+                f"([{logs[-1].name}](benchmarks/results/reproduce/laptop_rerun/{logs[-1].name}))")
+    else:
+        took = f"its log is not committed (`{path.stem}_<date>.log`)"
+    return f"SGD at {rate:.3g} on the re-run's CPU: {same}; {took}."
+
+
 def ties_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Experiment 10's laptop verdict under each tied SGD rate: the committed run at its pick, the re-run at its pick,
-    and each rate `benchmarks/reproduce_tied_rate.py` trained (`RERUN/optim_sgd<rate>.json`)."""
-    picks = {"committed run (Intel Xeon), its pick": runs["laptop"]["optim"]}
-    if (RERUN / "optim.json").is_file():
-        picks["re-run (AMD EPYC), its pick"] = load_results(RERUN)["optim"]
-    others = {}
+    and each rate `benchmarks/reproduce_tied_rate.py` trained (`RERUN/optim_sgd<rate>.json`); then which rates of
+    the committed run's tie have a verdict on which CPU, and why a row is missing."""
+    committed = runs["laptop"]["optim"]
+    picks = {"committed run (Intel Xeon), its pick": committed}
+    rerun = load_results(RERUN)["optim"] if (RERUN / "optim.json").is_file() else None
+    if rerun is not None:
+        picks["re-run (AMD EPYC), its pick"] = rerun
+    others, notes = {}, []
     for path in sorted(RERUN.glob("optim_sgd*.json")):
         res = json.loads(path.read_text())
         others[f"re-run (AMD EPYC), SGD at {res['lr']['sgd']:.3g}: [{path.name}]"
                f"(benchmarks/results/reproduce/laptop_rerun/{path.name})"] = res
+        if "tied_rate" in res:
+            notes.append(_tied_rate_note(path, res))
     text = ties_table(picks, others)
-    if not others:
-        text += ("\n\nThe other tied rate is not trained yet: `python benchmarks/reproduce_tied_rate.py` trains its "
-                 "seeds and writes the result it gives.")
-    return text
+    tie = sorted(best_rates(committed["lr_sweeps"]["sgd"]))
+    if len(tie) < 2:
+        return text + "\n\nThe committed run's SGD pick is not tied on dev: it has no other rate."
+    amd: dict[str, str] = {}  # the rates with a verdict on the re-run's CPU, and how
+    if rerun is not None:
+        amd[f"{rerun['lr']['sgd']:g}"] = "the re-run's own pick"
+    for r in others.values():
+        amd.setdefault(f"{r['lr']['sgd']:g}", "trained at it by benchmarks/reproduce_tied_rate.py")
+    done = [r for r in tie if f"{r:g}" in amd]
+    missing = [r for r in tie if f"{r:g}" not in amd]
+    rest = [r for r in tie if r != committed["lr"]["sgd"]]
+    out = [f"Which rows exist. The committed run's SGD sweep ties {' and '.join(f'{r:.3g}' for r in tie)} on dev; "
+           f"the pick, {committed['lr']['sgd']:.3g}, follows from the tie rule alone."]
+    if rerun is not None:
+        tied_there = len(best_rates(rerun["lr_sweeps"]["sgd"])) > 1
+        out.append(f"The re-run's sweep {'ties too' if tied_there else 'has no tie'} "
+                   f"({sweep_text(rerun['lr_sweeps']['sgd'])}).")
+    which = ", ".join(f"{r:.3g} ({amd[f'{r:g}']})" for r in done)
+    if not done:
+        amd_text = "no rate of the committed run's tie has a verdict yet"
+    elif not missing:
+        amd_text = f"every rate of the committed run's tie has a verdict: {which}"
+    else:
+        amd_text = f"of the committed run's tie only {which} has a verdict"
+    if missing:
+        amd_text += (f"; {' and '.join(f'{r:.3g}' for r in missing)} {'is' if len(missing) == 1 else 'are'} not "
+                     "trained yet there (`python benchmarks/reproduce_tied_rate.py --rate R` trains it)")
+    out.append(f"On the AMD EPYC {amd_text}.")
+    out.append(f"On the Intel Xeon only the pick has one: the committed run at {', '.join(f'{r:.3g}' for r in rest)} "
+               "has no row. Its seed-0 run there is the sweep's (dev and glyph accuracy in the committed JSON, no 5-shot "
+               "test), and seeds 0–2 at that rate would have to be trained on the Xeon: on another CPU the same seeds "
+               "give other numbers (§2), so nothing trained here stands in for it.")
+    return "\n\n".join([text, " ".join(out), *notes])
 
 
 SNAPSHOT = RESULTS / "laptop" / "rerun_units_partial.json"  # the re-run's finished units while it runs
