@@ -15,6 +15,7 @@ from vitkit.reproduce.report import (
     BLOCK,
     BLOCKS,
     NUMBERED,
+    PAGES,
     answer_table,
     committed_runs,
     compare_runs,
@@ -37,9 +38,13 @@ def runs() -> dict:
 
 
 def test_the_committed_report_is_what_the_committed_json_gives(runs: dict) -> None:
-    text = PAGE.read_text()
-    assert {m[2] for m in BLOCK.finditer(text)} == set(BLOCKS), "REPRODUCTION.md lacks a generated block"
-    assert render(text, runs) == text, "REPRODUCTION.md is stale: run `python -m vitkit.reproduce.report`"
+    """Every generated block is on the page `PAGES` names for it (REPRODUCTION.md, or the history page for the
+    re-run's sweep detail), and each committed page equals its rendering."""
+    assert PAGE in PAGES and sorted(b for blocks in PAGES.values() for b in blocks) == sorted(BLOCKS)
+    for page, blocks in PAGES.items():
+        text = page.read_text()
+        assert sorted(m[2] for m in BLOCK.finditer(text)) == sorted(blocks), f"{page.name}: its generated blocks"
+        assert render(text, runs) == text, f"{page.name} is stale: run `python -m vitkit.reproduce.report`"
 
 
 def test_the_answer_comes_first_and_fits_in_fifteen_lines(runs: dict) -> None:

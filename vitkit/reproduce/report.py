@@ -2,10 +2,11 @@
 
 The report is prose around tables; every table that holds a number is generated here: the answer (section 0), the
 rules (1), each experiment's parts at both scales (3), the deviations that can be computed (4), the multiplicity
-count, and the long run's sittings from its committed log (5). REPRODUCTION.md keeps each one between
-`<!-- generated: NAME -->` and `<!-- end: NAME -->`; `render` rewrites those blocks and leaves the prose alone,
-`python -m vitkit.reproduce.report` updates the file, and a test checks that the committed file equals its rendering
-of the committed JSON, so the report cannot fall behind its results.
+count, both scales' times from their committed logs and the laptop re-run on a second CPU (5). REPRODUCTION.md keeps
+each one between `<!-- generated: NAME -->` and `<!-- end: NAME -->` (the re-run's sweep-by-sweep table is in
+docs/reproduction/history.md: `PAGES` says which page holds which block); `render` rewrites those blocks and leaves
+the prose alone, `python -m vitkit.reproduce.report` updates the pages, and a test checks that each committed page
+equals its rendering of the committed JSON, so the report cannot fall behind its results.
 """
 
 from __future__ import annotations
@@ -427,7 +428,7 @@ RERUN = RESULTS / "laptop_rerun"  # the laptop run again, on a second CPU (a rep
 
 
 def replication_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Section 2's replication: the committed laptop run against its re-run (`RERUN`), or that it is not committed."""
+    """Section 5's replication: the committed laptop run against its re-run (`RERUN`), or that it is not committed."""
     if not RERUN.is_dir():
         return f"The re-run's results are not committed yet (`{_shown(RERUN)}/<experiment>.json`)."
     return replication_table(runs["laptop"], load_results(RERUN))
@@ -522,7 +523,7 @@ def ties_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
     out.append(f"On the Intel Xeon only the pick has one: the committed run at {', '.join(f'{r:.3g}' for r in rest)} "
                "has no row. Its seed-0 run there is the sweep's (dev and glyph accuracy in the committed JSON, no 5-shot "
                "test), and seeds 0–2 at that rate would have to be trained on the Xeon: on another CPU the same seeds "
-               "give other numbers (§2), so nothing trained here stands in for it.")
+               "give other numbers (§5), so nothing trained here stands in for it.")
     return "\n\n".join([text, " ".join(out), *notes])
 
 
@@ -587,7 +588,7 @@ def sweep_replication(results: dict[str, dict[str, Any]], snapshot: dict[str, An
 
 
 def sweeps_block(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Section 2: the re-run's sweeps so far against the committed run's, or that no snapshot is committed."""
+    """The history page: the re-run's sweeps against the committed run's, or that no snapshot is committed."""
     if not SNAPSHOT.is_file():
         return f"No snapshot of the re-run is committed (`{_shown(SNAPSHOT)}`)."
     return sweep_replication(runs["laptop"], json.loads(SNAPSHOT.read_text()))
@@ -601,6 +602,13 @@ BLOCKS: dict[str, Callable[[dict[str, dict[str, dict[str, Any]]]], str]] = {
     **{f"parts-{name}": (lambda runs, name=name: parts_table(name, runs)) for name in NUMBERED.values()},
 }
 BLOCK = re.compile(r"(<!-- generated: ([a-z0-9-]+) -->\n).*?(<!-- end: \2 -->)", re.S)
+# the pages that hold generated blocks, and which: the report, and its history page, which keeps the laptop re-run's
+# sweep-by-sweep detail (section 5 of the report summarises it)
+HISTORY_BLOCKS = ("rerun-sweeps",)
+PAGES: dict[Path, tuple[str, ...]] = {
+    ROOT / "REPRODUCTION.md": tuple(b for b in BLOCKS if b not in HISTORY_BLOCKS),
+    ROOT / "docs" / "reproduction" / "history.md": HISTORY_BLOCKS,
+}
 
 
 def render(text: str, runs: dict[str, dict[str, dict[str, Any]]]) -> str:
@@ -608,7 +616,8 @@ def render(text: str, runs: dict[str, dict[str, dict[str, Any]]]) -> str:
     name is refused."""
     def fill(m: re.Match[str]) -> str:
         if m[2] not in BLOCKS:
-            raise ValueError(f"REPRODUCTION.md: no generator for block {m[2]!r}; known: {sorted(BLOCKS)}")
+            raise ValueError(f"no generator for block {m[2]!r} (a reproduction page's generated block); known: "
+                             f"{sorted(BLOCKS)}")
         return f"{m[1]}{BLOCKS[m[2]](runs)}\n{m[3]}"
 
     return BLOCK.sub(fill, text)
@@ -620,10 +629,12 @@ def committed_runs(root: Path = RESULTS) -> dict[str, dict[str, dict[str, Any]]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rewrite the generated blocks of REPRODUCTION.md (or the file given) from the committed JSON."""
-    path = Path((argv or sys.argv[1:] or [str(ROOT / "REPRODUCTION.md")])[0])
-    atomic_write_text(path, render(path.read_text(), committed_runs()))
-    print(f"{path}: generated blocks rewritten from {RESULTS}")
+    """Rewrite the generated blocks of every page in `PAGES` (or of the files given) from the committed JSON."""
+    paths = [Path(a) for a in (argv or sys.argv[1:])] or list(PAGES)
+    runs = committed_runs()
+    for path in paths:
+        atomic_write_text(path, render(path.read_text(), runs))
+        print(f"{path}: generated blocks rewritten from {RESULTS}")
     return 0
 
 
