@@ -23,6 +23,10 @@ torch.set_num_threads(1)
 # cores beside a second pytest-xdist worker they only compete with the tests (read by torch._inductor.config, which
 # the first compile imports; the CLI processes the tests start inherit it too).
 os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+# The CPU's vector extensions (AVX2 / AVX-512, read from the CPU's flags) taken as buildable: inductor would otherwise
+# prove it once per cache folder by a C++ build of a test kernel (~4 CPU s on a fresh machine, as CI's) and once per
+# compiling process by a Python subprocess that loads it; the kernels and their flags are the same either way.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 
 @pytest.fixture(autouse=True)
