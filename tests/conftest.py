@@ -23,6 +23,10 @@ torch.set_num_threads(1)
 # cores beside a second pytest-xdist worker they only compete with the tests (read by torch._inductor.config, which
 # the first compile imports; the CLI processes the tests start inherit it too).
 os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+# The CPU's vector extensions (AVX2 / AVX-512, read from the CPU's flags) taken as buildable: inductor would otherwise
+# prove it once per cache folder by a C++ build of a test kernel (~4 CPU s on a fresh machine, as CI's) and once per
+# compiling process by a Python subprocess that loads it; the kernels and their flags are the same either way.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 
 @pytest.fixture(autouse=True)
@@ -59,3 +63,21 @@ def photos(tmp_path_factory) -> list[Path]:  # noqa: ANN001
     of the session. Read only: a test writes beside them in its own tmp_path."""
     folder = built_once(shared_root(tmp_path_factory), "photos", lambda f: photo_files(f / "img")) / "img"
     return [folder / name for name in PHOTOS]
+
+
+@pytest.fixture(scope="session")
+def digits_openvino_int8(saved_digits: tuple[Path, Path], tmp_path_factory) -> tuple[Path, Path]:  # noqa: ANN001
+    """(the trained digits model's OpenVINO IR, its NNCF int8 calibrated on `saved_digits`' 100 images), built once
+    for every worker of the session: the two NNCF tests of tests/inference/test_export_openvino_int8.py read the
+    same one. Read only."""
+    from vitkit.inference.backends import _export_openvino
+    from vitkit.inference.export import quantize_openvino_int8
+    from vitkit.inference.predict import calibration_images
+
+    def build(folder: Path) -> None:
+        model = trained_digits_vit()
+        calib = calibration_images([str(saved_digits[1])], model.preprocess)
+        quantize_openvino_int8(_export_openvino(model, folder / "m.xml"), folder / "m.int8.xml", calib)
+
+    folder = built_once(shared_root(tmp_path_factory), "digits_openvino_int8", build)
+    return folder / "m.xml", folder / "m.int8.xml"

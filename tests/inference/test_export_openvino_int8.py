@@ -19,15 +19,15 @@ pytest.importorskip("nncf")
 ov = pytest.importorskip("openvino")
 
 
-def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_digits) -> None:
-    from vitkit.inference.backends import _export_openvino, exported_runner
+def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_digits,  # noqa: ANN001
+                                                             digits_openvino_int8) -> None:
+    from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_preprocess, quantize_openvino_int8
     from vitkit.inference.predict import calibration_images
 
     model = trained_digits_vit()
     calib = calibration_images([str(saved_digits[1])], model.preprocess)
-    xml = _export_openvino(model, tmp_path / "m.xml")
-    q = quantize_openvino_int8(xml, tmp_path / "m.int8.xml", calib)
+    xml, q = digits_openvino_int8
     assert q.with_suffix(".bin").is_file()
     ir = ov.Core().read_model(str(q))
     fq = [n for n in ir.get_ops() if n.get_type_name() == "FakeQuantize"]
@@ -48,22 +48,22 @@ def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_di
         quantize_openvino_int8(xml, tmp_path / "x.xml", calib[:10])
 
 
-def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digits) -> None:
-    from vitkit.inference.backends import _export_openvino, exported_runner
+def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digits,  # noqa: ANN001
+                                                           digits_openvino_int8) -> None:
+    from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_int8, quantisable_layers, quantize_openvino_int8
     from vitkit.inference.mixed import keep_float
     from vitkit.inference.predict import calibration_images
 
     model = trained_digits_vit()
     calib = calibration_images([str(saved_digits[1])], model.preprocess)
-    xml = _export_openvino(model, tmp_path / "m.xml")
+    xml, every = digits_openvino_int8  # NNCF's int8 of every layer, calibrated on `calib`
     layers = quantisable_layers(xml)
     # the same names as the ONNX graph's: OpenVINO splits the patch embedding's Conv into a Convolution
     # ".../Conv/WithoutBiases" and an Add, still layer "patch_embed.proj"
     assert "blocks.1.mlp.fc2" in layers and "blocks.0.attn.qkv" in layers and "patch_embed.proj" in layers
     mixed = keep_float(model, calib, 3, layers)  # the 3 layers measured to move the output most
     assert quantised_conv_kept(xml, calib, tmp_path)
-    every = quantize_openvino_int8(xml, tmp_path / "all.xml", calib)
     part = quantize_openvino_int8(xml, tmp_path / "mixed.xml", calib, mixed)
 
     def quantised(path: Path) -> set[str]:
@@ -82,7 +82,8 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digi
     x, _ = digits_test_tensors(model)
     with torch.no_grad():
         ref = model(x)
-    agree = {p.stem: (exported_runner(p)(x).argmax(-1) == ref.argmax(-1)).float().mean().item() for p in (every, part)}
+    agree = {name: (exported_runner(p)(x).argmax(-1) == ref.argmax(-1)).float().mean().item()
+             for name, p in (("all", every), ("mixed", part))}
     assert agree["mixed"] >= agree["all"] - 1 / 450, agree  # 450 test digits: no worse (one digit of slack: NNCF's
     # bias correction and SmoothQuant are refitted around the float layers)
 
