@@ -98,12 +98,10 @@ def test_distillation_token_heads_train_apart_and_average_at_inference(tmp_path:
 
 
 @pytest.mark.slow
-def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    # the teacher: 100 steps of batch 64 (92% test top-1, measured; 150 steps gave 98%), data read in this process
-    teacher_cfg = load_config("digits_bit", ["schedule.steps=100", "schedule.warmup_steps=10", "train.eval_every=0",
-                                             "train.ckpt_every=0", "data.dev_fraction=0", "train.tensorboard=false",
-                                             "train.batch_size=64", "data.num_workers=0"])
-    t_res = run_experiment(teacher_cfg, tmp_path / "teacher", progress=False)
+def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys, bit_digits_run: Path) -> None:  # noqa: ANN001
+    # the teacher: conftest.py's bit_digits_run, 100 steps of batch 64 (92% test top-1, measured; 150 steps gave 98%),
+    # data read in its process (shared with tests/models/test_resnet_bit.py's command line)
+    t_res = json.loads((bit_digits_run / "run" / "result.json").read_text())
     # the student: the demo recipe's ViT at half its width and depth (2 blocks of width 64, lr 3e-3): 64% test top-1
     # after 80 steps, measured (the full demo ViT: 52%, at twice the cost)
     student = load_config("digits_demo", [
