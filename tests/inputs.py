@@ -209,13 +209,13 @@ TIMM_FIXTURE = Path(__file__).parent / "fixtures" / "timm_preprocess"  # tests/r
 FAMILIES = Path(__file__).parent / "fixtures" / "timm_families"  # tests/reference/make_timm_family_reference.py
 
 
-PEAK_PROBE = """
-import resource, sys
+_STATUS = """
 def _status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
-{setup}
+"""
+PEAK_PROBE = "\nimport resource, sys" + _STATUS + """{setup}
 _base, _vm = _status("VmRSS:"), _status("VmSize:")
 resource.setrlimit(resource.RLIMIT_AS, (_vm + {limit}, resource.RLIM_INFINITY))
 {work}
@@ -233,13 +233,7 @@ def peak_memory(setup: str, work: str, limit: int = 2 << 30) -> int:
     return int(r.stdout.split("PEAK")[-1])
 
 
-FORKED_PEAK_PROBE = """
-import os, resource, sys
-def _status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-{setup}
+FORKED_PEAK_PROBE = "\nimport os, resource, sys" + _STATUS + """{setup}
 for _work in {works!r}:
     _pid = os.fork()
     if _pid == 0:
