@@ -139,18 +139,55 @@ def inference_model(model: nn.Module, precision: str | precision_mod.Precision =
                     log: Callable[[str], None] | None = None) -> nn.Module:
     """A snapshot of `model` (`snapshot`: the caller's model is left as it was, and later changes to it do not
     reach this one) ready to predict in torch: eval mode, on `device`, the precision's weights (bf16 for "bf16",
-    fp32 otherwise), optionally compiled by inductor with the weights frozen as constants (folded and prepacked for
-    oneDNN; valid under no_grad / inference); fp32 on the CPU uncompiled runs its plain blocks with oneDNN's fused
-    matmuls (`fused`, inference/cpu_fused.py). Feed it inputs of `input_dtype(precision)` (and run it under the
-    precision's autocast context)."""
+    fp32 otherwise), optionally compiled by inductor with its weights frozen into the graph (`FrozenCompiled`);
+    fp32 on the CPU uncompiled runs its plain blocks with oneDNN's fused matmuls (`fused`, inference/cpu_fused.py).
+    Feed it inputs of `input_dtype(precision)` (and run it under the precision's autocast context)."""
     prec = precision_mod.get(precision)
     model = snapshot(model, prec.weights, log)
     if device is not None:
         model = model.to(device)
     if compile:
-        return torch.compile(model, options={"freezing": True})
+        return FrozenCompiled(model)
     on_cpu = all(p.device.type == "cpu" for p in model.parameters())
     return fused_for_cpu(model) if fused and prec.name == "fp32" and on_cpu else model
+
+
+class FrozenCompiled(nn.Module):
+    """`model` compiled by torch.compile (inductor) with its weights frozen into the graph as constants: folded
+    (casts of weights done once) and, on the CPU, prepacked for oneDNN's matmuls and convolution with their bias and
+    activation fused (inductor's freezing passes). Inductor freezes only where its global
+    `torch._inductor.config.freezing` is set while dynamo traces and grad is off (`is_parameter_freezing`): a
+    `torch.compile(options={"freezing": True})` sets it for inductor alone, after dynamo has made the weights graph
+    inputs, and freezes nothing. So every call runs under that setting (a recompile, for a new batch size, freezes
+    too) and no_grad. The weights are read at the first call; one changed in place after it (`load_state_dict`, an
+    in-place op; a move to another device or dtype) is refused at the next call (its copy in the graph would be
+    stale): build a new one. (A change through `.data` bypasses the version counter this check reads.) The global
+    setting is patched per call: a compile on another thread at the same moment would freeze too."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.compiled = torch.compile(model)
+        self._frozen: list[tuple[str, torch.Tensor, int, torch.device, torch.dtype]] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch._inductor import config as inductor_config  # imported by torch.compile already (seconds cold)
+
+        if self._frozen is not None:
+            self._check_unchanged()
+        x = row_major(x)
+        with inductor_config.patch(freezing=True), torch.no_grad():
+            out = self.compiled(x)
+        if self._frozen is None:
+            state = (*self.compiled.named_parameters(), *self.compiled.named_buffers())
+            self._frozen = [(n.removeprefix("_orig_mod."), t, t._version, t.device, t.dtype) for n, t in state]
+        return out
+
+    def _check_unchanged(self) -> None:
+        for name, t, version, device, dtype in self._frozen:
+            if t._version != version or t.device != device or t.dtype != dtype:
+                raise RuntimeError(f"{name} changed after the compiled model froze its weights into the graph at its "
+                                   "first call (the graph would answer with the old one); build a new predictor "
+                                   "from the changed model (build_predictor / inference_model)")
 
 
 class Predictor(nn.Module):
@@ -169,12 +206,24 @@ class Predictor(nn.Module):
         return self.fn(x)
 
 
+def row_major(x: torch.Tensor) -> torch.Tensor:
+    """`x` itself where its strides are the row-major ones of its shape, else a row-major copy. A 1-channel image
+    batch can be contiguous (`is_contiguous()`) with a channel stride of 1, which oneDNN's convolution reads as
+    channels-last; inductor's frozen graph with a dynamic batch expects the other layout from it and fails
+    (torch 2.13: an `assert_size_stride` of `mkldnn._convolution_pointwise`)."""
+    want, step = [], 1
+    for n in reversed(x.shape):
+        want.append(step)
+        step *= max(n, 1)
+    return x if tuple(reversed(want)) == x.stride() else x.clone(memory_format=torch.contiguous_format)
+
+
 def batch_dynamic(x: torch.Tensor) -> torch.Tensor:
-    """`x` (an alias: the caller's tensor is left unmarked) with its batch dimension marked dynamic for
-    torch.compile, so that the first call compiles one graph for every batch size. Unmarked, the first batch
-    compiles a graph for its size and the next size compiles a second, dynamic one: two compiles for any job whose
-    last batch is short. A first batch of 1 is still compiled for its own (dynamo specializes sizes 0 and 1)."""
-    x = x.detach()
+    """`x` (an alias or a `row_major` copy: the caller's tensor is left unmarked) with its batch dimension marked
+    dynamic for torch.compile, so that the first call compiles one graph for every batch size. Unmarked, the first
+    batch compiles a graph for its size and the next size compiles a second, dynamic one: two compiles for any job
+    whose last batch is short. A first batch of 1 is still compiled for its own (dynamo specializes sizes 0 and 1)."""
+    x = row_major(x.detach())
     torch._dynamo.maybe_mark_dynamic(x, 0)
     return x
 
@@ -189,7 +238,7 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
         with prec.context(device):
             return net(prepare(x.to(device, prec.input_dtype))).float()
 
-    how = "torch.compile (inductor, frozen weights)" if compile else "eager"
+    how = "torch.compile (inductor, weights frozen at the first call)" if compile else "eager"
     return Predictor(run, "torch", precision, f"torch {how}, {precision}", module=net)
 
 
