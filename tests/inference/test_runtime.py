@@ -348,13 +348,13 @@ def test_compiled_predictor_freezes_its_weights_and_refuses_them_changed_after()
     with torch.no_grad():
         ref = model(x)
     net = build_predictor(model, "fp32", "torch", compile=True)
-    first, codes = run_and_get_code(net, x[:4])  # dynamo reset, then one compile
     graphs = compiled_graphs()
+    first, codes = run_and_get_code(net, x[:4])  # dynamo reset, then one compile
     got = torch.cat([first, net(x[4:])])
     code = "\n".join(codes)
     inputs = code.split("def call(self, args):", 1)[1].split("= args", 1)[0].split(",")
     assert len(inputs) == 2 and "_frozen_param" in code, inputs
-    assert compiled_graphs() == graphs == 1 and "weights frozen" in net.description
+    assert compiled_graphs() - graphs == 1 and "weights frozen" in net.description
     err = (got - ref).abs().max().item() / ref.abs().max().item()
     assert err <= 1e-4 and torch.equal(got.argmax(-1), ref.argmax(-1)), err
     with torch.no_grad():
@@ -365,5 +365,5 @@ def test_compiled_predictor_freezes_its_weights_and_refuses_them_changed_after()
     name, adapter = [(n, p) for n, p in net.module.named_parameters() if "lora_B" in n][-1]
     with torch.no_grad():
         adapter.mul_(2.0)
-    with pytest.raises(RuntimeError, match=f"{name.removeprefix('compiled._orig_mod.')} changed after the compiled"):
+    with pytest.raises(RuntimeError, match=f"{name.removeprefix('model.')} changed after the compiled"):
         net(x[:4])

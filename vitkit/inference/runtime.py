@@ -19,6 +19,7 @@ import copy
 import functools
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,12 +163,22 @@ class FrozenCompiled(nn.Module):
     too) and no_grad. The weights are read at the first call; one changed in place after it (`load_state_dict`, an
     in-place op; a move to another device or dtype) is refused at the next call (its copy in the graph would be
     stale): build a new one. (A change through `.data` bypasses the version counter this check reads.) The global
-    setting is patched per call: a compile on another thread at the same moment would freeze too."""
+    setting is patched per call: a compile on another thread at the same moment would freeze too. A frozen graph
+    keeps its weights after its predictor is dropped, until `torch._dynamo.reset()` (torch 2.13)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.compiled = torch.compile(model)
+        self.model = model
+        call = FrozenCompiled._call
+        # dynamo keeps compiled graphs per code object: one of this instance's own, so that no graph compiled from
+        # the model's forward without freezing (a torch.compile(model) elsewhere in the process) is reused here,
+        # and that other predictors' graphs do not count against dynamo's recompile limit (8) for this one
+        own = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__)
+        self.compiled = torch.compile(types.MethodType(own, self))
         self._frozen: list[tuple[str, torch.Tensor, int, torch.device, torch.dtype]] | None = None
+
+    def _call(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch._inductor import config as inductor_config  # imported by torch.compile already (seconds cold)
@@ -178,8 +189,8 @@ class FrozenCompiled(nn.Module):
         with inductor_config.patch(freezing=True), torch.no_grad():
             out = self.compiled(x)
         if self._frozen is None:
-            state = (*self.compiled.named_parameters(), *self.compiled.named_buffers())
-            self._frozen = [(n.removeprefix("_orig_mod."), t, t._version, t.device, t.dtype) for n, t in state]
+            state = (*self.model.named_parameters(), *self.model.named_buffers())
+            self._frozen = [(n, t, t._version, t.device, t.dtype) for n, t in state]
         return out
 
     def _check_unchanged(self) -> None:
