@@ -28,7 +28,7 @@ from torch import nn
 
 from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel, quantize_for
 from vitkit.inference.cpu_fused import fused_for_cpu
-from vitkit.inference.export import check_int8_grid, describe_int8, exported_int8
+from vitkit.inference.export import check_int8_grid, describe_int8, exported_int8, row_major
 from vitkit.inference.mixed import check_keep_float
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import read_json
@@ -215,18 +215,6 @@ class Predictor(nn.Module):
     @torch.inference_mode()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)
-
-
-def row_major(x: torch.Tensor) -> torch.Tensor:
-    """`x` itself where its strides are the row-major ones of its shape, else a row-major copy. A 1-channel image
-    batch can be contiguous (`is_contiguous()`) with a channel stride of 1, which oneDNN's convolution reads as
-    channels-last; inductor's frozen graph with a dynamic batch expects the other layout from it and fails
-    (torch 2.13: an `assert_size_stride` of `mkldnn._convolution_pointwise`)."""
-    want, step = [], 1
-    for n in reversed(x.shape):
-        want.append(step)
-        step *= max(n, 1)
-    return x if tuple(reversed(want)) == x.stride() else x.clone(memory_format=torch.contiguous_format)
 
 
 def batch_dynamic(x: torch.Tensor) -> torch.Tensor:
