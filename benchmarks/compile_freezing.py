@@ -14,23 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import time
 from pathlib import Path
 
 import torch
+from compile_dynamic_batch import cpu_s  # the script beside this one
 
 from vitkit.bench.machine import machine_info
 from vitkit.bench.timing import time_interleaved
 from vitkit.inference.runtime import Predictor, batch_dynamic, build_predictor, inference_model
 from vitkit.models import create_model
 from vitkit.utils import precision as precision_mod
-
-
-def cpu_s() -> float:
-    """User + sys CPU seconds of this process and of the compiler processes it waited for."""
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
 def unfrozen_predictor(model: torch.nn.Module, precision: str) -> Predictor:
