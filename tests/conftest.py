@@ -9,7 +9,7 @@ import torch
 
 from tests import helpers
 from tests.helpers import built_once, digits_test_tensors, shared_root, trained_digits_vit
-from tests.inputs import PHOTOS, digit_folder, photo_files
+from tests.inputs import PHOTOS, digit_folder, photo_files, run_main
 from vitkit.formats import save_pretrained
 
 # One intra-op thread, here and in the CLI processes the tests start (they inherit the environment): the suite's
@@ -86,3 +86,20 @@ def digits_openvino_int8(saved_digits: tuple[Path, Path], tmp_path_factory) -> t
 
     folder = built_once(shared_root(tmp_path_factory), "digits_openvino_int8", build)
     return folder / "m.xml", folder / "m.int8.xml"
+
+
+@pytest.fixture(scope="session")
+def bit_digits_run(tmp_path_factory) -> Path:  # noqa: ANN001
+    """`vitkit train --config digits_bit`, 100 steps of batch 64 (92% test top-1, measured), run once for every
+    worker of the session (tests/models/test_resnet_bit.py's command line, tests/train/test_distill.py's teacher):
+    the folder holding the run (run/) and what the command printed (stdout.txt). Read only."""
+
+    def build(folder: Path) -> None:
+        res = run_main("train", "--config", "digits_bit", "--out", str(folder / "run"), "--no-progress",
+                       *[a for kv in ("schedule.steps=100", "schedule.warmup_steps=10", "train.batch_size=64",
+                                      "train.eval_every=0", "train.ckpt_every=0", "data.num_workers=0",
+                                      "data.dev_fraction=0", "train.tensorboard=false") for a in ("--set", kv)])
+        assert res.returncode == 0, res.stderr[-2000:]
+        (folder / "stdout.txt").write_text(res.stdout)
+
+    return built_once(shared_root(tmp_path_factory), "bit_digits_run", build)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -208,13 +209,13 @@ TIMM_FIXTURE = Path(__file__).parent / "fixtures" / "timm_preprocess"  # tests/r
 FAMILIES = Path(__file__).parent / "fixtures" / "timm_families"  # tests/reference/make_timm_family_reference.py
 
 
-PEAK_PROBE = """
-import resource, sys
+_STATUS = """
 def _status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
-{setup}
+"""
+PEAK_PROBE = "\nimport resource, sys" + _STATUS + """{setup}
 _base, _vm = _status("VmRSS:"), _status("VmSize:")
 resource.setrlimit(resource.RLIMIT_AS, (_vm + {limit}, resource.RLIM_INFINITY))
 {work}
@@ -230,3 +231,37 @@ def peak_memory(setup: str, work: str, limit: int = 2 << 30) -> int:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "PEAK" in r.stdout, r.stderr[-1500:]
     return int(r.stdout.split("PEAK")[-1])
+
+
+FORKED_PEAK_PROBE = "\nimport os, resource, sys" + _STATUS + """{setup}
+for _work in {works!r}:
+    _pid = os.fork()
+    if _pid == 0:
+        try:
+            with open("/proc/self/clear_refs", "w") as _f:
+                _f.write("5")  # this child's VmHWM restarts from its VmRSS
+            _base, _vm = _status("VmRSS:"), _status("VmSize:")
+            resource.setrlimit(resource.RLIMIT_AS, (_vm + {limit}, resource.RLIM_INFINITY))
+            exec(_work)
+            print("PEAK", _status("VmHWM:") - _base, flush=True)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    if os.waitpid(_pid, 0)[1] != 0:
+        sys.exit(f"the probe failed: {{_work!r}}")
+"""
+
+
+def peak_memories(setup: str, works: Sequence[str], limit: int = 2 << 30) -> list[int]:
+    """`peak_memory` of each of `works`, for one interpreter start-up: it runs `setup` once and forks a child per
+    work, which starts from setup's state with its peak reset to its resident size (/proc/self/clear_refs). A
+    stricter measure than a fresh interpreter's: the pages of setup's that a child touches count as its own (fork
+    maps a library's code anew; 8 MiB more for a 16-bit PNG's decode). The assertion names the failure."""
+    code = FORKED_PEAK_PROBE.format(setup=setup, works=list(works), limit=limit)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    peaks = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("PEAK ")]
+    assert r.returncode == 0 and len(peaks) == len(works), r.stderr[-1500:]
+    return peaks

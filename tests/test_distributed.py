@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import sys
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,16 @@ def _build_pair(root: Path) -> None:
             (_phases, root / "fsdp", FSDP, one["fsdp"], _trainer),
             (_run, root / "fsdp_run", FSDP_RUN),
             (_phases, root / "inv", INV, one["inv"], _inv_trainer)]
-    mp.start_processes(_pair_worker, args=(2, str(root / "store"), jobs), nprocs=2, start_method="spawn", join=True)
+    # the two ranks are forked from one fresh interpreter that imported this module and torch._dynamo (which every
+    # optimizer imports): one interpreter start-up for the pair instead of one per spawned rank; a fresh process
+    # forked, never this one (its threads, OpenMP's state). The fork server is stopped after the pair: its memory
+    # freed, and the CPU of the ranks it reaped counted as this process's children's (benchmarks/suite_cputime.py)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["torch._dynamo", __name__])
+    try:
+        mp.start_processes(_pair_worker, args=(2, str(root / "store"), jobs), nprocs=2, start_method="forkserver",
+                           join=True)
+    finally:
+        forkserver._forkserver._stop()  # (CPython's own tests' way to stop it)
 
 
 @pytest.fixture(scope="module")

@@ -213,25 +213,35 @@ def test_bench_merge_times_token_merging_beside_vitkit(tmp_path, capsys) -> None
 
 
 SCRATCH_SCRIPT = """
-import sys
+import os, sys
 from vitkit.utils.files import scratch_dir
-d = scratch_dir("vitkit-test-")
-(d / "graph.onnx").write_bytes(b"x" * 1000)
-print(d, flush=True)
-if sys.argv[1] == "raise":
-    raise RuntimeError("a benchmark that fails half way")
+for how in sys.argv[1:]:
+    # each case a process of its own, forked from this one (one interpreter start-up): it exits as a script does,
+    # through the interpreter's exit (its atexit hooks), normally or by the exception
+    pid = os.fork()
+    if pid == 0:
+        d = scratch_dir("vitkit-test-")
+        (d / "graph.onnx").write_bytes(b"x" * 1000)
+        print(how, d, flush=True)
+        if how == "raise":
+            raise RuntimeError("a benchmark that fails half way")
+        sys.exit(0)
+    print(how, "exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
 
 
 def test_a_scratch_folder_is_gone_when_its_process_exits(tmp_path: Path) -> None:
     """The benchmark scripts' exported graphs (GBs a run) live in `scratch_dir`, which the process removes as it
     exits, also by an exception; and no script under benchmarks/ makes a temporary folder nobody removes."""
+    r = subprocess.run([sys.executable, "-c", SCRATCH_SCRIPT, "ok", "raise"], capture_output=True, text=True,
+                       env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " exit " not in line)
+    codes = dict(line.split(" exit ") for line in r.stdout.splitlines() if " exit " in line)
     for how in ("ok", "raise"):
-        r = subprocess.run([sys.executable, "-c", SCRATCH_SCRIPT, how], capture_output=True, text=True,
-                           env={**os.environ, "TMPDIR": str(tmp_path)})
-        made = Path(r.stdout.strip())
+        made = Path(lines.get(how, ""))
         assert made.parent == tmp_path and made.name.startswith("vitkit-test-"), r.stdout + r.stderr
-        assert (r.returncode == 0) == (how == "ok"), r.stderr
+        assert (codes[how] == "0") == (how == "ok"), r.stderr
         assert not made.exists(), f"{made} left behind ({how})"
     bench = Path(__file__).resolve().parents[2] / "benchmarks"
     leaks = [p.name for p in bench.glob("*.py") if "mkdtemp(" in p.read_text()]

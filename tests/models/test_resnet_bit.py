@@ -144,18 +144,18 @@ PLUMBING = ["--set", "schedule.steps=2", "--set", "schedule.warmup_steps=1"]
 
 
 @pytest.mark.slow
-def test_bit_trains_finetunes_and_serves_from_the_command_line(tmp_path: Path, capsys) -> None:
-    """The recipe digits_bit trains a BiT from scratch; the model fine-tunes at 2x the resolution, and eval,
-    predict and fewshot take it like any checkpoint."""
+def test_bit_trains_finetunes_and_serves_from_the_command_line(tmp_path: Path, capsys, bit_digits_run: Path) -> None:  # noqa: ANN001
+    """The recipe digits_bit trains a BiT from scratch (`vitkit train`: conftest.py's bit_digits_run, shared with
+    the distillation test); the model fine-tunes at 2x the resolution, and eval, predict and fewshot take it like
+    any checkpoint."""
     fast = ["--set", "schedule.steps=60", "--set", "schedule.warmup_steps=6", "--set", "train.batch_size=64",
             "--set", "train.eval_every=0", "--set", "train.ckpt_every=0", "--set", "data.num_workers=0",
             "--set", "train.tensorboard=false", "--no-progress"]
-    assert main(["train", "--config", "digits_bit", "--out", str(tmp_path / "pre"), *fast]) == 0
-    out = capsys.readouterr().out
+    out = (bit_digits_run / "stdout.txt").read_text()  # (the command exited 0: the fixture asserts it)
     assert "bit (ResNet-v2, units [1, 1], width x0.5, 32x32 px, 1 ch)" in out
-    pre = json.loads((tmp_path / "pre" / "result.json").read_text())
-    assert pre["test"]["top1"] > 0.5, pre["test"]  # 60 steps learn the digits well above chance (10%)
-    model = tmp_path / "pre" / "model"
+    pre = json.loads((bit_digits_run / "run" / "result.json").read_text())
+    assert pre["test"]["top1"] > 0.5, pre["test"]  # 100 steps learn the digits well above chance (10%)
+    model = bit_digits_run / "run" / "model"
     assert main(["finetune", "--model", str(model), "--config", "digits_finetune", "--img-size", "64",
                  "--out", str(tmp_path / "ft"), *fast, *PLUMBING]) == 0
     assert "replaced: the 10-way head by a new zero-initialised 10-way head" in capsys.readouterr().out

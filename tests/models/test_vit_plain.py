@@ -112,6 +112,8 @@ def test_plain_vit_recipe_loads_checks_and_dry_runs(tmp_path: Path) -> None:
     assert cfg.train.batch_size == 1024 and cfg.train.mixup == 0.2
     assert cfg.data.randaugment == [2, 10] and cfg.train.warmup_steps == 10000
     check_config(cfg)
-    small = load_config("plain_vit_s16_i1k", ["model.img_size=32", "train.precision=\"fp32\""])
+    # the recipe as written dry-run on a 2-block width-32 ViT at 32 px: its S/16's code path (gap, sincos2d)
+    small = load_config("plain_vit_s16_i1k", ["model.img_size=32", "model.width=32", "model.depth=2",
+                                              "model.num_heads=2", "model.mlp_dim=64", "train.precision=\"fp32\""])
     res = run_experiment(small, tmp_path / "dry", dry_run=2, progress=False)
     assert res["steps"] == 2

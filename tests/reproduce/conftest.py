@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ from vitkit.reproduce.crossover import CROSSOVER_SCALES
 from vitkit.reproduce.plan import Pretrain, Scale
 from vitkit.reproduce.runs import UNIT_FILE, Workbench
 
-# two crossover-scale runs that differ in their seed only, trained side by side in two worker processes
-PAIR_SCALE = CROSSOVER_SCALES["smoke"].scale
+# two crossover-scale runs that differ in their seed only, trained side by side in two worker processes: the smoke
+# grid's scale (its glyph stream drawn in each worker, its evaluations) with the smoke scale's tiny models (what the
+# tests compare -- workers against one process, a lone run against a pair -- holds for any model)
+PAIR_SCALE = replace(CROSSOVER_SCALES["smoke"].scale, models="tiny")
 PAIR_RUNS = [Pretrain("ViT", "B", images=500, steps=3, seed=s, lr=6e-3) for s in (0, 1)]
 
 

@@ -268,6 +268,9 @@ def test_reproduce_smoke_crossover(smoke_crossover: Path) -> None:
             assert cross["lr"][f"{fam} {steps}"] == max(sweep, key=lambda r: (r["dev"], -r["lr"]))["lr"]
             assert all(r["lr"] == cross["lr"][f"{fam} {r['steps']}"] for r in cross["rows"] if r["family"] == fam)
         assert cross["lr"][f"{fam} 12"] == cross["lr"][f"{fam} 8"]
+    # the seed check's point: the grid's seed and the check's, paired (ViT - ResNet seed by seed) in every measure
+    assert [(c["steps"], c["images"]) for c in cross["seed_check"]] == [(8, 4_000)] * 3
+    assert all(c["seeds"] == sorted({*cs.seeds, *cs.check_seeds}) and len(c["gaps"]) == 2 for c in cross["seed_check"])
     assert (out / "crossover" / "runs" / "pretrain").is_dir()
 
 

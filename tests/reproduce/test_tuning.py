@@ -91,7 +91,8 @@ def test_tuned_runs_share_one_sweep_per_model_and_fine_tunes_extend_on_reread(tm
     """Real runs at smoke size with tuning on: experiment 4 (ViT-B, fine-tuned at 16 and 32 px) and 8 (token = ViT-B,
     GAP its own model) read one ViT-B sweep; every run takes its model's pick; every fine-tune's sweep is extended
     past a winning edge; a finished fine-tune whose sweep lacks its extension trains only the new rate when read."""
-    scale = replace(SMOKE, tune_lrs=(3e-3, 6e-3), finetune_lrs=(0.02, 0.05), finetune_extend=1)
+    # 10 fine-tuning steps (the scale's 40 learn the digits; here nothing reads an accuracy, only which rates ran)
+    scale = replace(SMOKE, tune_lrs=(3e-3, 6e-3), finetune_lrs=(0.02, 0.05), finetune_extend=1, finetune_steps=10)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -174,7 +175,7 @@ def test_an_unbracketed_sweep_caps_the_verdict_and_legacy_files_keep_theirs() ->
 @pytest.mark.slow
 def test_fine_tunes_run_in_workers_with_their_extensions(tmp_path: Path) -> None:
     """`--jobs 2` fine-tunes in worker processes too: the same sweeps (extension included) as one after another."""
-    scale = replace(SMOKE, finetune_lrs=(0.02, 0.05), finetune_extend=1, finetune_steps=20)
+    scale = replace(SMOKE, finetune_lrs=(0.02, 0.05), finetune_extend=1, finetune_steps=10)
     fts = [Finetune(None, 16, seed) for seed in (0, 1)]
     par = Workbench(tmp_path / "par", scale, progress=False, jobs=2).finetune_all(fts)
     threads = torch.get_num_threads()

@@ -98,12 +98,10 @@ def test_distillation_token_heads_train_apart_and_average_at_inference(tmp_path:
 
 
 @pytest.mark.slow
-def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    # the teacher: 100 steps of batch 64 (92% test top-1, measured; 150 steps gave 98%), data read in this process
-    teacher_cfg = load_config("digits_bit", ["schedule.steps=100", "schedule.warmup_steps=10", "train.eval_every=0",
-                                             "train.ckpt_every=0", "data.dev_fraction=0", "train.tensorboard=false",
-                                             "train.batch_size=64", "data.num_workers=0"])
-    t_res = run_experiment(teacher_cfg, tmp_path / "teacher", progress=False)
+def test_distilled_run_from_a_bit_teacher_end_to_end(tmp_path: Path, capsys, bit_digits_run: Path) -> None:  # noqa: ANN001
+    # the teacher: conftest.py's bit_digits_run, 100 steps of batch 64 (92% test top-1, measured; 150 steps gave 98%),
+    # data read in its process (shared with tests/models/test_resnet_bit.py's command line)
+    t_res = json.loads((bit_digits_run / "run" / "result.json").read_text())
     # the student: the demo recipe's ViT at half its width and depth (2 blocks of width 64, lr 3e-3): 64% test top-1
     # after 80 steps, measured (the full demo ViT: 52%, at twice the cost)
     student = load_config("digits_demo", [
@@ -131,7 +129,10 @@ def test_deit_recipes_load_carry_the_paper_values_and_dry_run(name: str, tmp_pat
     assert cfg.data.randaugment == [2, 9] and cfg.data.random_erasing == 0.25
     assert (cfg.train.mixup, cfg.train.cutmix) == (0.8, 1.0) and cfg.model.arch["drop_path"] == 0.1
     assert cfg.model.name == "vit_" + name.split("_")[1]  # deit_s16_i1k -> vit_s16
-    small = load_config(name, ["model.img_size=32", "train.precision=\"fp32\""])
+    # the recipe as written (optimizer, schedule, augmentation, drop-path, 1,000 classes) dry-run on a 2-block width-32
+    # ViT at 32 px: the code path of its ViT-Ti/S/B (a B/16 built and stepped: 2.6 CPU s of the three's 4.1)
+    small = load_config(name, ["model.img_size=32", "model.width=32", "model.depth=2", "model.num_heads=2",
+                               "model.mlp_dim=64", "train.precision=\"fp32\""])
     assert run_experiment(small, tmp_path / "dry", dry_run=1, progress=False)["steps"] == 1
 
 

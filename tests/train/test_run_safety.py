@@ -255,12 +255,37 @@ def test_a_run_folder_and_a_pack_destination_are_locked_while_in_use(tmp_path: P
     assert main(["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY_FLAGS]) == 0
 
 
+# `vitkit train ARGS` twice at once: two processes forked back to back from one interpreter start-up (the imports a
+# training run makes, once), each running the command's entry point as `python -m vitkit` does (its exit code is the
+# process's, through the interpreter's exit), its stdout and stderr in LOGS/<i>.out, .err
+TWO_JOBS = """
+import os, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot, torch._dynamo
+from vitkit.cli import main
+logs, argv = sys.argv[1], sys.argv[2:]
+pids = []
+for i in range(2):
+    pid = os.fork()
+    if pid == 0:
+        for fd, name in ((1, "out"), (2, "err")):
+            os.dup2(os.open(f"{logs}/{i}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        sys.exit(main(argv))
+    pids.append(pid)
+for pid in pids:
+    print("EXIT", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
 def test_two_train_jobs_started_together_one_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "vitkit", "train", "--config", "digits_pretrain", "--out", str(out), "--no-progress",
-           "--threads", "1", *TINY_FLAGS]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    cmd = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", "--threads", "1", *TINY_FLAGS]
+    r = subprocess.run([sys.executable, "-c", TWO_JOBS, str(tmp_path), *cmd], capture_output=True, text=True,
+                       timeout=300)
+    codes = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("EXIT ")]
+    assert r.returncode == 0 and len(codes) == 2, r.stdout + r.stderr
+    results = [(c, (tmp_path / f"{i}.err").read_text()) for i, c in enumerate(codes)]
     codes = sorted(c for c, _ in results)
     assert codes == [0, 2], results
     loser = next(err for c, err in results if c == 2)

@@ -1,6 +1,6 @@
 """vitkit.utils.memory: with glibc's mmap threshold fixed, freed activation-sized tensors go back to the OS (the
 process's RSS falls), where glibc's own rising threshold keeps them resident (BENCHMARKS.md, "Fine-tuning on a
-laptop"). Each case runs in a fresh process: the allocator's state is per process."""
+laptop"). Each case runs in a process of its own: the allocator's state is per process."""
 
 from __future__ import annotations
 
@@ -13,29 +13,43 @@ import pytest
 from vitkit.utils.memory import mmap_large_blocks
 
 SCRIPT = """
-import json, sys, torch
+import json, os, sys, traceback, torch
 from vitkit.utils.memory import mmap_large_blocks
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
-said = mmap_large_blocks() if sys.argv[1] == "fixed" else ""
-big = torch.ones(4 << 20)  # a 16 MiB block, mmapped, then freed: glibc's own threshold rises to its size
-del big
-before = rss()
-keep = [torch.ones(2 << 20) for _ in range(32)]  # 32 activation-sized (8 MiB) tensors, then all but the last freed
-last = keep.pop()
-del keep
-print(json.dumps({"said": said, "retained_mb": rss() - before}))
+for mode in sys.argv[1:]:
+    # each mode in a process of its own, forked from this one: the allocator's state of a fresh interpreter after
+    # these imports (one start-up, not one a mode)
+    if os.fork() == 0:
+        try:
+            said = mmap_large_blocks() if mode == "fixed" else ""
+            big = torch.ones(4 << 20)  # a 16 MiB block, mmapped, then freed: glibc's own threshold rises to its size
+            del big
+            before = rss()
+            keep = [torch.ones(2 << 20) for _ in range(32)]  # 32 activation-sized (8 MiB) tensors, all but one freed
+            last = keep.pop()
+            del keep
+            print(json.dumps({"mode": mode, "said": said, "retained_mb": rss() - before}), flush=True)
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    if os.wait()[1] != 0:
+        sys.exit(f"the {mode} run failed")
 """
 
 
-def _retained(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def _retained(*modes: str) -> list[dict]:
+    out = subprocess.run([sys.executable, "-c", SCRIPT, *modes], capture_output=True, text=True, check=True)
+    runs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [r["mode"] for r in runs] == list(modes), out.stdout + out.stderr
+    return runs
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_freed_tensors_return_to_the_os_once_the_threshold_is_fixed() -> None:
-    default, fixed = _retained("default"), _retained("fixed")
+    default, fixed = _retained("default", "fixed")
     if "not glibc" in fixed["said"]:
         pytest.skip(fixed["said"])
     assert "blocks >= 4096 KiB are mmapped" in fixed["said"]

@@ -293,9 +293,20 @@ def load_aoti(path: str | Path) -> Callable[[torch.Tensor], torch.Tensor]:
     import torch._inductor
 
     fn = torch._inductor.aoti_load_package(str(path))
-    # the package assumes the example input's row-major strides; a (B, 1, H, W) tensor can be "contiguous"
-    # with other strides (one channel from a channels-last array), and would be read wrongly: copy to them
-    return lambda x: fn(x.float().clone(memory_format=torch.contiguous_format))
+    return lambda x: fn(row_major(x.float()))  # the package assumes the example input's row-major strides
+
+
+def row_major(x: torch.Tensor) -> torch.Tensor:
+    """`x` itself where its strides are the row-major ones of its shape, else a row-major copy: what inductor's
+    compiled graphs take. A 1-channel image batch can be contiguous (`is_contiguous()`) with a channel stride of 1
+    (one channel from a channels-last array), which oneDNN's convolution reads as channels-last: an AOTInductor
+    package reads it wrongly, and the compiled predictor's frozen graph with a dynamic batch fails on it (torch
+    2.13: an `assert_size_stride` of `mkldnn._convolution_pointwise`)."""
+    want, step = [], 1
+    for n in reversed(x.shape):
+        want.append(step)
+        step *= max(n, 1)
+    return x if tuple(reversed(want)) == x.stride() else x.clone(memory_format=torch.contiguous_format)
 
 
 def onnx_logits(session, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:  # noqa: ANN001

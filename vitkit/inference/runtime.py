@@ -19,6 +19,7 @@ import copy
 import functools
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from torch import nn
 
 from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION, RUNTIMES, ExportedModel, quantize_for
 from vitkit.inference.cpu_fused import fused_for_cpu
-from vitkit.inference.export import check_int8_grid, describe_int8, exported_int8
+from vitkit.inference.export import check_int8_grid, describe_int8, exported_int8, row_major
 from vitkit.inference.mixed import check_keep_float
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import read_json
@@ -139,18 +140,65 @@ def inference_model(model: nn.Module, precision: str | precision_mod.Precision =
                     log: Callable[[str], None] | None = None) -> nn.Module:
     """A snapshot of `model` (`snapshot`: the caller's model is left as it was, and later changes to it do not
     reach this one) ready to predict in torch: eval mode, on `device`, the precision's weights (bf16 for "bf16",
-    fp32 otherwise), optionally compiled by inductor with the weights frozen as constants (folded and prepacked for
-    oneDNN; valid under no_grad / inference); fp32 on the CPU uncompiled runs its plain blocks with oneDNN's fused
-    matmuls (`fused`, inference/cpu_fused.py). Feed it inputs of `input_dtype(precision)` (and run it under the
-    precision's autocast context)."""
+    fp32 otherwise), optionally compiled by inductor with its weights frozen into the graph (`FrozenCompiled`);
+    fp32 on the CPU uncompiled runs its plain blocks with oneDNN's fused matmuls (`fused`, inference/cpu_fused.py).
+    Feed it inputs of `input_dtype(precision)` (and run it under the precision's autocast context)."""
     prec = precision_mod.get(precision)
     model = snapshot(model, prec.weights, log)
     if device is not None:
         model = model.to(device)
     if compile:
-        return torch.compile(model, options={"freezing": True})
+        return FrozenCompiled(model)
     on_cpu = all(p.device.type == "cpu" for p in model.parameters())
     return fused_for_cpu(model) if fused and prec.name == "fp32" and on_cpu else model
+
+
+class FrozenCompiled(nn.Module):
+    """`model` compiled by torch.compile (inductor) with its weights frozen into the graph as constants: folded
+    (casts of weights done once) and, on the CPU, prepacked for oneDNN's matmuls and convolution with their bias and
+    activation fused (inductor's freezing passes). Inductor freezes only where its global
+    `torch._inductor.config.freezing` is set while dynamo traces and grad is off (`is_parameter_freezing`): a
+    `torch.compile(options={"freezing": True})` sets it for inductor alone, after dynamo has made the weights graph
+    inputs, and freezes nothing. So every call runs under that setting (a recompile, for a new batch size, freezes
+    too) and no_grad. The weights are read at the first call; one changed in place after it (`load_state_dict`, an
+    in-place op; a move to another device or dtype) is refused at the next call (its copy in the graph would be
+    stale): build a new one. (A change through `.data` bypasses the version counter this check reads.) The global
+    setting is patched per call: a compile on another thread at the same moment would freeze too. A frozen graph
+    keeps its weights after its predictor is dropped, until `torch._dynamo.reset()` (torch 2.13)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        call = FrozenCompiled._call
+        # dynamo keeps compiled graphs per code object: one of this instance's own, so that no graph compiled from
+        # the model's forward without freezing (a torch.compile(model) elsewhere in the process) is reused here,
+        # and that other predictors' graphs do not count against dynamo's recompile limit (8) for this one
+        own = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__)
+        self.compiled = torch.compile(types.MethodType(own, self))
+        self._frozen: list[tuple[str, torch.Tensor, int, torch.device, torch.dtype]] | None = None
+
+    def _call(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch._inductor import config as inductor_config  # imported by torch.compile already (seconds cold)
+
+        if self._frozen is not None:
+            self._check_unchanged()
+        x = row_major(x)
+        with inductor_config.patch(freezing=True), torch.no_grad():
+            out = self.compiled(x)
+        if self._frozen is None:
+            state = (*self.model.named_parameters(), *self.model.named_buffers())
+            self._frozen = [(n, t, t._version, t.device, t.dtype) for n, t in state]
+        return out
+
+    def _check_unchanged(self) -> None:
+        for name, t, version, device, dtype in self._frozen:
+            if t._version != version or t.device != device or t.dtype != dtype:
+                raise RuntimeError(f"{name} changed after the compiled model froze its weights into the graph at its "
+                                   "first call (the graph would answer with the old one); build a new predictor "
+                                   "from the changed model (build_predictor / inference_model)")
 
 
 class Predictor(nn.Module):
@@ -170,11 +218,11 @@ class Predictor(nn.Module):
 
 
 def batch_dynamic(x: torch.Tensor) -> torch.Tensor:
-    """`x` (an alias: the caller's tensor is left unmarked) with its batch dimension marked dynamic for
-    torch.compile, so that the first call compiles one graph for every batch size. Unmarked, the first batch
-    compiles a graph for its size and the next size compiles a second, dynamic one: two compiles for any job whose
-    last batch is short. A first batch of 1 is still compiled for its own (dynamo specializes sizes 0 and 1)."""
-    x = x.detach()
+    """`x` (an alias or a `row_major` copy: the caller's tensor is left unmarked) with its batch dimension marked
+    dynamic for torch.compile, so that the first call compiles one graph for every batch size. Unmarked, the first
+    batch compiles a graph for its size and the next size compiles a second, dynamic one: two compiles for any job
+    whose last batch is short. A first batch of 1 is still compiled for its own (dynamo specializes sizes 0 and 1)."""
+    x = row_major(x.detach())
     torch._dynamo.maybe_mark_dynamic(x, 0)
     return x
 
@@ -189,7 +237,7 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
         with prec.context(device):
             return net(prepare(x.to(device, prec.input_dtype))).float()
 
-    how = "torch.compile (inductor, frozen weights)" if compile else "eager"
+    how = "torch.compile (inductor, weights frozen at the first call)" if compile else "eager"
     return Predictor(run, "torch", precision, f"torch {how}, {precision}", module=net)
 
 
