@@ -268,6 +268,8 @@ def build_predictor(model: nn.Module, precision: str | None = "fp32", runtime: s
     precision, why = precision_mod.resolve(precision, device)
     asked = runtime or ("onnxruntime" if precision == "int8" else "torch")
     default = runtime is None
+    if asked != "auto":  # an option the asked runtime cannot take is refused before whether it is installed
+        check_int8_grid(int8_grid, precision, calibration is not None, asked)
     runtime, rwhy = resolve_runtime(asked, precision, device, n_images, calibrated=calibration is not None)
     if default and runtime == "torch":
         rwhy = "the default: the reference numbers"
