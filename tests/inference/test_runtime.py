@@ -90,7 +90,14 @@ def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile
         torch._dynamo.reset()  # instance of a class, and another test's compile of a ViT here would be counted or found
     graphs = compiled_graphs() if compile_ else 0
     net = build_predictor(model, precision, runtime, compile_)
-    got = torch.cat([net(b) for b in x.split(128)])  # batches of several sizes through one dynamic-batch graph
+    batches = x.split(128)  # batches of several sizes through one dynamic-batch graph
+    if compile_:  # the first batch compiles: its generated code kept
+        from torch._inductor.utils import run_and_get_code  # torch._inductor: imported by the compile already
+
+        first, codes = run_and_get_code(net, batches[0])
+        got = torch.cat([first, *(net(b) for b in batches[1:])])
+    else:
+        got = torch.cat([net(b) for b in batches])
     assert got.dtype == torch.float32 and got.shape == ref.shape
     if compile_:  # one compile: the batch dimension is dynamic from the first batch (runtime.batch_dynamic), not a
         assert compiled_graphs() - graphs == 1  # graph for 128 and a second when the short last batch (66) comes
@@ -99,6 +106,30 @@ def test_every_path_agrees_with_fp32_eager(runtime: str, precision: str, compile
     print(f"{net.description}: max |dlogit| / max |logit| {err:.1e}, top-1 agreement {same:.4f}")
     assert err <= tol and same >= agree, (err, same)
     assert next(model.parameters()).dtype == torch.float32  # the caller's model is left as it was
+    if compile_:
+        frozen_graph_contract(net, model, batches[0], first, "\n".join(codes))
+
+
+def frozen_graph_contract(net: torch.nn.Module, model: torch.nn.Module, x: torch.Tensor, first: torch.Tensor,
+                          code: str) -> None:
+    """`build_predictor(compile=True)` runs inductor's frozen graph (runtime.FrozenCompiled): the weights are
+    constants of the generated code, whose only inputs are the batch size and the images (unfrozen: every weight is
+    one more; LoRA's adapters are frozen with them: the composition matrix's compile cell answers as eager). The
+    caller's model changed afterwards does not reach it (a snapshot); its own weights changed in place after the
+    first call are refused, naming one, rather than answered with the frozen copy."""
+    inputs = code.split("def call(self, args):", 1)[1].split("= args", 1)[0].split(",")
+    assert len(inputs) == 2 and "_frozen_param" in code and "weights frozen" in net.description, inputs
+    kept = {k: v.clone() for k, v in model.state_dict().items()}  # (trained_digits_vit may be a cached object)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    assert torch.equal(net(x), first)
+    model.load_state_dict(kept)
+    name, weight = list(net.module.named_parameters())[-1]
+    with torch.no_grad():
+        weight.mul_(2.0)
+    with pytest.raises(RuntimeError, match=f"{name.removeprefix('model.')} changed after the compiled"):
+        net(x)
 
 
 def test_int8_keeps_the_answers_of_a_model_read_from_the_released_npz_layout(tmp_path: Path) -> None:
@@ -328,46 +359,3 @@ def test_predict_embed_and_eval_run_vitkits_own_exports(tmp_path: Path, capsys) 
         assert says in capsys.readouterr().err, args
     assert main(["embed", str(tmp_path / "imgs"), "--model", onnx_file, "-o", str(tmp_path / "x.npz")]) == 2
     assert "graph outputs 'logits'" in capsys.readouterr().err
-
-
-def test_compiled_predictor_freezes_its_weights_and_refuses_them_changed_after() -> None:
-    """`build_predictor(compile=True)` runs inductor's frozen graph (runtime.FrozenCompiled): the weights, LoRA's
-    adapters with them, are constants of the generated code, whose only inputs are the batch size and the images
-    (unfrozen: every weight is one more), and it answers as eager fp32 within the compile row of PATHS, for 1-channel
-    images whose channel stride is 1 (`row_major`) and a second batch size through the same graph. The caller's model
-    changed afterwards does not reach it (a snapshot); its own weights changed in place after the first call are
-    refused, naming one, rather than answered with the frozen copy."""
-    from torch._inductor.utils import run_and_get_code  # torch._inductor: seconds to import, for this test alone
-
-    from vitkit.models.lora import LoraConfig, apply_lora
-
-    torch.manual_seed(0)
-    model = apply_lora(vitkit.create_model("vit", img_size=32, patch_size=8, in_chans=1, width=32, depth=2,
-                                           num_heads=2, mlp_dim=64, num_classes=5), LoraConfig(rank=4, alpha=8.0))
-    with torch.no_grad():
-        for p in model.parameters():  # no zero head or LoRA B hiding a weight the graph leaves out
-            p.normal_(0.0, 0.2)
-    model.eval()
-    x = torch.randn(6, 32, 32, 1).permute(0, 3, 1, 2)  # (6, 1, 32, 32), strides (1024, 1, 32, 1)
-    with torch.no_grad():
-        ref = model(x)
-    net = build_predictor(model, "fp32", "torch", compile=True)
-    graphs = compiled_graphs()
-    first, codes = run_and_get_code(net, x[:4])  # dynamo reset, then one compile
-    got = torch.cat([first, net(x[4:])])
-    code = "\n".join(codes)
-    inputs = code.split("def call(self, args):", 1)[1].split("= args", 1)[0].split(",")
-    assert len(inputs) == 2 and "_frozen_param" in code, inputs
-    assert compiled_graphs() - graphs == 1 and "weights frozen" in net.description
-    err = (got - ref).abs().max().item() / ref.abs().max().item()
-    assert err <= 1e-4 and torch.equal(got.argmax(-1), ref.argmax(-1)), err
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.add_(1.0)
-    assert torch.equal(net(x[:4]), first)
-    name, adapter = [(n, p) for n, p in net.module.named_parameters() if "lora_B" in n][-1]
-    with torch.no_grad():
-        adapter.mul_(2.0)
-    with pytest.raises(RuntimeError, match=f"{name.removeprefix('model.')} changed after the compiled"):
-        net(x[:4])
