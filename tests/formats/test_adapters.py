@@ -287,9 +287,10 @@ def test_vitkit_reads_a_folder_peft_wrote_for_a_vit_classifier(tmp_path: Path, l
 
 
 def test_vitkit_reads_a_folder_peft_wrote_for_a_dinov2_backbone(tmp_path: Path) -> None:
-    vitkit.save_pretrained(random_vit(in_chans=3, num_classes=0, layer_scale=0.1), tmp_path / "hf", format="hf")
+    dino = random_vit(in_chans=3, num_classes=0, layer_scale=0.1)
+    vitkit.save_pretrained(dino, tmp_path / "hf", format="hf")
     # peft's own names of key, attention output and fc1 in the installed transformers' DINOv2 (renamed in 5.x)
-    names = {"current": ["k_proj", "o_proj", "fc1"], "classic": ["key", "dense", "fc1"]}[default_layout("dinov2")]
+    names = {"current": ["k_proj", "o_proj", "fc1"], "classic": ["key", "dense", "fc1"]}[default_layout(dino)]
     pm = _peft_writes(transformers.Dinov2Model.from_pretrained(tmp_path / "hf"), tmp_path / "peft", r=2,
                       lora_alpha=4, target_modules=names)
     model = load_adapters(tmp_path / "peft", base=tmp_path / "hf")

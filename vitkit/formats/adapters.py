@@ -226,30 +226,30 @@ def _base_model(base: str | Path | nn.Module, hints: dict[str, Any] | None = Non
 
 
 # ----------------------------------------------------------------------------- peft's layout
-def default_layout(kind: str | None = None) -> str:
-    """The module names the installed transformers gives its class for `kind` (a transformers model type; None:
-    ViT), read off a one-block instance of that class: "current" (`attention.q_proj`) or "classic"
-    (`attention.attention.query`). Not told by the version: 5.x releases before the rename still use the classic
-    names. Without transformers there is nothing to read."""
+def default_layout(model: VisionTransformer) -> str:
+    """The layout ("classic" or "current") whose attention module names (`_peft_module_map`'s, the ones the writer
+    uses) the installed transformers' class for `model` has, read off a one-block instance of that class: not told by
+    the version (5.x releases before the rename still use the classic names). Without transformers, or where the
+    class has neither, refused: pass layout=."""
     try:
         import transformers
     except ImportError:
         raise ValueError("peft adapters name transformers' modules, which differ between transformers releases "
                          "(classic / current); transformers is not installed here: pass layout=") from None
-    hf_type = kind or "vit"
+    hf_type = hf_family(model.config) or "vit"
     small = transformers.AutoConfig.for_model(hf_type, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=16)
-    names = [n for n, _ in transformers.AutoModel.from_config(small).named_modules()]
-    if any(n.endswith("attention.q_proj") for n in names):
-        layout = "current"
-    elif any(n.endswith("attention.attention.query") for n in names):
-        layout = "classic"
-    else:
+    have = {n for n, _ in transformers.AutoModel.from_config(small).named_modules()}
+    attention = {layout: {n for n, (i, t) in table.items() if i == 0 and t in ("q", "k", "v", "proj")}
+                 for layout, table in _peft_module_map(model).items()}
+    found = [layout for layout, names in attention.items() if names <= have]
+    if len(found) != 1:
         raise ValueError(f"transformers {transformers.__version__}'s {hf_type} names its attention modules in "
-                         "neither layout vitkit writes (attention.q_proj, attention.attention.query): pass layout=")
+                         f"{'both' if found else 'neither'} of the layouts vitkit writes "
+                         f"({'; '.join(sorted(n for names in attention.values() for n in names))}): pass layout=")
     log.warning("peft adapter module names: %s layout (read off transformers %s's %s); pass layout= for the other",
-                layout, transformers.__version__, hf_type)
-    return layout
+                found[0], transformers.__version__, hf_type)
+    return found[0]
 
 
 def _hf_modules(model: VisionTransformer, layout: str) -> tuple[str, dict[str, str], str]:
@@ -279,7 +279,7 @@ def peft_adapters(model: VisionTransformer, layout: str | None = None, base: str
                   ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """adapter_config.json and the tensors of `model`'s adapters in peft's layout (see the module docstring)."""
     cfg = _lora_of(model)
-    layout = layout or default_layout(hf_family(model.config))
+    layout = layout or default_layout(model)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if set(cfg.train) - {"head"}:
