@@ -3,6 +3,7 @@ runtime_speeds, runtime_agreement, speed_table_rows), on a tiny trained model an
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 from pathlib import Path
 
@@ -11,8 +12,10 @@ import torch
 
 import vitkit
 
-pytest.importorskip("nncf")
-pytest.importorskip("onnxruntime")
+# installed, not imported: the runtimes load in the test's child process, and importing NNCF here cost every worker
+# that collects this file ~1 CPU s
+pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("nncf", "onnxruntime")),
+                                reason="needs nncf and onnxruntime")
 
 
 def test_every_serving_path_is_built_timed_and_compared(tmp_path, digits_ckpt: Path) -> None:  # noqa: ANN001

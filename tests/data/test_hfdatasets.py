@@ -5,6 +5,7 @@ resumes bitwise."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 
 import numpy as np
@@ -22,7 +23,8 @@ from vitkit.data.loader import StepLoader
 from vitkit.data.shards import ShardDataset
 from vitkit.data.transforms import EvalTransform
 
-datasets = pytest.importorskip("datasets")
+# installed, not imported here: `datasets` costs ~1 CPU s to import, paid at collection by every worker otherwise
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs datasets")
 
 
 def _png(img: torch.Tensor) -> bytes:
@@ -37,10 +39,14 @@ def _records(split, n: int) -> dict:  # noqa: ANN001
 
 
 def _features(label=None):  # noqa: ANN001, ANN202
+    import datasets
+
     return datasets.Features({"image": datasets.Image(), "label": label or datasets.ClassLabel(names=list(LABELS))})
 
 
 def test_saved_dataset_dict_reads_back_pixels_labels_and_class_names(tmp_path) -> None:  # noqa: ANN001
+    import datasets
+
     train, test = load_digits_split()
     dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict(_records(train, 120), features=_features()),
                                "validation": datasets.Dataset.from_dict(_records(test, 30), features=_features())})
@@ -74,6 +80,8 @@ def test_saved_dataset_dict_reads_back_pixels_labels_and_class_names(tmp_path) -
 
 
 def test_parquet_with_other_column_names(tmp_path) -> None:  # noqa: ANN001
+    import datasets
+
     train, _ = load_digits_split()
     rec = _records(train, 60)
     ds = datasets.Dataset.from_dict({"picture": rec["image"], "target": rec["label"], "note": ["x"] * 60},
@@ -98,6 +106,8 @@ def test_parquet_with_other_column_names(tmp_path) -> None:  # noqa: ANN001
 
 
 def _saved(tmp_path, n: int = 400, bad: int | None = None) -> HFImageDataset:  # noqa: ANN001
+    import datasets
+
     train, _ = load_digits_split()
     rec = _records(train, n)
     if bad is not None:

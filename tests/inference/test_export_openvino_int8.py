@@ -4,6 +4,7 @@ real digit images, the refusals of what does not combine, and `--runtime auto`'s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -15,12 +16,16 @@ from tests.helpers import digits_test_tensors, int8_against_fp32, trained_digits
 from tests.inputs import assert_one_line_error, run_main
 from vitkit.cli import main
 
-pytest.importorskip("nncf")
-ov = pytest.importorskip("openvino")
+# installed, not imported here: NNCF costs ~1 CPU s to import, paid at collection by every worker otherwise (the
+# tests import OpenVINO where they read an IR; vitkit imports NNCF where it quantises)
+pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("nncf", "openvino")),
+                                reason="needs nncf and openvino")
 
 
 def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_digits,  # noqa: ANN001
                                                              digits_openvino_int8) -> None:
+    import openvino as ov
+
     from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_preprocess, quantize_openvino_int8
     from vitkit.inference.predict import calibration_images
@@ -50,6 +55,8 @@ def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_di
 
 def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digits,  # noqa: ANN001
                                                            digits_openvino_int8) -> None:
+    import openvino as ov
+
     from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_int8, quantisable_layers, quantize_openvino_int8
     from vitkit.inference.mixed import keep_float
@@ -91,6 +98,8 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digi
 def quantised_conv_kept(xml: Path, calib: torch.Tensor, tmp_path: Path) -> bool:
     """Whether NNCF, told to keep "patch_embed.proj" in float, leaves the patch embedding's Convolution without a
     FakeQuantize'd input."""
+    import openvino as ov
+
     from vitkit.inference.export import quantize_openvino_int8
 
     ir = ov.Core().read_model(str(quantize_openvino_int8(xml, tmp_path / "conv.xml", calib, ("patch_embed.proj",))))

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats as st
 
 from vitkit.reproduce.rules import (
     RULES,
@@ -61,6 +60,8 @@ def test_a_bound_that_rounds_to_zero_keeps_its_sign_in_the_text() -> None:
 
 
 def test_paired_difference_equals_scipys_paired_t_test() -> None:
+    from scipy import stats as st  # here, not at the top: ~1 s to import in a worker that runs no test of it
+
     rng = np.random.default_rng(0)
     a = rng.normal(0.8, 0.02, 5)
     b = a - rng.normal(0.01, 0.01, 5)
@@ -74,6 +75,8 @@ def test_paired_difference_equals_scipys_paired_t_test() -> None:
 
 
 def test_welch_from_summaries_equals_scipy_on_the_raw_values() -> None:
+    from scipy import stats as st
+
     a, b = [0.87, 0.88, 0.875], [0.99, 0.989, 0.991]
     ea = from_summary(float(np.mean(a)), float(np.std(a)), 3)  # population std, as old result files kept
     assert ea.sd == pytest.approx(float(np.std(a, ddof=1)))
