@@ -30,22 +30,28 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 demo: $(VENV)/.base
 	$(BIN)/vitkit demo --overwrite
 
+# pytest with bytecode written even where the environment turns it off (PYTHONDONTWRITEBYTECODE=1, as some containers
+# set): without it every worker compiles and assertion-rewrites every test module at collection and every CLI process a
+# test starts compiles vitkit, on each run (a worker's collection 13.5 -> 8.2 CPU s on the second run: suite_durations.md,
+# session 24); the .pyc files go to __pycache__ folders, which .gitignore leaves out.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
+
 # Every test, one pytest-xdist worker per core (each with one torch thread: tests/conftest.py), tests handed out one by
 # one to whichever worker is free (faster than a file per worker: benchmarks/results/suite_durations.md).
 test: $(VENV)/.test
 	$(BIN)/ruff check vitkit tests benchmarks
-	$(BIN)/python -m pytest -q -n auto
+	$(PYTEST) -q -n auto
 
 # The inner loop: the same, without the end-to-end runs marked slow (`make test` runs those too).
 test-fast: $(VENV)/.test
-	$(BIN)/python -m pytest -q -n auto -m "not slow"
+	$(PYTEST) -q -n auto -m "not slow"
 
 # The suite as `make test` runs it, with each test's CPU seconds recorded (benchmarks/suite_cputime.py: one JSON line
 # per test phase and worker in $(CPUTIME_OUT)), then the totals, per-file sums and costliest tests.
 CPUTIME_OUT ?= .cputime
 test-cputime: $(VENV)/.test
 	rm -rf $(CPUTIME_OUT)
-	CPUTIME_OUT=$(CPUTIME_OUT) PYTHONPATH=benchmarks $(BIN)/python -m pytest -q -n auto -p suite_cputime
+	CPUTIME_OUT=$(CPUTIME_OUT) PYTHONPATH=benchmarks $(PYTEST) -q -n auto -p suite_cputime
 	$(BIN)/python benchmarks/suite_cputime.py $(CPUTIME_OUT)
 
 bench: $(VENV)/.test
