@@ -1,23 +1,16 @@
-"""Fixtures shared by the whole suite: torch's thread count, a fixed seed per test, and one trained digits
-checkpoint (built once per session, once per worker under pytest-xdist)."""
+"""The suite's settings for every pytest process and the CLI processes the tests start, and its shared fixtures
+(tests/suite_fixtures.py) in each process that runs tests."""
 
 import os
-from pathlib import Path
 
 import pytest
-import torch
 
-from tests import helpers
-from tests.helpers import built_once, digits_test_tensors, shared_root, trained_digits_vit
-from tests.inputs import PHOTOS, digit_folder, photo_files, run_main
-from vitkit.formats import save_pretrained
-
-# One intra-op thread, here and in the CLI processes the tests start (they inherit the environment): the suite's
-# models take microseconds per op, so a second thread only waits for a scheduler slice (on a busy 2-core machine the
-# demo's 120 steps took 400 s on two threads, about 80 s on one), and `make test` runs one pytest-xdist worker per core.
+# One intra-op thread, in the processes that run tests (tests/suite_fixtures.py) and in the CLI processes the tests
+# start (they inherit the environment): the suite's models take microseconds per op, so a second thread only waits for
+# a scheduler slice (on a busy 2-core machine the demo's 120 steps took 400 s on two threads, about 80 s on one), and
+# `make test` runs one pytest-xdist worker per core.
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_name] = "1"
-torch.set_num_threads(1)
 # torch.compile / AOTInductor compile in this process, not in a pool of compile-worker processes: inductor starts one
 # per core for each compile (each imports torch), ~28 CPU s per compiled test with a warm kernel cache, and on 2
 # cores beside a second pytest-xdist worker they only compete with the tests (read by torch._inductor.config, which
@@ -29,77 +22,10 @@ os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    """torch.manual_seed(0) for every test: the CPU generator, and CUDA's where there is one. Not torch.manual_seed
-    itself on a machine without CUDA: it queues CUDA's, MPS's and XPU's seeds for a lazy initialisation that never
-    comes, each with the caller's stack formatted as text (~1 ms per test under pytest, of nothing)."""
-    torch.default_generator.manual_seed(0)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(0)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _shared_folder(tmp_path_factory) -> None:  # noqa: ANN001
-    """Where the workers share what one of them built (`tests.helpers.trained_digits_vit`'s model)."""
-    helpers.SHARED[:] = [shared_root(tmp_path_factory)]
-
-
-@pytest.fixture(scope="session")
-def digits_ckpt(tmp_path_factory) -> Path:
-    """A small digits model trained well enough that its accuracy means something (about 90%), saved: the one
-    trained digits model of the suite (`tests.helpers.trained_digits_vit`, built once per process)."""
-    model = trained_digits_vit()
-    x, y = digits_test_tensors(model)
-    with torch.no_grad():
-        assert (model(x).argmax(1) == y).float().mean() > 0.8
-    return save_pretrained(model, tmp_path_factory.mktemp("digits") / "model")
-
-
-@pytest.fixture(scope="session")
-def saved_digits(digits_ckpt: Path, tmp_path_factory) -> tuple[Path, Path]:  # noqa: ANN001
-    """(`digits_ckpt`, a folder of 100 digit images: the calibration set and the inputs of the int8 tests)."""
-    return digits_ckpt, digit_folder(tmp_path_factory.mktemp("digit_images"), list(range(10)), 100)
-
-
-@pytest.fixture(scope="session")
-def photos(tmp_path_factory) -> list[Path]:  # noqa: ANN001
-    """`tests.inputs.photo_files` (1.7 CPU s to write: a 2048 x 2048 PNG among them), written once for every worker
-    of the session. Read only: a test writes beside them in its own tmp_path."""
-    folder = built_once(shared_root(tmp_path_factory), "photos", lambda f: photo_files(f / "img")) / "img"
-    return [folder / name for name in PHOTOS]
-
-
-@pytest.fixture(scope="session")
-def digits_openvino_int8(saved_digits: tuple[Path, Path], tmp_path_factory) -> tuple[Path, Path]:  # noqa: ANN001
-    """(the trained digits model's OpenVINO IR, its NNCF int8 calibrated on `saved_digits`' 100 images), built once
-    for every worker of the session: the two NNCF tests of tests/inference/test_export_openvino_int8.py read the
-    same one. Read only."""
-    from vitkit.inference.backends import _export_openvino
-    from vitkit.inference.export import quantize_openvino_int8
-    from vitkit.inference.predict import calibration_images
-
-    def build(folder: Path) -> None:
-        model = trained_digits_vit()
-        calib = calibration_images([str(saved_digits[1])], model.preprocess)
-        quantize_openvino_int8(_export_openvino(model, folder / "m.xml"), folder / "m.int8.xml", calib)
-
-    folder = built_once(shared_root(tmp_path_factory), "digits_openvino_int8", build)
-    return folder / "m.xml", folder / "m.int8.xml"
-
-
-@pytest.fixture(scope="session")
-def bit_digits_run(tmp_path_factory) -> Path:  # noqa: ANN001
-    """`vitkit train --config digits_bit`, 100 steps of batch 64 (92% test top-1, measured), run once for every
-    worker of the session (tests/models/test_resnet_bit.py's command line, tests/train/test_distill.py's teacher):
-    the folder holding the run (run/) and what the command printed (stdout.txt). Read only."""
-
-    def build(folder: Path) -> None:
-        res = run_main("train", "--config", "digits_bit", "--out", str(folder / "run"), "--no-progress",
-                       *[a for kv in ("schedule.steps=100", "schedule.warmup_steps=10", "train.batch_size=64",
-                                      "train.eval_every=0", "train.ckpt_every=0", "data.num_workers=0",
-                                      "data.dev_fraction=0", "train.tensorboard=false") for a in ("--set", kv)])
-        assert res.returncode == 0, res.stderr[-2000:]
-        (folder / "stdout.txt").write_text(res.stdout)
-
-    return built_once(shared_root(tmp_path_factory), "bit_digits_run", build)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the suite's fixtures (tests/suite_fixtures.py, which imports torch and vitkit) where tests run: a run
+    without pytest-xdist, or one of its workers; not in its controller, which only hands tests out (importing them there
+    cost ~2.5 CPU s on one core before the workers were started, each of which imports them again)."""
+    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+        return
+    config.pluginmanager.import_plugin("tests.suite_fixtures")
