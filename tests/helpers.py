@@ -65,7 +65,7 @@ def digits_model(**overrides: Any):
     return model
 
 
-#: the folder the pytest-xdist workers of this session share (`shared_root`), set by conftest.py
+#: the folder the pytest-xdist workers of this session share (`shared_root`), set by tests/suite_fixtures.py
 SHARED: list[Path] = []
 
 

@@ -170,7 +170,7 @@ PHOTOS = ("wide.jpg", "large.png", "small.png", "grey.png", "rgba.png", "rotated
 
 def photo_files(root: Path) -> list[Path]:
     """Non-square, large, small, grey, RGBA and EXIF-rotated files made from scikit-image's photos (`PHOTOS`; the
-    session's shared copy, read only: the `photos` fixture of tests/conftest.py)."""
+    session's shared copy, read only: the `photos` fixture of tests/suite_fixtures.py)."""
     skd = pytest.importorskip("skimage.data")
     root.mkdir()
     coffee, chelsea, astro = skd.coffee(), skd.chelsea(), skd.astronaut()

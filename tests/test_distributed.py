@@ -100,11 +100,11 @@ def _build_pair(root: Path) -> None:
     """The 2-process half of every test in this file, done by one pair of gloo processes (each start-up imports
     torch: one pair instead of one per test), after the 1-process checkpoints at step N that it finishes."""
     shards = _shards(root / "s")
-    assert torch.get_num_threads() == 1  # as in the workers (conftest.py): the world-invariant test compares bits
+    assert torch.get_num_threads() == 1  # as in the workers (suite_fixtures.py): the world-invariant test compares bits
     one = {}
     for name, make, cfg, args in (("shards", _shard_trainer, CFG, (shards,)), ("fsdp", _trainer, FSDP, ()),
                                   ("inv", _inv_trainer, INV, ())):
-        make(root / f"{name}-one", cfg, *args).fit(stop_at=N)  # (one thread, as in the workers: conftest.py)
+        make(root / f"{name}-one", cfg, *args).fit(stop_at=N)  # (one thread, as in the workers: suite_fixtures.py)
         one[name] = str(root / f"{name}-one" / "train_state.pt")
     jobs = [(_phases, root / "ddp", CFG, "", _trainer),
             (_phases, root / "shards", CFG, one["shards"], _shard_trainer, shards),
