@@ -30,10 +30,10 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 demo: $(VENV)/.base
 	$(BIN)/vitkit demo --overwrite
 
-# pytest with bytecode written even where the environment turns it off (PYTHONDONTWRITEBYTECODE=1, as some containers
-# set): without it every worker compiles and assertion-rewrites every test module at collection and every CLI process a
-# test starts compiles vitkit, on each run (a worker's collection 13.5 -> 8.2 CPU s on the second run: suite_durations.md,
-# session 24); the .pyc files go to __pycache__ folders, which .gitignore leaves out.
+# pytest with bytecode written even where the environment turns it off (PYTHONDONTWRITEBYTECODE=1, as some
+# containers set): without it every worker compiles and assertion-rewrites every test module at collection, and every
+# CLI process a test starts compiles vitkit, on every run (a worker's collection ~9.5 -> ~6.4 CPU s from the second run
+# on: benchmarks/results/suite_durations.md, session 24); the .pyc files go to __pycache__, which .gitignore leaves out.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 # Every test, one pytest-xdist worker per core (each with one torch thread: tests/conftest.py), tests handed out one by
