@@ -95,7 +95,8 @@ class FakeHub:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.cdn = f"http://localhost:{self.server.server_address[1]}"  # another host name, as the hub's CDN is
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        # (shutdown() returns once serve_forever next polls its flag: each test's teardown waited up to this long)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
 
     def add(self, repo_id: str, files: dict[str, bytes], ref: str = "main", salt: str = "") -> str:
         """Publish `files` as a new commit of `repo_id` and point `ref` at it; returns the commit id."""
