@@ -40,10 +40,9 @@ def _copy_of(run: Path, out: Path) -> Path:
     return out
 
 
-def test_run_folders_are_never_overwritten(tmp_path: Path, monkeypatch) -> None:
-    cfg = load_config("digits_pretrain", TINY)
-    run = tmp_path / "run"
-    run_experiment(cfg, run, progress=False)
+def test_run_folders_are_never_overwritten(tmp_path: Path, monkeypatch, finished_tiny_run: Path) -> None:  # noqa: ANN001
+    cfg = load_config("digits_pretrain", TINY)  # the recipe of `finished_tiny_run`, a finished run of it
+    run = _copy_of(finished_tiny_run, tmp_path / "run")
     before = (run / "model" / "model.safetensors").read_bytes()
     lines = (run / "metrics.jsonl").read_text()
     with pytest.raises(FileExistsError, match=r"already holds a run .*--resume.*--overwrite"):
