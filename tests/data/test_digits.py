@@ -24,3 +24,20 @@ def test_the_digits_and_their_split_are_scikit_learns() -> None:
     for ours, images, labels in ((train, x_tr, y_tr), (test, x_te, y_te)):
         assert ours.images.dtype == torch.float32 and ours.images.shape[1:] == (1, 8, 8)
         assert np.array_equal(ours.images.numpy(), images) and np.array_equal(ours.labels, labels)
+
+
+def test_the_digits_file_is_parsed_once_and_every_caller_gets_its_own_arrays() -> None:
+    """The text file is parsed once per process; each call returns new arrays with the same values, so a caller
+    that changes its images or labels changes nobody else's."""
+    from vitkit.data import digits
+
+    digits._digits_arrays.cache_clear()
+    a_train, a_test = digits.load_digits_split()
+    b_train, b_test = digits.load_digits_split()
+    assert digits._digits_arrays.cache_info().misses == 1
+    assert torch.equal(a_train.images, b_train.images) and torch.equal(a_test.images, b_test.images)
+    assert np.array_equal(a_train.labels, b_train.labels) and np.array_equal(a_test.labels, b_test.labels)
+    a_train.images[0] += 1
+    a_test.labels[0] += 1
+    c_train, c_test = digits.load_digits_split()
+    assert torch.equal(b_train.images, c_train.images) and np.array_equal(b_test.labels, c_test.labels)

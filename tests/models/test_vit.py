@@ -258,3 +258,32 @@ def test_factorized_position_embedding_is_row_plus_column() -> None:
     assert m(torch.randn(2, 3, 16, 32)).shape == (2, 3)
     with pytest.raises(ValueError, match="posemb_placement 'every_layer' applies to learned 1D / 2D"):
         ViTConfig(posemb="factorized", posemb_placement="every_layer")
+
+
+def test_an_architecture_built_on_meta_draws_no_normal_init(monkeypatch) -> None:  # noqa: ANN001
+    """A ViT built on the meta device (a writer's key check, a run's config check) calls no normal_ on its meta
+    tensors (torch's meta normal_ imports torch._dynamo: ~1.3 CPU s in `vitkit convert`); on the CPU the same
+    draws as nn.init.normal_ for the same seed."""
+    from torch import nn
+
+    from vitkit.models.mpp import MaskedPatchPrediction
+    from vitkit.models.posemb import init_normal_
+
+    normal = nn.init.normal_
+
+    def refuse_meta(t: torch.Tensor, *a, **k) -> torch.Tensor:  # noqa: ANN002, ANN003
+        assert not t.is_meta, "normal_ on a meta tensor"
+        return normal(t, *a, **k)
+
+    monkeypatch.setattr(nn.init, "normal_", refuse_meta)
+    with torch.device("meta"):
+        for kw in ({}, {"num_registers": 2, "distill_token": True}, {"posemb": "relative"}, {"posemb": "learn2d"}):
+            m = tiny(**kw)
+            assert all(p.is_meta for p in m.parameters())
+        MaskedPatchPrediction(tiny(), (0.5,) * 3, (0.5,) * 3)
+    torch.manual_seed(3)
+    want = normal(torch.empty(5, 7), std=0.02)
+    torch.manual_seed(3)
+    assert torch.equal(init_normal_(torch.empty(5, 7), std=0.02), want)
+    m = tiny(num_registers=2)  # on the CPU every normal init is drawn: no two blocks' biases alike, tokens nonzero
+    assert torch.count_nonzero(m.reg_token) == m.reg_token.numel() and torch.count_nonzero(m.pos_embed) > 0

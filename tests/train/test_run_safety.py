@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -25,10 +26,23 @@ from vitkit.train.run import default_run_dir, run_experiment
 from vitkit.utils.files import FolderLock
 
 
-def test_run_folders_are_never_overwritten(tmp_path: Path, monkeypatch) -> None:
-    cfg = load_config("digits_pretrain", TINY)
-    run = tmp_path / "run"
-    run_experiment(cfg, run, progress=False)
+@pytest.fixture(scope="module")
+def finished_tiny_run(tmp_path_factory) -> Path:  # noqa: ANN001
+    """`vitkit train --config digits_pretrain` with TINY_FLAGS run to its end (exit 0, asserted here) once for the
+    tests below that start from a finished run folder; each works on its own copy (`_copy_of`)."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY_FLAGS]) == 0
+    return out
+
+
+def _copy_of(run: Path, out: Path) -> Path:
+    shutil.copytree(run, out)
+    return out
+
+
+def test_run_folders_are_never_overwritten(tmp_path: Path, monkeypatch, finished_tiny_run: Path) -> None:  # noqa: ANN001
+    cfg = load_config("digits_pretrain", TINY)  # the recipe of `finished_tiny_run`, a finished run of it
+    run = _copy_of(finished_tiny_run, tmp_path / "run")
     before = (run / "model" / "model.safetensors").read_bytes()
     lines = (run / "metrics.jsonl").read_text()
     with pytest.raises(FileExistsError, match=r"already holds a run .*--resume.*--overwrite"):
@@ -224,10 +238,9 @@ def test_resume_validates_the_state_the_recipe_and_the_log(tmp_path: Path, capsy
     assert not list(run.glob(".*.tmp"))
 
 
-def test_overwrite_removes_only_what_vitkit_wrote(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    out = tmp_path / "run"
+def test_overwrite_removes_only_what_vitkit_wrote(tmp_path: Path, capsys, finished_tiny_run: Path) -> None:  # noqa: ANN001
+    out = _copy_of(finished_tiny_run, tmp_path / "run")
     args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY_FLAGS]
-    assert main(args) == 0
     assert main([*args, "--overwrite"]) == 0  # a run's own files (model/, metrics, ...) are replaced
     (out / "model" / "notes.txt").write_text("my notes")  # a user's file in a folder named model/
     assert main([*args, "--overwrite"]) == 2
@@ -309,10 +322,9 @@ def test_run_config_bounds_are_checked_in_moments(tmp_path: Path, override: str,
     assert not (tmp_path / "r" / "run_config.json").exists()
 
 
-def test_a_hostile_training_state_is_refused(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    out = tmp_path / "run"
+def test_a_hostile_training_state_is_refused(tmp_path: Path, capsys, finished_tiny_run: Path) -> None:  # noqa: ANN001
+    out = _copy_of(finished_tiny_run, tmp_path / "run")
     args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY_FLAGS]
-    assert main(args) == 0
     state = torch.load(out / "train_state.pt", weights_only=True)
     for change, match in ((lambda s: s.update(step=10**18), "step 1000000000000000000 is not a step of this run"),
                           (lambda s: s["model"].update({"head.weight": s["model"]["head.weight"].to(torch.int8)}),
@@ -324,10 +336,10 @@ def test_a_hostile_training_state_is_refused(tmp_path: Path, capsys) -> None:  #
         assert __import__("re").search(match, capsys.readouterr().err)
 
 
-def test_a_finished_run_resumed_changes_nothing_and_the_final_lines_are_written_once(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    out = tmp_path / "run"
+def test_a_finished_run_resumed_changes_nothing_and_the_final_lines_are_written_once(  # noqa: ANN001
+        tmp_path: Path, capsys, finished_tiny_run: Path) -> None:
+    out = _copy_of(finished_tiny_run, tmp_path / "run")
     args = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY_FLAGS]
-    assert main(args) == 0
     log = (out / "metrics.jsonl").read_bytes()
     assert main([*args, "--resume"]) == 0
     assert "this run already finished" in capsys.readouterr().out

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.models.config import GELU_APPROXIMATE, ViTConfig
-from vitkit.models.posemb import RelativePositionBias
+from vitkit.models.posemb import RelativePositionBias, init_normal_
 from vitkit.models.resnet import ResNetStem
 from vitkit.models.tome import merge_tokens, size_bias
 
@@ -306,7 +306,7 @@ def init_original(model: nn.Module, posemb: list[nn.Parameter]) -> None:
             else:
                 nn.init.xavier_uniform_(m.weight)
             if m.bias is not None:
-                nn.init.normal_(m.bias, std=1e-6)
+                init_normal_(m.bias, std=1e-6)
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
@@ -323,12 +323,12 @@ def init_original(model: nn.Module, posemb: list[nn.Parameter]) -> None:
         if isinstance(m, LayerScale):
             nn.init.constant_(m.gamma, m.init)
     for p in posemb:
-        nn.init.normal_(p, std=0.02)
+        init_normal_(p, std=0.02)
     if model.cls_token is not None:
         nn.init.zeros_(model.cls_token)
     if model.reg_token is not None:
-        nn.init.normal_(model.reg_token, std=0.02)
+        init_normal_(model.reg_token, std=0.02)
     if model.dist_token is not None:
-        nn.init.normal_(model.dist_token, std=0.02)
+        init_normal_(model.dist_token, std=0.02)
     if model.map_head is not None:
         nn.init.xavier_uniform_(model.map_head.probe.view(1, -1))

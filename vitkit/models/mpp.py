@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitkit.models.posemb import init_normal_
 from vitkit.models.vit import VisionTransformer
 
 
@@ -64,7 +65,7 @@ class MaskedPatchPrediction(nn.Module):
         self.corrupt, self.replace_mask, self.replace_random, self.bits = corrupt, replace_mask, replace_random, bits
         self.num_classes = 2 ** (bits * cfg.in_chans)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, cfg.width))
-        nn.init.normal_(self.mask_token, std=0.02)
+        init_normal_(self.mask_token, std=0.02)
         self.head = nn.Linear(cfg.width, self.num_classes)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)

@@ -77,6 +77,16 @@ def resample_axis(table: torch.Tensor, n: int, mode: str = "bicubic") -> torch.T
     return resample_posemb(table, (n, 1), (table.shape[1], 1), num_prefix_tokens=0, mode=mode)
 
 
+def init_normal_(tensor: torch.Tensor, std: float) -> torch.Tensor:
+    """`nn.init.normal_(tensor, std=std)` (the original code's N(0, std^2) position embeddings, tokens and biases);
+    a tensor on the meta device (an architecture built only for its shapes, e.g. by a writer's key check) is left
+    as it is: it holds no values and torch draws none for it, but torch's meta normal_ imports torch._dynamo
+    (~1.3 CPU s in a process that has not imported it, such as `vitkit convert`)."""
+    if tensor.is_meta:
+        return tensor
+    return nn.init.normal_(tensor, std=std)
+
+
 class RelativePositionBias(nn.Module):
     """Appendix D.4's relative position embeddings: 1-D relative attention over the token sequence.
 
@@ -90,7 +100,7 @@ class RelativePositionBias(nn.Module):
         super().__init__()
         self.num_tokens = num_tokens
         self.table = nn.Parameter(torch.zeros(2 * num_tokens - 1, head_dim))  # offsets -(T-1) .. T-1
-        nn.init.normal_(self.table, std=0.02)
+        init_normal_(self.table, std=0.02)
 
     def table_for(self, num_tokens: int) -> torch.Tensor:
         """The table for a sequence of `num_tokens` (resampled along the offset axis when T differs)."""

@@ -42,6 +42,7 @@ from vitkit.reproduce.tables import FIG7_IMAGES, ci_text, fig7_markdown, mpp_mar
 from vitkit.train.config import config_from_dict
 from vitkit.train.run import build_model
 from vitkit.utils.atomic import atomic_write_text
+from vitkit.utils.hardware import manual_seed
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _transfer_row(wb: Workbench, run: Pretrain) -> dict[str, Any]:
 def random_init_fewshot(wb: Workbench, family: str) -> dict[str, float]:
     """Few-shot figures of a family's untrained network (seed 0): what pre-training has to beat."""
     cfg = config_from_dict(pretrain_config(Pretrain(family, "B"), wb.scale))
-    torch.manual_seed(0)
+    manual_seed(0)
     model = build_model(cfg.model, [f"glyph{i:04d}" for i in range(wb.scale.glyph_classes)], 1, cfg.data)
     return wb.evaluator(model.eval())
 

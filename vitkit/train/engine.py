@@ -43,6 +43,7 @@ from vitkit.train.grads import world_invariant_grads
 from vitkit.train.metrics import metric_lines
 from vitkit.train.optim import EMA, build_optimizer, freeze, lr_at, param_groups
 from vitkit.utils.atomic import atomic_path, atomic_write_text, clean_stale_temps
+from vitkit.utils.hardware import manual_seed
 from vitkit.utils.precision import autocast
 
 HOLD_ENV = "VITKIT_HOLD_AT_STEP"  # tests: stop at this step (after its checkpoint) until killed; see Trainer._hold
@@ -322,7 +323,7 @@ class Trainer:
         if cfg.world_invariant:
             total_loss, correct = world_invariant_grads(self, step, x, y, positions)
         else:
-            torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * self.rank)  # dropout / drop-path draws
+            manual_seed(cfg.seed * 1_000_003 + step + 104_729 * self.rank)  # dropout / drop-path draws
             mix = Mix()
             if cfg.mixup or cfg.cutmix:  # on this rank's batch, from (seed, step, rank) alone: resume stays exact
                 x, mix = self._mix(x, step, -1 - self.rank)

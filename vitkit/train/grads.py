@@ -12,6 +12,7 @@ from torch import nn
 
 from vitkit import distributed as dist
 from vitkit.data.augment import Mix
+from vitkit.utils.hardware import manual_seed
 
 
 def world_invariant_grads(trainer: Any, step: int, x: torch.Tensor, y: torch.Tensor,
@@ -45,7 +46,7 @@ def world_invariant_grads(trainer: Any, step: int, x: torch.Tensor, y: torch.Ten
         sel = (micro == k).nonzero().flatten()
         if len(sel) == 0:  # every image of this micro-batch was unreadable: it adds nothing
             continue
-        torch.manual_seed(cfg.seed * 1_000_003 + step + 104_729 * k)  # dropout / drop-path draws
+        manual_seed(cfg.seed * 1_000_003 + step + 104_729 * k)  # dropout / drop-path draws
         xm, ym, mix = x[sel], y[sel], Mix()
         if cfg.mixup or cfg.cutmix:
             xm, mix = trainer._mix(xm, step, -1 - k)

@@ -39,6 +39,7 @@ from vitkit.train.engine import Trainer
 from vitkit.train.metrics import plot_curves
 from vitkit.utils.atomic import atomic_write_text
 from vitkit.utils.files import FolderLock
+from vitkit.utils.hardware import manual_seed
 from vitkit.utils.memory import mmap_large_blocks
 
 
@@ -447,7 +448,7 @@ def build_run(cfg: RunConfig, out: Path, resume: bool = False, dry_run: int = 0,
         held.enter_context(FolderLock(out, "run folder"))
         prepare_run_folder(out, cfg, resume, force, overwrite)
     dist.barrier()
-    torch.manual_seed(cfg.train.seed)  # the initial weights are a function of the seed
+    manual_seed(cfg.train.seed)  # the initial weights are a function of the seed
     train = splits["train"]
     notes: list[str] = []
     model = build_model(cfg.model, train.classes, train.channels, cfg.data, notes, source=source)

@@ -61,3 +61,15 @@ def fused_adam_ok(params: Iterable) -> bool:
     dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
     return bool(flat) and all(type(p.data) is torch.Tensor and p.is_cuda and p.dtype in dtypes for p in flat)
+
+
+def manual_seed(seed: int) -> None:
+    """`torch.manual_seed(seed)`, without its cost on a machine with no accelerator: there torch's only effect is the
+    CPU generator's seed, but it also queues CUDA's, XPU's and MTIA's seeds for an initialisation that never comes,
+    each with the caller's stack formatted as text (~1 ms a call from a deep stack, once per training step)."""
+    import torch  # as set_threads
+
+    if torch.accelerator.is_available():
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(int(seed))
