@@ -11,18 +11,16 @@ from tests import helpers
 from tests.helpers import built_once, digits_test_tensors, shared_root, trained_digits_vit
 from tests.inputs import PHOTOS, digit_folder, photo_files, run_main
 from vitkit.formats import save_pretrained
+from vitkit.utils.hardware import manual_seed
 
 torch.set_num_threads(1)  # (one intra-op thread: tests/conftest.py)
 
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
-    """torch.manual_seed(0) for every test: the CPU generator, and CUDA's where there is one. Not torch.manual_seed
-    itself on a machine without CUDA: it queues CUDA's, MPS's and XPU's seeds for a lazy initialisation that never
-    comes, each with the caller's stack formatted as text (~1 ms per test under pytest, of nothing)."""
-    torch.default_generator.manual_seed(0)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(0)
+    """torch.manual_seed(0) for every test, as vitkit seeds a training step (`vitkit.utils.hardware.manual_seed`:
+    without an accelerator, the CPU generator's seed alone)."""
+    manual_seed(0)
 
 
 @pytest.fixture(scope="session", autouse=True)
