@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from vitkit.bench.timing import time_interleaved
 from vitkit.inference.runtime import Predictor, build_predictor
 from vitkit.models import create_model
 from vitkit.models.lora import LoraConfig, apply_lora
+from vitkit.utils.files import scratch_dir
 
 TINY = dict(img_size=32, patch_size=8, width=32, depth=2, num_heads=2, mlp_dim=64, num_classes=5)  # the tests' ViT
 #: inductor's host code around the compiled kernels, as config each compile runs under (patched around the first
@@ -92,7 +92,7 @@ def main() -> None:
         want = {b: model(x) for b, x in xs.items()}
     torch._inductor.cpu_vec_isa.valid_vec_isa_list()  # inductor's one-off check of the CPU (a C++ build), not timed
     load = [round(v, 1) for v in os.getloadavg()]
-    root = Path(tempfile.mkdtemp(prefix="cpp_wrapper_"))
+    root = scratch_dir("vitkit-cpp-wrapper-")  # the cache folders, removed at exit
     nets = {"eager": build_predictor(model, args.precision, "torch")}
     compiles: dict[str, dict[str, object]] = {}
     for phase in ("cold", "warm"):  # each wrapper's cold compile, then each one's warm recompile
