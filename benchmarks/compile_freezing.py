@@ -27,6 +27,24 @@ from vitkit.models import create_model
 from vitkit.utils import precision as precision_mod
 
 
+def agreement(got: torch.Tensor, want: torch.Tensor) -> dict[str, float]:
+    """`got` against the reference logits `want`: max |Δlogit| / max |logit| and the top-1 agreement."""
+    err = (got - want).abs().max().item() / want.abs().max().item()
+    same = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
+    return {"max_rel_err_vs_eager_fp32": float(f"{err:.2e}"), "top1_agreement": same}
+
+
+def record(out: str, load: list[float], run: dict[str, object]) -> None:
+    """Append `run`, with the machine, the time and the load average (`load` at its start, and now), to the runs of
+    the JSON file `out`; print it."""
+    run = {"machine": machine_info(), "time_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), **run,
+           "load_average_start": load, "load_average_end": [round(v, 1) for v in os.getloadavg()]}
+    path = Path(out)
+    runs = json.loads(path.read_text())["runs"] if path.is_file() else []
+    path.write_text(json.dumps({"runs": [*runs, run]}, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in run.items() if k != "machine"}, indent=2))
+
+
 def unfrozen_predictor(model: torch.nn.Module, precision: str) -> Predictor:
     """The compiled predictor as it was before freezing took effect: the weights are inputs of the graph."""
     prec = precision_mod.get(precision)
@@ -60,7 +78,7 @@ def main() -> None:
     nets = {"eager": build_predictor(model, args.precision, "torch"),
             "compiled_unfrozen": unfrozen_predictor(model, args.precision),
             "compiled_frozen": build_predictor(model, args.precision, "torch", compile=True)}
-    compiles, agreement = {}, {}
+    compiles, agree = {}, {}
     for name, net in nets.items():
         for b, x in xs.items():  # the first batch compiles the dynamic-batch graph; a batch of 1 compiles its own
             t0, c0 = time.perf_counter(), cpu_s()
@@ -68,9 +86,7 @@ def main() -> None:
             if name != "eager":
                 compiles[f"{name} b{b}"] = {"wall_s": round(time.perf_counter() - t0, 1),
                                             "cpu_s": round(cpu_s() - c0, 1)}
-            err = (got - want[b]).abs().max().item() / want[b].abs().max().item()
-            same = (got.argmax(-1) == want[b].argmax(-1)).float().mean().item()
-            agreement[f"{name} b{b}"] = {"max_rel_err_vs_eager_fp32": float(f"{err:.2e}"), "top1_agreement": same}
+            agree[f"{name} b{b}"] = agreement(got, want[b])
 
     def call(net: Predictor, x: torch.Tensor):  # noqa: ANN202
         return lambda: net(x)
@@ -82,15 +98,9 @@ def main() -> None:
             rows.append({"path": name, "batch": b, "median_s": round(t.median, 4), "spread": round(t.spread, 2),
                          "img_per_s": round(b / t.median, 2), "samples_s": [round(s, 4) for s in t.samples],
                          "vs_eager": round(times["eager"].median / t.median, 3)})
-    out = {"machine": machine_info(), "time_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-           "model": args.model, "precision": args.precision, "threads": args.threads, "repeats": args.repeats,
-           "load_average_start": load, "load_average_end": [round(v, 1) for v in os.getloadavg()],
-           "descriptions": {k: v.description for k, v in nets.items()},
-           "compiles": compiles, "agreement": agreement, "rows": rows}
-    path = Path(args.out)
-    runs = json.loads(path.read_text())["runs"] if path.is_file() else []
-    path.write_text(json.dumps({"runs": [*runs, out]}, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "machine"}, indent=2))
+    record(args.out, load, {"model": args.model, "precision": args.precision, "threads": args.threads,
+                            "repeats": args.repeats, "descriptions": {k: v.description for k, v in nets.items()},
+                            "compiles": compiles, "agreement": agree, "rows": rows})
 
 
 if __name__ == "__main__":

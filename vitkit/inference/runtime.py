@@ -164,7 +164,11 @@ class FrozenCompiled(nn.Module):
     in-place op; a move to another device or dtype) is refused at the next call (its copy in the graph would be
     stale): build a new one. (A change through `.data` bypasses the version counter this check reads.) The global
     setting is patched per call: a compile on another thread at the same moment would freeze too. A frozen graph
-    keeps its weights after its predictor is dropped, until `torch._dynamo.reset()` (torch 2.13)."""
+    keeps its weights after its predictor is dropped, until `torch._dynamo.reset()` (torch 2.13). It compiles with
+    inductor's Python wrapper (the default): the C++ wrapper (`cpp_wrapper`) saves host time per call and compiles
+    faster cold, but a frozen fp32 graph bypasses inductor's FX graph cache (its prepacked weights are mkldnn
+    tensors), and the C++ wrapper's one library, keyed by the constants' identities, is then rebuilt whole in every
+    new process, where the Python wrapper finds its kernels' libraries (benchmarks/results/compile_cpp_wrapper.md)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
