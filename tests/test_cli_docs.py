@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from matplotlib.figure import Figure
 from PIL import Image
 
 import vitkit
-from tests.helpers import digits_model
+from tests.helpers import digits_model, figures_drawn_not_encoded
 from tests.hub_endpoint import folder_files, hub_cache
 from tests.hub_folders import hub_folder
 from vitkit.cli import build_parser, main
@@ -183,10 +182,7 @@ def test_documented_commands_run_in_smoke_form(where: str, command: str, sandbox
     if argv[0] == "inspect" and "--images" not in argv:
         # two images, not the default 32 (the figures' rows): a later --num-images wins over the page's own
         extra = [e for e in extra if e not in ("--num-images", "2")] + ["--num-images", "2"]
-    # the commands' figures (curves.png, inspect's) are made and laid out and every artist drawn, not rasterised
-    # into a PNG (half their CPU): these checks read exit codes; the figure files' writing is tested where a test
-    # reads them (tests/test_cli_e2e.py's curves.png, tests/inspect/test_inspect.py's CLI figures)
-    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: fig.draw_without_rendering())
+    figures_drawn_not_encoded(monkeypatch)  # curves.png, inspect's: drawn, not encoded (these checks read exit codes)
     rc = main(argv + extra)
     assert rc == 0, f"{where}: `{command}` exited {rc} in its smoke form"
     assert os.getcwd() == str(sandbox)

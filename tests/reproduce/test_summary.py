@@ -10,8 +10,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from matplotlib.figure import Figure
 
+from tests.helpers import figures_drawn_not_encoded
 from vitkit.cli import main
 from vitkit.reproduce import CROSSOVER_SCALES, SCALES, plots
 from vitkit.reproduce.plan import SCALE_OPTIONS, scale_label
@@ -201,9 +201,8 @@ def test_posemb_draws_the_rules_differences_with_its_equivalence_band() -> None:
 
 def _drawn(monkeypatch, draw) -> dict:  # noqa: ANN001
     """Run `draw` with plots._save wrapped and figures left open: each figure as laid out by `plots._save` (its
-    legends placed, tight_layout) and drawn, by file name. Its PNG is not encoded: these tests read the figure's
-    artists, which `draw_without_rendering` places as savefig's draw does (every tick, label and legend) for half
-    the CPU; test_redraw_writes_figures_and_summary_from_json_alone writes the files."""
+    legends placed, tight_layout) and drawn, by file name; no PNG encoded (`figures_drawn_not_encoded`: these tests
+    read the figure's artists; test_redraw_writes_figures_and_summary_from_json_alone writes the files)."""
     seen = {}
     real = plots._save
 
@@ -214,7 +213,7 @@ def _drawn(monkeypatch, draw) -> dict:  # noqa: ANN001
 
     monkeypatch.setattr(plots, "_save", keep)
     monkeypatch.setattr(plots.plt, "close", lambda fig=None: None)
-    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: fig.draw_without_rendering())
+    figures_drawn_not_encoded(monkeypatch)
     draw()
     monkeypatch.undo()
     return seen
