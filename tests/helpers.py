@@ -249,3 +249,12 @@ def check_reproduction(out: Path, names: Sequence[str], scale: str = "smoke") ->
     summary = (out / "SUMMARY.md").read_text()
     assert all(f"## {n}" in summary for n in names)
     return results
+
+
+def figures_drawn_not_encoded(monkeypatch) -> None:  # noqa: ANN001
+    """For a test that reads no figure file: matplotlib's `Figure.savefig` draws every artist of the figure as laid
+    out (`draw_without_rendering`: ticks and their labels, legends, images resampled) but rasterises and encodes no
+    PNG and writes none: about half a figure's CPU. The tests that read the files keep the real savefig
+    (tests/test_cli_e2e.py's curves.png, tests/inspect/test_inspect.py's CLI figures, tests/reproduce/test_summary.py's
+    redraw)."""
+    monkeypatch.setattr("matplotlib.figure.Figure.savefig", lambda fig, *args, **kwargs: fig.draw_without_rendering())

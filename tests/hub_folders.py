@@ -6,6 +6,7 @@ only (the tests about preprocessing and resampling need not run a 22M-parameter 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -106,16 +107,24 @@ def hub_folder(root: Path, family: str, small: bool = True, seed: int = 0, layer
     return out
 
 
+@functools.cache
+def _loaded(path: str) -> Any:
+    """transformers' `load_image` of a file, once per process: the session's photos are the reference's input for
+    every family (decoding them, the 2048 x 2048 PNG among them, took 0.17 CPU s each time); its processors copy,
+    never change, the PIL image."""
+    from transformers.image_utils import load_image
+
+    return load_image(path)
+
+
 def transformers_features(folder: Path, files: list[Path], family: str) -> torch.Tensor:
     """transformers' own pipeline on image files: `load_image` (EXIF transpose, RGB), `AutoImageProcessor` as the
     folder's processor file says, the model's pooled output (`image_embeds` for CLIP with its projection)."""
     transformers = pytest.importorskip("transformers")
-    from transformers.image_utils import load_image
-
     proc = transformers.AutoImageProcessor.from_pretrained(folder)
     cls_name = HUB[family][0]
     model = getattr(transformers, cls_name).from_pretrained(folder).eval()
-    x = proc([load_image(str(f)) for f in files], return_tensors="pt")["pixel_values"]
+    x = proc([_loaded(str(f)) for f in files], return_tensors="pt")["pixel_values"]
     with torch.no_grad():
         out = model(pixel_values=x)
     if family == "clip":

@@ -87,3 +87,11 @@ def bit_digits_run(tmp_path_factory) -> Path:  # noqa: ANN001
         (folder / "stdout.txt").write_text(res.stdout)
 
     return built_once(shared_root(tmp_path_factory), "bit_digits_run", build)
+
+
+@pytest.fixture
+def figures_not_encoded(monkeypatch) -> None:  # noqa: ANN001
+    """`tests.helpers.figures_drawn_not_encoded` for each test of a module that reads no figure file
+    (`pytestmark = pytest.mark.usefixtures("figures_not_encoded")`); session and module fixtures, set up before it,
+    keep the real savefig."""
+    helpers.figures_drawn_not_encoded(monkeypatch)

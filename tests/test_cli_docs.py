@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 import vitkit
-from tests.helpers import digits_model
+from tests.helpers import digits_model, figures_drawn_not_encoded
 from tests.hub_endpoint import folder_files, hub_cache
 from tests.hub_folders import hub_folder
 from vitkit.cli import build_parser, main
@@ -182,6 +182,7 @@ def test_documented_commands_run_in_smoke_form(where: str, command: str, sandbox
     if argv[0] == "inspect" and "--images" not in argv:
         # two images, not the default 32 (the figures' rows): a later --num-images wins over the page's own
         extra = [e for e in extra if e not in ("--num-images", "2")] + ["--num-images", "2"]
+    figures_drawn_not_encoded(monkeypatch)  # curves.png, inspect's: drawn, not encoded (these checks read exit codes)
     rc = main(argv + extra)
     assert rc == 0, f"{where}: `{command}` exited {rc} in its smoke form"
     assert os.getcwd() == str(sandbox)

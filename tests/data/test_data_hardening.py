@@ -119,6 +119,7 @@ def test_cifar_is_detected_by_content_not_by_names(tmp_path: Path) -> None:
     assert open_splits(DataConfig(**{"name": "auto", "path": str(root)}))["train"].classes == ["cat", "dog"]
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # its run's curves.png: drawn, not encoded (not read)
 def test_decompression_bomb_is_skipped_and_named_with_a_configurable_limit(tmp_path: Path, monkeypatch) -> None:
     bomb = bomb_png(tmp_path / "bomb.png")
     with pytest.raises(ValueError, match=r"bomb\.png: 40000x40000 = 1,600,000,000 pixels is over the limit"):

@@ -49,6 +49,7 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_kept(tmp_path: 
             pass
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # its run's curves.png: drawn, not encoded (not read)
 def test_a_resume_with_a_fifo_as_its_log_is_refused_at_once(tmp_path: Path) -> None:
     from tests.inputs import TINY_LOGGED
     from vitkit.train.config import load_config

@@ -107,6 +107,7 @@ def test_training_on_shards_resumes_bitwise(tmp_path: Path) -> None:
     assert_resumes_bitwise(ShardDataset(str(tmp_path / "s"), channels=1), tmp_path)
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # its run's curves.png: drawn, not encoded (not read)
 def test_i21k_recipe_trains_on_shards(tmp_path: Path) -> None:
     """The sharded pre-training recipe, shrunk, reads real shards (not a dry run's synthetic images)."""
     from vitkit.train.config import load_config

@@ -16,6 +16,8 @@ import vitkit
 from tests.inputs import noise_folder
 from vitkit.cli import main
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 transformers = pytest.importorskip("transformers")
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,

@@ -15,6 +15,8 @@ import vitkit
 from tests.hub_folders import hub_folder, transformers_features
 from vitkit.cli import main
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 pytest.importorskip("transformers")
 
 

@@ -14,6 +14,8 @@ import vitkit
 from vitkit.cli import main
 from vitkit.formats.npz import read_npz
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "big_vision"
 REF = np.load(FIX / "outputs.npz", allow_pickle=False)
 X = torch.from_numpy(REF["x_nchw"])

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
+
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
 
 
 def test_inspect_titles_say_label_and_prediction(digits_ckpt: Path, tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from vitkit.data.digits import load_digits_split
 from vitkit.models.mpp import MaskedPatchPrediction, mean_colour_targets
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 
 def tiny_vit(**kw) -> VisionTransformer:
     cfg = dict(img_size=16, patch_size=4, in_chans=3, width=32, depth=2, num_heads=4, mlp_dim=64, num_classes=10)

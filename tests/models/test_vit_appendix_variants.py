@@ -14,6 +14,8 @@ import vitkit
 from tests.helpers import random_vit
 from vitkit.models.vit import EncodeState, ViTConfig
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 _model = random_vit
 
 

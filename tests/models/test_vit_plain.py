@@ -17,6 +17,8 @@ from vitkit.models.posemb import sincos_2d
 from vitkit.train.config import load_config
 from vitkit.train.run import check_config, run_experiment
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 SMALL = dict(img_size=16, patch_size=4, width=32, depth=2, num_heads=4, mlp_dim=64, num_classes=5)
 
 

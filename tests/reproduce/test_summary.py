@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from tests.helpers import figures_drawn_not_encoded
 from vitkit.cli import main
 from vitkit.reproduce import CROSSOVER_SCALES, SCALES, plots
 from vitkit.reproduce.plan import SCALE_OPTIONS, scale_label
@@ -109,20 +110,13 @@ def test_axes_start_at_zero_or_say_where_they_are_cut(tmp_path: Path) -> None:
 
 
 def test_bars_start_at_zero_and_draw_intervals_only_with_seeds(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    seen = {}
-    real = plots._save
-
-    def keep(fig, path):  # noqa: ANN001, ANN202
-        seen["axes"] = fig.axes
-        seen["containers"] = [len(a.containers) for a in fig.axes]
-        return real(fig, path)
-
-    monkeypatch.setattr(plots, "_save", keep)
-    plots.bars(["a", "b"], {"s": [mean_ci([0.9, 0.91, 0.92]), mean_ci([0.95])]}, "t", "acc", tmp_path / "b.png")
-    ax = seen["axes"][0]
+    fig = _drawn(monkeypatch, lambda: plots.bars(["a", "b"], {"s": [mean_ci([0.9, 0.91, 0.92]), mean_ci([0.95])]},
+                                                 "t", "acc", tmp_path / "b.png"))["b.png"]
+    ax = fig.axes[0]
     assert ax.get_ylim() == (0.0, 100.0)
-    assert seen["containers"][0] == 3  # two bars and one error bar: the one-seed bar has none
+    assert len(ax.containers) == 3  # two bars and one error bar: the one-seed bar has none
     assert "95% t-interval over 3 seeds" in ax.get_title()
+    plt.close(fig)
 
 
 def test_glyph_samples_fill_every_cell_or_refuse(tmp_path: Path) -> None:
@@ -185,23 +179,17 @@ def test_intervals_past_100_are_clipped_and_the_figure_says_so(tmp_path: Path, m
     err, clipped = plots._yerr([high, low])
     assert clipped and abs(high.mean + err[1][0] / 100 - 1.0) < 1e-12 and abs(err[1][1] / 100 - (low.hi - low.mean)) < 1e-12
     assert not plots._yerr([low])[1]
-    seen = {}
-    real = plots._save
-
-    def keep(fig, path):  # noqa: ANN001, ANN202
-        seen["texts"] = [t.get_text() for t in fig.texts]
-        seen["labels"] = [(t.get_text(), t.xy) for a in fig.axes for t in a.texts]
-        return real(fig, path)
-
-    monkeypatch.setattr(plots, "_save", keep)
-    plots.bars(["a", "b"], {"s": [high, low]}, "t", "acc", tmp_path / "b.png")
-    assert plots.CLIP_NOTE in seen["texts"]
+    figs = _drawn(monkeypatch, lambda: [plots.bars(["a", "b"], {"s": [high, low]}, "t", "acc", tmp_path / "b.png"),
+                                        plots.bars(["b"], {"s": [low]}, "t", "acc", tmp_path / "c.png")])
+    assert plots.CLIP_NOTE in [t.get_text() for t in figs["b.png"].texts]
     # value labels never sit on an error bar: beyond the interval (or the seeds), or beside it
-    for (text, (x, y)), e, xc in zip(seen["labels"], (high, low), (0, 1)):
+    labels = [(t.get_text(), t.xy) for a in figs["b.png"].axes for t in a.texts]
+    for (text, (x, y)), e, xc in zip(labels, (high, low), (0, 1)):
         assert text == f"{100 * e.mean:.1f}"
         assert y >= 100 * max(min(e.hi, 1), *e.values) or y <= 100 * min(e.lo, *e.values) or x != xc
-    plots.bars(["b"], {"s": [low]}, "t", "acc", tmp_path / "c.png")
-    assert plots.CLIP_NOTE not in seen["texts"]
+    assert plots.CLIP_NOTE not in [t.get_text() for t in figs["c.png"].texts]
+    for fig in figs.values():
+        plt.close(fig)
 
 
 def test_posemb_draws_the_rules_differences_with_its_equivalence_band() -> None:
@@ -212,7 +200,9 @@ def test_posemb_draws_the_rules_differences_with_its_equivalence_band() -> None:
 
 
 def _drawn(monkeypatch, draw) -> dict:  # noqa: ANN001
-    """Run `draw` with plots._save wrapped and figures left open: each figure as laid out and written, by file name."""
+    """Run `draw` with plots._save wrapped and figures left open: each figure as laid out by `plots._save` (its
+    legends placed, tight_layout) and drawn, by file name; no PNG encoded (`figures_drawn_not_encoded`: these tests
+    read the figure's artists; test_redraw_writes_figures_and_summary_from_json_alone writes the files)."""
     seen = {}
     real = plots._save
 
@@ -223,6 +213,7 @@ def _drawn(monkeypatch, draw) -> dict:  # noqa: ANN001
 
     monkeypatch.setattr(plots, "_save", keep)
     monkeypatch.setattr(plots.plt, "close", lambda fig=None: None)
+    figures_drawn_not_encoded(monkeypatch)
     draw()
     monkeypatch.undo()
     return seen
@@ -376,9 +367,9 @@ def test_fig7_draws_its_rules_parts_from_the_json_at_every_scale(tmp_path: Path,
     per_seed = [_fig7_seed(0, 0.3, 0.1, (7.9, 8.1)), _fig7_seed(1, 0.25, 0.2, (7.8, 8.6)),
                 _fig7_seed(2, 0.33, 0.05, (7.7, 8.3))]
     res = {**per_seed[0], "per_seed": per_seed, "figures": ["fig7_attention_distance.png"]}
-    figs = _drawn(monkeypatch, lambda: plots.draw("fig7", res, tmp_path))
-    assert plots.draw("fig7", res, tmp_path) == plots.figure_files("fig7", res) == [
-        "fig7_attention_distance.png", plots.FIG7_MEASURES]
+    returned = []
+    figs = _drawn(monkeypatch, lambda: returned.append(plots.draw("fig7", res, tmp_path)))
+    assert returned[0] == plots.figure_files("fig7", res) == ["fig7_attention_distance.png", plots.FIG7_MEASURES]
     fig = figs[plots.FIG7_MEASURES]
     _, ev, _ = verdict("fig7", res)
     for ax, part in zip(fig.axes[1:], RULES["fig7"].parts):

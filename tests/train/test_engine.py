@@ -25,6 +25,8 @@ from vitkit.train.config import load_config
 from vitkit.train.engine import Trainer
 from vitkit.train.run import run_experiment
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 NATIVE = ["model.img_size=16", "model.patch_size=4", "model.in_chans=3", "model.width=32", "model.depth=2",
           "model.num_heads=2", "model.mlp_dim=64", "data.channels=3", "data.augment=none", "data.max_patches=16",
           "data.min_patches=4", "data.token_drop=0.25", "data.pack_budget=32", "data.holdout=0.25",

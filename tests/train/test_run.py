@@ -15,6 +15,8 @@ from tests.hub_endpoint import FakeHub, folder_files, hub_fixture  # noqa: F401 
 from vitkit.cli import main
 from vitkit.train.config import RunConfig, load_config
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 SMALL = ["train.tensorboard=false", "data.num_workers=0", "data.augment='none'", "train.eval_every=0",
          "train.ckpt_every=0", "train.batch_size=16", "schedule.warmup_steps=1"]
 

@@ -13,10 +13,13 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from vitkit.cli import main
 from vitkit.formats import load_pretrained
+
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
 
 SMALL = ["train.tensorboard=false", "data.num_workers=0", "data.augment='none'", "train.eval_every=0",
          "train.ckpt_every=0"]

@@ -17,6 +17,8 @@ from vitkit.formats.adapters import load_adapters
 from vitkit.models.lora import merge_lora
 from vitkit.train.config import load_config
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 QUIET = ["train.tensorboard=false", "data.num_workers=0", "data.augment='none'", "train.eval_every=0",
          "train.ckpt_every=0", "train.batch_size=32", "schedule.warmup_steps=1"]
 

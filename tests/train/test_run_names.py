@@ -13,6 +13,8 @@ from vitkit.formats import load_pretrained
 from vitkit.train.config import TrainConfig, load_config
 from vitkit.train.run import _saved_flat
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 
 def test_train_precision_replaces_bf16_which_still_reads_with_a_deprecation(tmp_path: Path) -> None:
     assert load_config(None).train.precision == "fp32"

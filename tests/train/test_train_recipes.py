@@ -14,6 +14,8 @@ from vitkit.train.config import TrainConfig, load_config, recipe_names
 from vitkit.train.engine import Trainer
 from vitkit.train.run import run_experiment, run_sweep
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 TINY = ["model.img_size=16", "model.patch_size=8", "model.width=16", "model.depth=1", "model.num_heads=2",
         "model.mlp_dim=32", "train.tensorboard=false"]
 

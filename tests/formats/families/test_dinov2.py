@@ -16,6 +16,8 @@ import vitkit
 from tests.inputs import noise_folder
 from vitkit.cli import main
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "dinov2"
 REF = np.load(FIX / "outputs.npz", allow_pickle=False)
 TOL = dict(rtol=2e-5, atol=2e-5)

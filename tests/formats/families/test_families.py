@@ -15,6 +15,8 @@ from tests.inputs import FAMILIES, noise_folder
 from vitkit.cli import main
 from vitkit.formats import save_pretrained
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its commands' figures drawn, not encoded: none read
+
 
 def test_deit_distilled_checkpoints_written_by_timm_load_with_timms_outputs(tmp_path: Path, capsys) -> None:  # noqa: ANN001
 
