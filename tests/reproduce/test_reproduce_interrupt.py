@@ -1,6 +1,6 @@
 """A stopped `vitkit reproduce --jobs 2` leaves no worker training: SIGTERM stops the workers and exits 143, and a
 SIGKILLed parent's workers end themselves (an orphan would go on training a unit that the resumed run trains again
-in the same folder, and hold the cores)."""
+in the same folder, and hold the cores); the workers' fork server and the resource tracker end with them."""
 
 from __future__ import annotations
 
@@ -30,8 +30,17 @@ sys.exit(main(["reproduce", "fig4", "--smoke", "--jobs", "2", "--no-progress", "
 
 
 def _workers(pid: int) -> list[int]:
-    """The multiprocessing workers among `pid`'s children (not its resource tracker)."""
-    return [k for k in descendants(pid) if b"spawn_main" in _read(f"/proc/{k}/cmdline")]
+    """The multiprocessing workers among `pid`'s descendants: spawned ones, or those its fork server forked (not the
+    server itself, nor its resource tracker)."""
+    family = descendants(pid)
+    servers = [k for k in family if b"forkserver" in _read(f"/proc/{k}/cmdline") and _ppid(k) == pid]
+    return [k for k in family if b"spawn_main" in _read(f"/proc/{k}/cmdline")] + [
+        k for s in servers for k in descendants(s)]
+
+
+def _ppid(pid: int) -> int:
+    stat = _read(f"/proc/{pid}/stat")
+    return int(stat.rsplit(b")", 1)[1].split()[1]) if stat else 0
 
 
 def _read(path: str) -> bytes:
@@ -64,6 +73,7 @@ def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Sig
         # stopped: the signal lands mid-training, not after a guessed sleep, and the wait costs no CPU
         proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stderr=f, env={**os.environ, HOLD_ENV: "1"})
     workers: list[int] = []
+    family: list[int] = []
     try:
         _until(lambda: len(list(out.glob("pretrain/*/.held-at-1.rank0"))) >= 2 or proc.poll() is not None, 120,
                "two units training in workers")
@@ -73,6 +83,7 @@ def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Sig
         held = {int(p.read_text()) for p in out.glob("pretrain/*/.held-at-1.rank0")}
         assert held == set(workers), (held, workers)  # both inside their training loops, one unit each
         assert all(_alive(w) for w in workers)
+        family = descendants(proc.pid)  # the workers, their fork server and the resource tracker
         proc.send_signal(sig)
         code = proc.wait(timeout=60)
         err = log.read_text()
@@ -83,11 +94,12 @@ def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Sig
         else:
             assert code == -signal.SIGKILL
         _until(lambda: not any(_alive(w) for w in workers), 10, f"workers {workers} ended")
+        _until(lambda: not any(_alive(k) for k in family), 10, f"all of {family} ended")
     finally:
-        workers += _workers(proc.pid) if proc.poll() is None else []
+        workers += descendants(proc.pid) if proc.poll() is None else []
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for w in workers:  # a failed test must not leave orphans training beside the suite
+        for w in {*workers, *family}:  # a failed test must not leave orphans training beside the suite
             if _alive(w):
                 os.kill(w, signal.SIGKILL)

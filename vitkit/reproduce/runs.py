@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -282,10 +283,10 @@ class Workbench:
         if self.jobs < 2 or len(todo) < 2:
             return
         before = {self.folder(u): self._rates(u) for u in todo if isinstance(u, Finetune)}
-        ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds CUDA or OpenMP state
         ours = set(multiprocessing.active_children())
-        with _thread_env(self.threads), ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_worker_start,
-                                                           initargs=(os.getpid(),)) as pool:
+        with _thread_env(self.threads), ProcessPoolExecutor(self.jobs, mp_context=_pool_context(self.threads),
+                                                           initializer=_worker_start,
+                                                           initargs=(dict(os.environ),)) as pool:
             futures = {pool.submit(_unit_in_worker, str(self.out), self.scale, u, self.device, self.threads): u
                        for u in todo}
             try:
@@ -324,7 +325,7 @@ def _torch_threads(threads: int) -> Iterator[None]:
 
 @contextmanager
 def _thread_env(threads: int) -> Iterator[None]:
-    """Workers spawned inside inherit `threads` as their OpenMP / BLAS pool sizes, read when they import numpy and
+    """Workers started inside inherit `threads` as their OpenMP / BLAS pool sizes, read when they import numpy and
     torch: jobs x (all cores) spinning threads oversubscribe a machine many times over."""
     names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
     saved = {n: os.environ.get(n) for n in names}
@@ -339,17 +340,57 @@ def _thread_env(threads: int) -> Iterator[None]:
                 os.environ[n] = v
 
 
-def _worker_start(parent: int) -> None:
-    """A worker leaves interrupting to its parent (Ctrl-C reaches the whole process group; the parent stops the
-    workers) and ends itself if the parent dies without stopping it (SIGKILL): an orphan would go on training a
-    unit that a resumed run trains again in the same folder."""
+# what a worker imports to train a unit: a fork server loads it once, and each worker forks from there (importing
+# torch starts no CUDA context and no OpenMP threads: nothing a fork could not copy)
+WORKER_MODULES = ("vitkit.reproduce.runs",)
+_SERVER: dict[str, int] = {}  # the fork server this module started: its pid and the thread count of its environment
+
+
+def _pool_context(threads: int) -> multiprocessing.context.BaseContext:
+    """How a pool with `threads` threads a worker starts its workers: forked from a fork server that holds the
+    worker modules (one import per parent process, not one per worker), or spawned (each worker imports them) where
+    there is no fork server, or where one runs with another thread environment than `threads` (started by someone
+    else, or for a pool with another thread count): OpenMP and BLAS read their pool sizes from it when the server
+    loads them, so its workers would train with other thread counts, and so give other numbers. Never plain fork:
+    no fork of a process that holds CUDA or OpenMP state."""
+    spawn = multiprocessing.get_context("spawn")
+    server = getattr(forkserver, "_forkserver", None)
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(server, "_forkserver_pid"):
+        return spawn
+    preload = server._preload_modules
+    forkserver.set_forkserver_preload(list(WORKER_MODULES))
+    try:
+        with _thread_env(threads):  # a server started here reads this pool's thread counts
+            was = server._forkserver_pid
+            forkserver.ensure_running()  # starts it, or a new one if it died
+    finally:
+        forkserver.set_forkserver_preload(preload)
+    if server._forkserver_pid != was:
+        _SERVER.update(pid=server._forkserver_pid, threads=threads)
+    if _SERVER != {"pid": server._forkserver_pid, "threads": threads}:
+        return spawn
+    return multiprocessing.get_context("forkserver")
+
+
+def _worker_start(env: dict[str, str]) -> None:
+    """A worker reads the environment its parent had when it asked for the worker (a forked one starts with its
+    fork server's), leaves interrupting to its parent (Ctrl-C reaches the whole process group; the parent stops
+    the workers) and ends itself if the parent dies without stopping it (SIGKILL): an orphan would go on training
+    a unit that a resumed run trains again in the same folder."""
+    os.environ.clear()
+    os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_end_with_parent, args=(parent,), daemon=True, name="vitkit-parent-watch").start()
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        raise RuntimeError("_worker_start runs in a worker process, started by multiprocessing")
+    threading.Thread(target=_end_with_parent, args=(parent.sentinel,), daemon=True,
+                     name="vitkit-parent-watch").start()
 
 
-def _end_with_parent(parent: int, every: float = 0.5) -> None:
-    while os.getppid() == parent:
-        time.sleep(every)
+def _end_with_parent(sentinel: int) -> None:
+    """Wait for the parent's end: `sentinel` (multiprocessing's pipe from the process that asked for this worker,
+    also under a fork server, whose child the worker is) reads end-of-file when the parent has died."""
+    multiprocessing.connection.wait([sentinel])
     os._exit(1)  # as a SIGKILL would: a checkpoint is written atomically, the unit resumes from the last one
 
 
