@@ -347,7 +347,7 @@ _SERVER: dict[str, int] = {}  # the fork server this module started: its pid and
 
 
 def _pool_context(threads: int) -> multiprocessing.context.BaseContext:
-    """How a pool with `threads` threads a worker starts its workers: forked from a fork server that holds the
+    """How a pool whose workers train with `threads` threads each starts them: forked from a fork server that holds the
     worker modules (one import per parent process, not one per worker), or spawned (each worker imports them) where
     there is no fork server, or where one runs with another thread environment than `threads` (started by someone
     else, or for a pool with another thread count): OpenMP and BLAS read their pool sizes from it when the server
