@@ -25,7 +25,10 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 def pytest_configure(config: pytest.Config) -> None:
     """Register the suite's fixtures (tests/suite_fixtures.py, which imports torch and vitkit) where tests run: a run
     without pytest-xdist, or one of its workers; not in its controller, which only hands tests out (importing them there
-    cost ~2.5 CPU s on one core before the workers were started, each of which imports them again)."""
-    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+    cost ~2.5 CPU s on one core before the workers were started, each of which imports them again). The controller
+    is where xdist hands tests out: a distribution mode with workers to start (`-n`, `--tx`), not `--collect-only`."""
+    distributes = config.getoption("dist", "no") != "no" and config.getoption("tx", None) \
+        and not config.getoption("collectonly")
+    if distributes and not hasattr(config, "workerinput"):
         return
     config.pluginmanager.import_plugin("tests.suite_fixtures")

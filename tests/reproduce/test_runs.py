@@ -61,3 +61,14 @@ def test_workers_fork_from_a_server_with_their_pools_threads_and_the_parents_env
     assert runs._pool_context(threads + 1).get_start_method() == "spawn"
     assert runs._pool_context(threads).get_start_method() == "forkserver"
     assert runs._SERVER == {"pid": server, "threads": threads}
+
+
+def test_a_fork_server_that_cannot_start_leaves_the_pool_spawned(monkeypatch) -> None:  # noqa: ANN001
+    """Where the fork server's socket cannot be made (a TMPDIR path longer than AF_UNIX allows) the pool spawns its
+    workers, as before fork servers, instead of failing with the OSError."""
+    def refuse() -> None:
+        raise OSError("AF_UNIX path too long")
+
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", refuse)
+    monkeypatch.setattr(runs, "_SERVER", {})
+    assert runs._pool_context(1).get_start_method() == "spawn"

@@ -14,6 +14,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -341,7 +342,8 @@ def _thread_env(threads: int) -> Iterator[None]:
 
 
 # what a worker imports to train a unit: a fork server loads it once, and each worker forks from there (importing
-# torch starts no CUDA context and no OpenMP threads: nothing a fork could not copy)
+# torch starts no CUDA context and no OpenMP threads; the BLAS threads numpy's import starts where threads > 1 are
+# stopped and restarted around a fork by OpenBLAS's own fork handlers)
 WORKER_MODULES = ("vitkit.reproduce.runs",)
 _SERVER: dict[str, int] = {}  # the fork server this module started: its pid and the thread count of its environment
 
@@ -351,11 +353,13 @@ def _pool_context(threads: int) -> multiprocessing.context.BaseContext:
     worker modules (one import per parent process, not one per worker), or spawned (each worker imports them) where
     there is no fork server, or where one runs with another thread environment than `threads` (started by someone
     else, or for a pool with another thread count): OpenMP and BLAS read their pool sizes from it when the server
-    loads them, so its workers would train with other thread counts, and so give other numbers. Never plain fork:
-    no fork of a process that holds CUDA or OpenMP state."""
+    loads them, so its workers would train with other thread counts, and so give other numbers. Spawned too off Linux
+    and where the server's socket cannot be made. Never plain fork: no fork of a process that holds CUDA or OpenMP
+    state. The server is Python's one per process: it lives until this process ends, and a later forkserver user in
+    the process (a DataLoader given that context) gets it with vitkit loaded and this pool's thread environment."""
     spawn = multiprocessing.get_context("spawn")
     server = getattr(forkserver, "_forkserver", None)
-    if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(server, "_forkserver_pid"):
+    if sys.platform != "linux" or not hasattr(server, "_forkserver_pid"):  # (macOS: no fork after system libraries)
         return spawn
     preload = server._preload_modules
     forkserver.set_forkserver_preload(list(WORKER_MODULES))
@@ -363,6 +367,8 @@ def _pool_context(threads: int) -> multiprocessing.context.BaseContext:
         with _thread_env(threads):  # a server started here reads this pool's thread counts
             was = server._forkserver_pid
             forkserver.ensure_running()  # starts it, or a new one if it died
+    except OSError:  # its socket cannot be made (a path under TMPDIR longer than AF_UNIX's limit): spawn needs none
+        return spawn
     finally:
         forkserver.set_forkserver_preload(preload)
     if server._forkserver_pid != was:

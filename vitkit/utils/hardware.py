@@ -64,12 +64,22 @@ def fused_adam_ok(params: Iterable) -> bool:
 
 
 def manual_seed(seed: int) -> None:
-    """`torch.manual_seed(seed)`, without its cost on a machine with no accelerator: there torch's only effect is the
-    CPU generator's seed, but it also queues CUDA's, XPU's and MTIA's seeds for an initialisation that never comes,
-    each with the caller's stack formatted as text (~1 ms a call from a deep stack, once per training step)."""
+    """`torch.manual_seed(seed)` where an accelerator's generator can be in use (its backend already initialised in
+    this process, or MPS); elsewhere the CPU generator's seed alone: there torch.manual_seed also queues CUDA's, XPU's
+    and MTIA's seeds for an initialisation that may never come, each with the caller's stack formatted as text (~1 ms
+    a call from a deep stack, once per training step). Read without initialising anything: asking
+    `torch.cuda.is_available()` starts CUDA's driver in this process (which then cannot fork)."""
     import torch  # as set_threads
 
-    if torch.accelerator.is_available():
+    if _accelerator_initialised():
         torch.manual_seed(seed)
     else:
         torch.default_generator.manual_seed(int(seed))
+
+
+def _accelerator_initialised() -> bool:
+    import torch  # as set_threads
+
+    lazy = (getattr(torch, name, None) for name in ("cuda", "xpu", "mtia"))
+    return any(m is not None and hasattr(m, "is_initialized") and m.is_initialized() for m in lazy) or \
+        torch.backends.mps.is_available()
