@@ -11,7 +11,6 @@ import json
 import multiprocessing
 import os
 import sys
-from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from tests.helpers import built_once, differing_keys, digits_model, digits_trainer, shared_root
+from tests.helpers import built_once, differing_keys, digits_model, digits_trainer, fork_server, shared_root
 from vitkit import distributed as dist
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
@@ -113,18 +112,12 @@ def _build_pair(root: Path) -> None:
             (_phases, root / "fsdp", FSDP, one["fsdp"], _trainer),
             (_run, root / "fsdp_run", FSDP_RUN),
             (_phases, root / "inv", INV, one["inv"], _inv_trainer)]
-    # the two ranks are forked from one fresh interpreter that imported this module and torch._dynamo (which every
-    # optimizer imports): one interpreter start-up for the pair instead of one per spawned rank; a fresh process
-    # forked, never this one (its threads, OpenMP's state). The fork server is stopped after the pair: its memory
-    # freed, and the CPU of the ranks it reaped counted as this process's children's (benchmarks/suite_cputime.py)
-    # (and torch.distributed.checkpoint.state_dict, which both ranks import for FSDP's full checkpoints)
-    multiprocessing.get_context("forkserver").set_forkserver_preload(
-        ["torch._dynamo", "torch.distributed.checkpoint.state_dict", __name__])
-    try:
+    # the two ranks are forked from one fork server that imported this module, torch._dynamo and
+    # torch.distributed.checkpoint.state_dict (FSDP's full checkpoints, in both ranks): one interpreter start-up for
+    # the pair instead of one per spawned rank
+    with fork_server(["torch._dynamo", "torch.distributed.checkpoint.state_dict", __name__]):
         mp.start_processes(_pair_worker, args=(2, str(root / "store"), jobs), nprocs=2, start_method="forkserver",
                            join=True)
-    finally:
-        forkserver._forkserver._stop()  # (CPython's own tests' way to stop it)
 
 
 @pytest.fixture(scope="module")

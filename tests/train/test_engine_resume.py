@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from multiprocessing import forkserver
+from collections.abc import Iterator
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from tests.helpers import descendants, differing_keys
+from tests.helpers import descendants, differing_keys, fork_server
 from tests.inputs import run_main
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
@@ -143,19 +143,12 @@ def _wait_dead(pids: list[int], timeout: float = 60.0) -> None:
             time.sleep(0.01)
 
 
-@pytest.fixture(scope="module")
-def fork_server() -> multiprocessing.context.BaseContext:
-    """multiprocessing's fork server, preloaded with vitkit.cli and torch._dynamo (which every optimizer imports): the
-    runs this module kills are processes of their own forked from it, one interpreter start-up and import of torch
-    for them all instead of one each; a fresh process forked, never pytest's (its threads, OpenMP's state). Stopped
-    at the module's end: its memory freed, and its CPU and that of the runs it reaped counted as this process's
-    children's (benchmarks/suite_cputime.py)."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch._dynamo", "vitkit.cli", __name__])
-    try:
+@pytest.fixture(scope="module", name="fork_server")
+def _fork_server() -> Iterator[multiprocessing.context.BaseContext]:
+    """The fork server the runs this module kills are forked from (preloaded with vitkit.cli): processes of their own,
+    one interpreter start-up and import of torch for them all; stopped at the module's end."""
+    with fork_server(["torch._dynamo", "vitkit.cli", __name__]) as ctx:
         yield ctx
-    finally:
-        forkserver._forkserver._stop()  # (CPython's own tests' way to stop it)
 
 
 def _train_held(argv: list[str], hold_at: int) -> None:
