@@ -11,7 +11,6 @@ import json
 import multiprocessing
 import os
 import sys
-from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from tests.helpers import built_once, differing_keys, digits_model, digits_trainer, shared_root
+from tests.helpers import built_once, differing_keys, digits_model, digits_trainer, fork_server, shared_root
 from vitkit import distributed as dist
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
@@ -31,7 +30,8 @@ from vitkit.train.engine import Trainer
 from vitkit.train.run import run_experiment
 
 N = 6  # steps per phase
-CFG = dict(optimizer="sgd", steps=2 * N, batch_size=32, grad_accum=2, lr=0.05, warmup_steps=2, log_every=3, seed=0)
+CFG = dict(optimizer="sgd", steps=2 * N, batch_size=32, grad_accum=2, lr=0.05, warmup_steps=2, log_every=3, seed=0,
+           tensorboard=False)  # (no assertion reads TensorBoard files: metrics.jsonl holds the same records)
 # FSDP: Polyak averaging on too, so the sharded EMA is checkpointed and restored as well
 FSDP = dict(CFG, parallel="fsdp", ema_decay=0.9)
 
@@ -80,7 +80,7 @@ def _phases(out: Path, cfg: Any, resume_from: str, make: Any, *make_args: Any) -
 
 
 def _run(out: Path, cfg: Any) -> None:
-    run_experiment(cfg, out, progress=False)
+    run_experiment(cfg, out, progress=False, curves=False)  # (no assertion reads curves.png)
 
 
 def _pair_worker(rank: int, world: int, store: str, jobs: list[tuple[Any, ...]]) -> None:
@@ -90,9 +90,10 @@ def _pair_worker(rank: int, world: int, store: str, jobs: list[tuple[Any, ...]])
 
 
 def _shards(root: Path) -> str:
-    """The digits' training split packed into tar shards of 400 images under `root`."""
+    """The first 400 images of the digits' training split packed into 4 tar shards under `root` (the 12 steps of a
+    global batch of 32 read 384)."""
     train, _ = load_digits_split()
-    pack(train, root, "train", shard_size=400)
+    pack(train, root, "train", shard_size=100, indices=range(400))
     return str(root)
 
 
@@ -111,16 +112,12 @@ def _build_pair(root: Path) -> None:
             (_phases, root / "fsdp", FSDP, one["fsdp"], _trainer),
             (_run, root / "fsdp_run", FSDP_RUN),
             (_phases, root / "inv", INV, one["inv"], _inv_trainer)]
-    # the two ranks are forked from one fresh interpreter that imported this module and torch._dynamo (which every
-    # optimizer imports): one interpreter start-up for the pair instead of one per spawned rank; a fresh process
-    # forked, never this one (its threads, OpenMP's state). The fork server is stopped after the pair: its memory
-    # freed, and the CPU of the ranks it reaped counted as this process's children's (benchmarks/suite_cputime.py)
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["torch._dynamo", __name__])
-    try:
+    # the two ranks are forked from one fork server that imported this module, torch._dynamo and
+    # torch.distributed.checkpoint.state_dict (FSDP's full checkpoints, in both ranks): one interpreter start-up for
+    # the pair instead of one per spawned rank
+    with fork_server(["torch._dynamo", "torch.distributed.checkpoint.state_dict", __name__]):
         mp.start_processes(_pair_worker, args=(2, str(root / "store"), jobs), nprocs=2, start_method="forkserver",
                            join=True)
-    finally:
-        forkserver._forkserver._stop()  # (CPython's own tests' way to stop it)
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +230,7 @@ def test_fsdp_run_evaluates_and_saves_like_one_process(tmp_path: Path, pair: Pat
     and the final unsharded model evaluated and saved by rank 0, as a 1-process run of the same recipe."""
     fsdp = pair / "fsdp_run"
     one = tmp_path / "one"
-    run_experiment(FSDP_RUN, one, progress=False)
+    run_experiment(FSDP_RUN, one, progress=False, curves=False)  # as the pair's (no assertion reads curves.png)
     res = [json.loads((d / "result.json").read_text()) for d in (fsdp, one)]
     d_eval = max(abs(res[0][s][k] - res[1][s][k]) for s in ("dev", "test") for k in ("top1", "loss"))
     w = [load_file(d / "model" / "model.safetensors") for d in (fsdp, one)]
