@@ -469,18 +469,21 @@ LINEAR_CALL = re.compile(r"torch\.ops\.(?:mkldnn\._linear_pointwise|mkl\._mkl_li
 
 def check_compiled_predictor(c: Case) -> None:
     """build_predictor(compile=True) (runtime.FrozenCompiled) answers as eager, and compiles a LoRA model merged:
-    its generated code has one matmul per Linear of the plain model (unmerged: two more per adapted slice); an
-    adapter's B changed in place after the first call is refused by name (the check reads the adapted model)."""
+    its generated code has one matmul per Linear of the plain model (unmerged: two more per adapted slice), and
+    the forward hooks of a hooked copy of the model (one on an adapted Linear) still run in it; an adapter's B
+    changed in place after the first call is refused by name (the check reads the adapted model)."""
     from torch._inductor.utils import run_and_get_code  # (torch._inductor: imported by the compile already)
 
-    net = vitkit.build_predictor(c.model, compile=True)
-    got, codes = run_and_get_code(net, c.x)
-    assert_close(got, c.ref.logits, predictor_tolerance(c, "fp32"), what="build_predictor(compile=True)")
+    m = hooked(copy.deepcopy(c.model))  # (one compile: the hooks ride along, checked against the hooked eager model)
     with torch.no_grad():
-        assert_close(c.model(c.x), c.ref.logits, what="the caller's model after build_predictor")
+        want = m(c.x)
+    assert not torch.allclose(want, c.ref.logits, rtol=1e-3, atol=1e-3), "the hooks change nothing"
+    net = vitkit.build_predictor(m, compile=True)
+    got, codes = run_and_get_code(net, c.x)
+    assert_close(got, want, predictor_tolerance(c, "fp32"), what="build_predictor(compile=True) of the hooked model")
     if not is_lora(c.model):
         return
-    linears = sum(isinstance(m, nn.Linear) for m in c.model.modules())  # a LoraLinear is one
+    linears = sum(isinstance(mod, nn.Linear) for mod in m.modules())  # a LoraLinear is one
     assert len(LINEAR_CALL.findall("\n".join(codes))) == linears and "LoRA adapters merged" in net.description
     name, b = next((n, p) for n, p in net.module.named_parameters() if ".lora_B." in n)
     with torch.no_grad():
