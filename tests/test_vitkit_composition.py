@@ -481,6 +481,9 @@ def check_compiled_predictor(c: Case) -> None:
     net = vitkit.build_predictor(m, compile=True)
     got, codes = run_and_get_code(net, c.x)
     assert_close(got, want, predictor_tolerance(c, "fp32"), what="build_predictor(compile=True) of the hooked model")
+    with torch.no_grad():  # the caller's model answers as before, its adapters unmerged (the graph merged a copy)
+        assert_close(m(c.x), want, what="the caller's model after build_predictor(compile=True)")
+    assert is_lora(m) == is_lora(c.model), "build_predictor(compile=True) merged the caller's adapters"
     if not is_lora(c.model):
         return
     linears = sum(isinstance(mod, nn.Linear) for mod in m.modules())  # a LoraLinear is one
