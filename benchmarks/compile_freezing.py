@@ -4,7 +4,9 @@ same compile with the weights as graph inputs (what `--compile` ran before: `tor
 True})` froze nothing on torch 2.13) and against the eager predictor (`build_predictor(...)`; fp32: the fused CPU
 blocks), one precision per run, the three paths interleaved in one process at each batch size (medians, spreads), with each
 compile's wall and CPU seconds (run with a fresh TORCHINDUCTOR_CACHE_DIR for cold ones) and each path's agreement
-with eager fp32. Appends to benchmarks/results/compile_freezing.json.
+with eager fp32. Appends to benchmarks/results/compile_freezing.json. `--lora R`: the model carries unmerged LoRA
+adapters of rank R on q and v (B drawn, so the update is not zero), which the frozen compiled predictor merges for
+its graph; `--paths` picks the paths (eager is kept as the reference of `vs_eager`).
 
     TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) nice -n 5 python benchmarks/compile_freezing.py --precision fp32
 """
@@ -24,6 +26,7 @@ from vitkit.bench.machine import machine_info
 from vitkit.bench.timing import time_interleaved
 from vitkit.inference.runtime import Predictor, batch_dynamic, build_predictor, inference_model
 from vitkit.models import create_model
+from vitkit.models.lora import LoraConfig, apply_lora, lora_modules
 from vitkit.utils import precision as precision_mod
 
 
@@ -64,20 +67,28 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 1])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lora", type=int, default=0, metavar="R", help="LoRA adapters of rank R on q and v (0: none)")
+    ap.add_argument("--paths", nargs="+", default=["compiled_unfrozen", "compiled_frozen"],
+                    choices=["compiled_unfrozen", "compiled_frozen"])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "compile_freezing.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = create_model(args.model).eval()
     torch.nn.init.normal_(model.head.weight, std=0.02)  # the zero-initialised head would make every logit 0
+    if args.lora:
+        apply_lora(model, LoraConfig(rank=args.lora, alpha=2.0 * args.lora))
+        for m in lora_modules(model).values():
+            for b in m.lora_B.values():
+                torch.nn.init.normal_(b, std=0.02)  # B = 0 at init: an update of zero
     xs = {b: torch.randn(b, model.config.in_chans, *model.config.img_size) for b in args.batches}
     with torch.inference_mode():
         want = {b: model(x) for b, x in xs.items()}
     torch._inductor.cpu_vec_isa.valid_vec_isa_list()  # inductor's one-off check of the CPU (a C++ build), not timed
     load = [round(v, 1) for v in os.getloadavg()]
-    nets = {"eager": build_predictor(model, args.precision, "torch"),
-            "compiled_unfrozen": unfrozen_predictor(model, args.precision),
-            "compiled_frozen": build_predictor(model, args.precision, "torch", compile=True)}
+    paths = {"compiled_unfrozen": lambda: unfrozen_predictor(model, args.precision),
+             "compiled_frozen": lambda: build_predictor(model, args.precision, "torch", compile=True)}
+    nets = {"eager": build_predictor(model, args.precision, "torch"), **{k: paths[k]() for k in args.paths}}
     compiles, agree = {}, {}
     for name, net in nets.items():
         for b, x in xs.items():  # the first batch compiles the dynamic-batch graph; a batch of 1 compiles its own
@@ -98,7 +109,7 @@ def main() -> None:
             rows.append({"path": name, "batch": b, "median_s": round(t.median, 4), "spread": round(t.spread, 2),
                          "img_per_s": round(b / t.median, 2), "samples_s": [round(s, 4) for s in t.samples],
                          "vs_eager": round(times["eager"].median / t.median, 3)})
-    record(args.out, load, {"model": args.model, "precision": args.precision, "threads": args.threads,
+    record(args.out, load, {"model": args.model, "lora_rank": args.lora, "precision": args.precision, "threads": args.threads,
                             "repeats": args.repeats, "descriptions": {k: v.description for k, v in nets.items()},
                             "compiles": compiles, "agreement": agree, "rows": rows})
 

@@ -463,6 +463,38 @@ def predictor(runtime: str = "torch", precision: str = "fp32", calibrate: bool =
     return check
 
 
+#: a matmul with a weight in inductor's generated CPU code: oneDNN's / MKL's prepacked linears, or a plain mm / addmm
+LINEAR_CALL = re.compile(r"torch\.ops\.(?:mkldnn\._linear_pointwise|mkl\._mkl_linear)\.\w+\(|extern_kernels\.(?:mm|addmm)\(")
+
+
+def check_compiled_predictor(c: Case) -> None:
+    """build_predictor(compile=True) (runtime.FrozenCompiled) answers as eager, and compiles a LoRA model merged:
+    its generated code has one matmul per Linear of the plain model (unmerged: two more per adapted slice), and
+    the forward hooks of a hooked copy of the model (one on an adapted Linear) still run in it; an adapter's B
+    changed in place after the first call is refused by name (the check reads the adapted model)."""
+    from torch._inductor.utils import run_and_get_code  # (torch._inductor: imported by the compile already)
+
+    m = hooked(copy.deepcopy(c.model))  # (one compile: the hooks ride along, checked against the hooked eager model)
+    with torch.no_grad():
+        want = m(c.x)
+    assert not torch.allclose(want, c.ref.logits, rtol=1e-3, atol=1e-3), "the hooks change nothing"
+    net = vitkit.build_predictor(m, compile=True)
+    got, codes = run_and_get_code(net, c.x)
+    assert_close(got, want, predictor_tolerance(c, "fp32"), what="build_predictor(compile=True) of the hooked model")
+    with torch.no_grad():  # the caller's model answers as before, its adapters unmerged (the graph merged a copy)
+        assert_close(m(c.x), want, what="the caller's model after build_predictor(compile=True)")
+    assert is_lora(m) == is_lora(c.model), "build_predictor(compile=True) merged the caller's adapters"
+    if not is_lora(c.model):
+        return
+    linears = sum(isinstance(mod, nn.Linear) for mod in m.modules())  # a LoraLinear is one
+    assert len(LINEAR_CALL.findall("\n".join(codes))) == linears and "LoRA adapters merged" in net.description
+    name, b = next((n, p) for n, p in net.module.named_parameters() if ".lora_B." in n)
+    with torch.no_grad():
+        b.mul_(2.0)
+    with pytest.raises(RuntimeError, match=f"{re.escape(name.removeprefix('model.'))} changed after the compiled"):
+        net(c.x)
+
+
 def check_predictor_leaves_caller(c: Case) -> None:
     """build_predictor never mutates the caller's model: a model in training mode stays in training mode (the
     predictor itself answers in eval mode)."""
@@ -843,7 +875,7 @@ PATHS: dict[str, PathSpec] = {
     # every runtime x precision build_predictor serves (torch fp32: the fused CPU default); torch's on all variants
     **{f"predictor_{rt}_{prec}": PathSpec(predictor(rt, prec), ALL if rt == "torch" else on(*EXPORT_SUBSET))
        for rt, prec in PREDICTORS},
-    "predictor_torch_fp32_compile": PathSpec(predictor(compile=True), on(*COMPILE_SUBSET)),
+    "predictor_torch_fp32_compile": PathSpec(check_compiled_predictor, on(*COMPILE_SUBSET)),
     # static int8 (calibrated, SmoothQuant folded), and with its options: mixed precision on the other grid
     "predictor_onnxruntime_int8_static": PathSpec(predictor("onnxruntime", "int8", calibrate=True),
                                                   on(*EXPORT_SUBSET)),

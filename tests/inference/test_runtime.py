@@ -114,7 +114,7 @@ def frozen_graph_contract(net: torch.nn.Module, model: torch.nn.Module, x: torch
                           code: str) -> None:
     """`build_predictor(compile=True)` runs inductor's frozen graph (runtime.FrozenCompiled): the weights are
     constants of the generated code, whose only inputs are the batch size and the images (unfrozen: every weight is
-    one more; LoRA's adapters are frozen with them: the composition matrix's compile cell answers as eager). The
+    one more; a LoRA model is compiled merged, one matmul per Linear: the composition matrix's compile cell). The
     caller's model changed afterwards does not reach it (a snapshot); its own weights changed in place after the
     first call are refused, naming one, rather than answered with the frozen copy."""
     inputs = code.split("def call(self, args):", 1)[1].split("= args", 1)[0].split(",")

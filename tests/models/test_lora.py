@@ -100,6 +100,24 @@ def base_logits(base: dict, like: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return fresh(x)
 
 
+@pytest.mark.parametrize("undo", [merge_lora, unload_lora])
+def test_a_hook_on_an_adapted_linear_stays_on_its_replacement(undo) -> None:  # noqa: ANN001
+    """A forward hook on an adapted Linear runs on the plain Linear that replaces it (the compiled predictor merges
+    a copy), and its handle still removes it."""
+    model = random_vit()
+    apply_lora(model, LoraConfig(rank=2, targets=("q", "v")))
+    seen = []
+    handle = model.blocks[0].attn.qkv.register_forward_hook(lambda mod, args, out: seen.append(type(mod)) or out * 0)
+    x = _x(model)
+    with torch.no_grad():
+        hooked = model(x)
+        undo(model)
+        torch.testing.assert_close(model(x), hooked, rtol=1e-5, atol=1e-5)
+        handle.remove()
+        assert not torch.allclose(model(x), hooked)
+    assert seen == [LoraLinear, nn.Linear]
+
+
 def test_merge_leaves_the_base_weights_untouched_and_unload_gives_them_back() -> None:
     model = random_vit()
     x = _x(model)

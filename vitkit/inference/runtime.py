@@ -30,6 +30,7 @@ from vitkit.inference.backends import BACKENDS, OPENVINO_INT8_NEEDS_CALIBRATION,
 from vitkit.inference.cpu_fused import fused_for_cpu
 from vitkit.inference.export import check_int8_grid, describe_int8, exported_int8, row_major
 from vitkit.inference.mixed import check_keep_float
+from vitkit.models.lora import lora_modules, merge_lora
 from vitkit.utils import precision as precision_mod
 from vitkit.utils.files import read_json
 from vitkit.utils.hardware import isa_kind, set_threads
@@ -168,7 +169,11 @@ class FrozenCompiled(nn.Module):
     inductor's Python wrapper (the default): the C++ wrapper (`cpp_wrapper`) saves host time per call and compiles
     faster cold, but a frozen fp32 graph bypasses inductor's FX graph cache (its prepacked weights are mkldnn
     tensors), and the C++ wrapper's one library, keyed by the constants' identities, is then rebuilt whole in every
-    new process, where the Python wrapper finds its kernels' libraries (benchmarks/results/compile_cpp_wrapper.md)."""
+    new process, where the Python wrapper finds its kernels' libraries (benchmarks/results/compile_cpp_wrapper.md).
+    A model carrying unmerged LoRA adapters is compiled merged: the graph is of a copy made at the first call with
+    `merge_lora` (W + (alpha / r) B A, Hu et al. §4.1), so it has the plain model's matmuls and kernels, not two more
+    per adapted projection; its logits equal the adapted model's up to fp32 rounding. The copy keeps the model's
+    hooks and token merging; the check above reads the model's own tensors (its adapters' A and B included)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -180,9 +185,10 @@ class FrozenCompiled(nn.Module):
         own = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__)
         self.compiled = torch.compile(types.MethodType(own, self))
         self._frozen: list[tuple[str, torch.Tensor, int, torch.device, torch.dtype]] | None = None
+        self._graph: list[nn.Module] = []  # what is compiled, set at the first call (a list: not a submodule)
 
     def _call(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)
+        return self._graph[0](x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch._inductor import config as inductor_config  # imported by torch.compile already (seconds cold)
@@ -190,6 +196,8 @@ class FrozenCompiled(nn.Module):
         if self._frozen is not None:
             self._check_unchanged()
         x = row_major(x)
+        if self._frozen is None:  # the weights are read now: adapters merged into a copy (writable's rule)
+            self._graph = [merge_lora(copy.deepcopy(self.model)) if lora_modules(self.model) else self.model]
         with inductor_config.patch(freezing=True), torch.no_grad():
             out = self.compiled(x)
         if self._frozen is None:
@@ -241,7 +249,10 @@ def _torch_predictor(model: nn.Module, precision: str, compile: bool, device: st
         with prec.context(device):
             return net(prepare(x.to(device, prec.input_dtype))).float()
 
-    how = "torch.compile (inductor, weights frozen at the first call)" if compile else "eager"
+    how = "eager"
+    if compile:
+        how = "torch.compile (inductor, weights frozen at the first call" + \
+            ("; LoRA adapters merged for the graph)" if lora_modules(model) else ")")
     return Predictor(run, "torch", precision, f"torch {how}, {precision}", module=net)
 
 

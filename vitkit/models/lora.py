@@ -10,7 +10,8 @@ uniform init, B is zero, so the adapted model starts equal to the base (Hu et al
 
 `apply_lora` freezes everything but the adapters (and, as asked, the classifier head, the LayerNorms, the biases);
 `merge_lora` folds the updates into new plain Linears for inference (the base Parameters are not modified);
-`unload_lora` gives the base model back (the shared Parameters, no update).
+`unload_lora` gives the base model back (the shared Parameters, no update). Either way a forward hook on an adapted
+Linear stays on the Linear that replaces it.
 """
 
 from __future__ import annotations
@@ -202,6 +203,11 @@ def apply_lora(model: nn.Module, cfg: LoraConfig) -> nn.Module:
     return model
 
 
+#: nn.Module's forward hook tables, handed from a LoraLinear to the Linear that replaces it
+FORWARD_HOOKS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
+                 "_forward_hooks_always_called")
+
+
 def lora_modules(model: nn.Module) -> dict[str, LoraLinear]:
     return {name: m for name, m in model.named_modules() if isinstance(m, LoraLinear)}
 
@@ -212,7 +218,10 @@ def _replace(model: nn.Module, how: str) -> nn.Module:
         raise ValueError("this model carries no LoRA adapters")
     for path, m in found.items():
         parent, _, name = path.rpartition(".")
-        setattr(model.get_submodule(parent), name, m.merged() if how == "merge" else m.unloaded())
+        lin = m.merged() if how == "merge" else m.unloaded()
+        for hooks in FORWARD_HOOKS:  # the same dicts: hooks on the adapted Linear keep running, their handles work
+            setattr(lin, hooks, getattr(m, hooks))
+        setattr(model.get_submodule(parent), name, lin)
     for p in model.parameters():  # a plain model again, trainable as a loaded one is
         p.requires_grad_(True)
     model.lora_config = model.lora_base_hash = None
