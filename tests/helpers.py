@@ -201,13 +201,19 @@ def assert_read_once_per_epoch(ds) -> None:  # noqa: ANN001
     assert len(seen) == n and len(set(seen)) == n  # nobody reads a sample twice, nothing of the epoch is missed
 
 
+def parent_of(pid: int) -> int:
+    """`pid`'s parent's pid, from /proc (0 for a process that has ended)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def descendants(pid: int) -> list[int]:
     """The processes started by `pid`, and theirs (from /proc: torchrun puts its workers in sessions of their own)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for proc in Path("/proc").glob("[0-9]*"):
+        children.setdefault(parent_of(int(proc.name)), []).append(int(proc.name))
     out, todo = [], [pid]
     while todo:
         kids = children.get(todo.pop(), [])

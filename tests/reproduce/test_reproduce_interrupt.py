@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import descendants
+from tests.helpers import descendants, parent_of
 from vitkit.train.engine import HOLD_ENV
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads child processes from /proc")
@@ -33,14 +33,9 @@ def _workers(pid: int) -> list[int]:
     """The multiprocessing workers among `pid`'s descendants: spawned ones, or those its fork server forked (not the
     server itself, nor its resource tracker)."""
     family = descendants(pid)
-    servers = [k for k in family if b"forkserver" in _read(f"/proc/{k}/cmdline") and _ppid(k) == pid]
+    servers = [k for k in family if b"forkserver" in _read(f"/proc/{k}/cmdline") and parent_of(k) == pid]
     return [k for k in family if b"spawn_main" in _read(f"/proc/{k}/cmdline")] + [
         k for s in servers for k in descendants(s)]
-
-
-def _ppid(pid: int) -> int:
-    stat = _read(f"/proc/{pid}/stat")
-    return int(stat.rsplit(b")", 1)[1].split()[1]) if stat else 0
 
 
 def _read(path: str) -> bytes:
