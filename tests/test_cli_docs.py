@@ -45,7 +45,7 @@ TINY_ARCH = ["--set", "model.img_size=32", "--set", "model.width=32", "--set", "
 RUN = {"train": SMOKE_SET, "finetune": SMOKE_SET, "predict": ["--no-progress"], "eval": [], "fewshot": [],
        "embed": ["--no-progress", "--overwrite"],
        "inspect": ["--no-progress", "--num-images", "2", "--components", "4"],  # 4 of E's principal components, not 28
-       "convert": [], "demo": ["--steps", "2", "--no-progress"],
+       "convert": [], "demo": ["--steps", "1", "--no-progress"],  # one step (bf16 emulated on AVX2: ~1.4 CPU s each)
        "data": ["--no-progress"], "sweep": None, "bench": None, "export": None, "reproduce": None}
 
 

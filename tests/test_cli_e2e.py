@@ -48,6 +48,7 @@ def test_demo_writes_model_metrics_curve(demo_run) -> None:
     assert cfg["preprocess"]["labels"] == [str(i) for i in range(10)]
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # the two runs' curves.png: drawn, not encoded (not read here)
 def test_demo_is_the_train_command_on_the_shipped_recipe(tmp_path, capsys) -> None:  # noqa: ANN001
     """`vitkit demo` runs recipe digits_demo through the same runner as `vitkit train`: same seed, same
     weights (bitwise) and the same test accuracy (a 3-step schedule, warm-up and decay included: the claim is the same

@@ -140,24 +140,24 @@ def test_predict_and_embed_run_openvino_int8_and_agree_with_fp32(tmp_path, saved
     assert not np.allclose(a, b, atol=1e-5)
 
 
-def test_export_writes_the_int8_ir_beside_and_checks_it_on_the_images(tmp_path, saved_digits) -> None:
+def test_export_writes_the_int8_ir_beside_and_checks_it_on_the_images(
+        digits_openvino_int8: tuple[Path, Path]) -> None:
     from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_preprocess
 
-    model_dir, imgs = saved_digits
-    out = tmp_path / "m.xml"
-    r = run_main("export", str(model_dir), "--format", "openvino", "--out", str(out), "--precision", "int8",
-                 "--calibrate", str(imgs))
-    assert r.returncode == 0, r.stderr
+    # `vitkit export MODEL --format openvino --out m.xml --precision int8 --calibrate IMAGES` of the trained digits
+    # model on its 100 images, exit code 0: suite_fixtures' digits_openvino_int8 (the IR the NNCF tests above read)
+    folder = digits_openvino_int8[0].parent
     for f in ("m.xml", "m.bin", "m.int8.xml", "m.int8.bin"):
-        assert (tmp_path / f).is_file(), f
-    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("openvino int8 vs pytorch"))
+        assert (folder / f).is_file(), f
+    line = next(ln for ln in (folder / "stdout.txt").read_text().splitlines()
+                if ln.startswith("openvino int8 vs pytorch"))
     # checked on (32 of) the calibration images, not on noise: at most 3 of them answered otherwise than fp32
     assert "32 of your images" in line and float(line.split("top-1 agreement ")[1]) >= 0.9, line
-    pre = exported_preprocess(tmp_path / "m.int8.xml")
+    pre = exported_preprocess(folder / "m.int8.xml")
     assert pre is not None and pre.img_size == (16, 16)  # runnable by predict --model m.int8.xml (its metadata)
     x = torch.zeros(2, 1, 16, 16)
-    assert exported_runner(tmp_path / "m.int8.xml")(x).shape == (2, 10)
+    assert exported_runner(folder / "m.int8.xml")(x).shape == (2, 10)
 
 
 def test_what_does_not_combine_is_refused(tmp_path, saved_digits) -> None:
