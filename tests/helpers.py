@@ -10,6 +10,10 @@ import json
 import multiprocessing
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import forkserver
 from pathlib import Path
@@ -281,3 +285,183 @@ def fork_server(preload: list[str]) -> Iterator[multiprocessing.context.BaseCont
         yield ctx
     finally:
         forkserver._forkserver._stop()  # (CPython's own tests' way to stop it)
+
+
+# The interpreter `Preloaded` starts: it imports what each request names (once, for every later request too), then
+# forks a child per request, which runs the request's code as `python -c CODE ARGS` would run it (sys.argv, a fresh
+# __main__, the environment and folder it was given, its stdout / stderr into files, an uncaught exception printed
+# with its traceback and exit code 1, SystemExit's code, then the interpreter's exit: non-daemon threads joined, atexit
+# hooks run); the exit status of each child goes back as a line of JSON (`{"id", "pid"}` when forked, `{"id",
+# "exit"}` when reaped, as subprocess's returncode: -N for signal N).
+_ZYGOTE = r"""
+import importlib, json, os, select, signal, sys
+sys.path[0] = os.getcwd()  # `python -c`'s '' (the folder it started in), fixed before a child changes folder
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+def send(msg):
+    os.write(1, (json.dumps(msg) + "\n").encode())
+def child(req):
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(wake_r)
+        os.close(wake_w)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        import atexit, builtins, tempfile, threading, traceback, types
+        tempfile.tempdir = None  # (read from TMPDIR again)
+        sys.argv = ["-c", *req["args"]]
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        try:
+            exec(compile(req["code"], "<string>", "exec"), main.__dict__)
+            code = 0
+        except SystemExit as e:
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+        except BaseException as e:  # printed as the interpreter prints it: from the code's own frames
+            traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+running, buf = {}, b""
+while True:
+    ready = select.select([0, wake_r], [], [])[0]
+    if wake_r in ready:
+        os.read(wake_r, 4096)
+    while running:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        send({"id": running.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
+    if 0 in ready:
+        data = os.read(0, 1 << 20)
+        if not data:
+            break
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            req = json.loads(line)
+            for name in req["preload"]:
+                importlib.import_module(name)
+            pid = os.fork()
+            if pid == 0:
+                child(req)
+            running[pid] = req["id"]
+            send({"id": req["id"], "pid": pid})
+for pid in running:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+#: what a `vitkit` command imports by the time it trains: the optimizer's torch._dynamo, the curves' matplotlib
+CLI_MODULES = ("torch._dynamo", "vitkit.cli", "matplotlib.pyplot")
+#: `python -m vitkit`, as code for `Preloaded` (its arguments: the request's)
+VITKIT_MAIN = "import runpy\nrunpy.run_module('vitkit', run_name='__main__', alter_sys=True)"
+
+
+class ForkedRun:
+    """A `Preloaded` child, read as a `subprocess.Popen` (pid, poll, wait, returncode, communicate)."""
+
+    def __init__(self, server: Preloaded, key: int, logs: Path) -> None:
+        self._server, self._key, self._logs = server, key, logs
+        self.pid: int = server._reply(key, "pid")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server._reply(self._key, "exit", block=False)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._server._reply(self._key, "exit", timeout=timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return tuple((self._logs / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+
+
+class Preloaded:
+    """An interpreter that imports once what the processes forked from it need (torch, torch._dynamo, vitkit.cli...),
+    for the tests whose claim needs a process of its own (an allocator's state, a file-size limit, a SIGKILL, two
+    jobs at once) but not an interpreter start-up and the imports of torch each (~3-6 CPU s a process): each child is
+    forked from it, never from pytest (its threads), and runs its code as `python -c CODE ARGS` does (`_ZYGOTE`).
+    What a library reads from the environment at import (HOME, HF_HUB_OFFLINE) is the interpreter's: a test of that
+    starts a fresh process. One per pytest process, started when first asked for (tests/suite_fixtures.py's
+    `preloaded`) and stopped at the session's end: the CPU of its children is counted there (benchmarks/suite_cputime.py).
+    """
+
+    def __init__(self) -> None:
+        self._logs = Path(tempfile.mkdtemp(prefix="vk-forked-"))
+        self._proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      cwd=Path(__file__).resolve().parents[1])
+        self._replies: dict[tuple[int, str], int] = {}
+        self._cond = threading.Condition()
+        self._count = 0
+        threading.Thread(target=self._read, daemon=True, name="preloaded-replies").start()
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            msg = json.loads(line)
+            with self._cond:
+                self._replies[msg["id"], "pid" if "pid" in msg else "exit"] = msg.get("pid", msg.get("exit"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _reply(self, key: int, what: str, block: bool = True, timeout: float | None = None) -> int | None:
+        with self._cond:
+            if block and not self._cond.wait_for(lambda: (key, what) in self._replies or self._proc.poll() is not None,
+                                                 timeout):
+                raise subprocess.TimeoutExpired(f"forked run {key}", timeout or 0)
+            if (key, what) not in self._replies and block:
+                raise RuntimeError(f"the preloaded interpreter ended (exit {self._proc.returncode})")
+            return self._replies.get((key, what))
+
+    def start(self, code: str, *args: str, preload: Sequence[str] = (), env: dict | None = None,
+              cwd: Path | None = None) -> ForkedRun:
+        """`python -c CODE ARGS` (in `cwd`, with `env`: os.environ's by default), forked once `preload` is imported."""
+        with self._cond:
+            self._count += 1
+            key = self._count
+        logs = self._logs / str(key)
+        logs.mkdir()
+        req = {"id": key, "code": code, "args": list(args), "preload": list(preload),
+               "env": dict(os.environ if env is None else env), "cwd": str(cwd or os.getcwd()),
+               "stdout": str(logs / "stdout"), "stderr": str(logs / "stderr")}
+        self._proc.stdin.write((json.dumps(req) + "\n").encode())
+        self._proc.stdin.flush()
+        return ForkedRun(self, key, logs)
+
+    def run(self, code: str, *args: str, timeout: float = 300, **kw: Any) -> subprocess.CompletedProcess:
+        """`start` to its end: `subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)`'s
+        result."""
+        run = self.start(code, *args, **kw)
+        out, err = run.communicate(timeout)
+        return subprocess.CompletedProcess(["-c", code, *args], run.returncode, out, err)
+
+    def vitkit(self, *args: str, setup: str = "", preload: Sequence[str] = CLI_MODULES,
+               **kw: Any) -> subprocess.CompletedProcess:
+        """`python -m vitkit ARGS` (`run`), after the lines `setup` (a limit, a signal's handler)."""
+        return self.run(f"{setup}\n{VITKIT_MAIN}", *args, preload=preload, **kw)
+
+    def stop(self) -> None:
+        """End the interpreter (its children still running are killed) and reap it."""
+        self._proc.stdin.close()
+        self._proc.wait()
+        shutil.rmtree(self._logs, ignore_errors=True)
