@@ -3,19 +3,16 @@ the one loader (`StepLoader` + `TrainTransform`), as `vitkit demo` runs it."""
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from multiprocessing import forkserver
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -270,21 +267,6 @@ def figures_drawn_not_encoded(monkeypatch) -> None:  # noqa: ANN001
     (tests/test_cli_e2e.py's curves.png, tests/inspect/test_inspect.py's CLI figures, tests/reproduce/test_summary.py's
     redraw)."""
     monkeypatch.setattr("matplotlib.figure.Figure.savefig", lambda fig, *args, **kwargs: fig.draw_without_rendering())
-
-
-@contextlib.contextmanager
-def fork_server(preload: list[str]) -> Iterator[multiprocessing.context.BaseContext]:
-    """multiprocessing's fork server context, its interpreter preloaded with the modules `preload` names (torch._dynamo,
-    which every optimizer imports, the caller's module...): processes of their own forked from it after one
-    interpreter start-up and import of torch for them all, instead of one each; a fresh process forked, never pytest's
-    (its threads, OpenMP's state). Stopped at the end: its memory freed, and its CPU and that of the processes it
-    reaped counted as this process's children's (benchmarks/suite_cputime.py)."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(preload)
-    try:
-        yield ctx
-    finally:
-        forkserver._forkserver._stop()  # (CPython's own tests' way to stop it)
 
 
 # The interpreter `Preloaded` starts: it imports what each request names (once, for every later request too), then

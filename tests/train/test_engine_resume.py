@@ -26,6 +26,8 @@ from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
 from vitkit.train.engine import HOLD_ENV
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its runs' figures drawn, not encoded: none read
+
 STEPS = 50  # checkpoints every 10 steps; each test kills at a chosen step between two of them
 
 CONFIG = """

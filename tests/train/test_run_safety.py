@@ -23,6 +23,8 @@ from vitkit.train.metrics import curve_series
 from vitkit.train.run import default_run_dir, run_experiment
 from vitkit.utils.files import FolderLock
 
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its runs' figures drawn, not encoded: none read
+
 
 @pytest.fixture(scope="module")
 def finished_tiny_run(tmp_path_factory) -> Path:  # noqa: ANN001
@@ -272,7 +274,10 @@ def test_a_run_folder_and_a_pack_destination_are_locked_while_in_use(tmp_path: P
 # its stdout and stderr in LOGS/<i>.out, .err
 TWO_JOBS = """
 import os, sys
+import matplotlib.figure
 from vitkit.cli import main
+# the figure drawn, not encoded (tests.helpers.figures_drawn_not_encoded: this test reads none)
+matplotlib.figure.Figure.savefig = lambda fig, *args, **kwargs: fig.draw_without_rendering()
 logs, argv = sys.argv[1], sys.argv[2:]
 pids = []
 for i in range(2):
