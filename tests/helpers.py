@@ -271,29 +271,48 @@ def figures_drawn_not_encoded(monkeypatch) -> None:  # noqa: ANN001
 
 # The interpreter `Preloaded` starts: it imports what each request names (once, for every later request too), then
 # forks a child per request, which runs the request's code as `python -c CODE ARGS` would run it (sys.argv, a fresh
-# __main__, the environment and folder it was given, its stdout / stderr into files, an uncaught exception printed
-# with its traceback and exit code 1, SystemExit's code, then the interpreter's exit: non-daemon threads joined, atexit
-# hooks run); the exit status of each child goes back as a line of JSON (`{"id", "pid"}` when forked, `{"id",
-# "exit"}` when reaped, as subprocess's returncode: -N for signal N).
+# __main__, the environment and folder it was given, its stdout / stderr into files or onto the standard streams a
+# client sent, an uncaught exception printed with its traceback and exit code 1, SystemExit's code, then the
+# interpreter's exit: non-daemon threads joined, atexit hooks run). A request is a line of JSON on its stdin (from
+# `Preloaded`; the answers on its stdout: `{"id", "pid"}` when forked, `{"id", "exit"}` when reaped, as subprocess's
+# returncode: -N for signal N) or on a connection to its Unix socket (argv[1]) with the client's stdin, stdout and
+# stderr (FORKED_CLIENT; the answers on that connection).
 _ZYGOTE = r"""
-import importlib, json, os, select, signal, sys
+import importlib, json, os, select, signal, socket, sys
 sys.path[0] = os.getcwd()  # `python -c`'s '' (the folder it started in), fixed before a child changes folder
 wake_r, wake_w = os.pipe()
 os.set_blocking(wake_w, False)
 signal.set_wakeup_fd(wake_w)
 signal.signal(signal.SIGCHLD, lambda *_: None)
-def send(msg):
-    os.write(1, (json.dumps(msg) + "\n").encode())
-def child(req):
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen()
+def send(to, msg):
+    line = (json.dumps(msg) + "\n").encode()
+    if to is None:
+        os.write(1, line)
+    else:
+        try:
+            to.sendall(line)
+        except OSError:  # the client is gone
+            pass
+def child(req, fds):
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.close(wake_r)
-        os.close(wake_w)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        for fd in (wake_r, wake_w, listener.fileno(), *[c.fileno() for c in conns]):
+            os.close(fd)
+        if fds:
+            for fd, sent in zip((0, 1, 2), fds):
+                os.dup2(sent, fd)
+        else:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -319,16 +338,39 @@ def child(req):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-running, buf = {}, b""
+def fork(req, to, fds=()):
+    for name in req["preload"]:
+        importlib.import_module(name)
+    pid = os.fork()
+    if pid == 0:
+        child(req, fds)
+    for fd in fds:
+        os.close(fd)
+    running[pid] = (req.get("id"), to)
+    send(to, {"id": req.get("id"), "pid": pid})
+running, conns, buf = {}, [], b""
 while True:
-    ready = select.select([0, wake_r], [], [])[0]
+    ready = select.select([0, wake_r, listener, *conns], [], [])[0]
     if wake_r in ready:
         os.read(wake_r, 4096)
     while running:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             break
-        send({"id": running.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
+        key, to = running.pop(pid)
+        send(to, {"id": key, "exit": os.waitstatus_to_exitcode(status)})
+        if to is not None:
+            conns.remove(to)
+            to.close()
+    if listener in ready:
+        conns.append(listener.accept()[0])
+    for conn in [c for c in conns if c in ready]:
+        msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        if not msg:  # the client left before its request
+            conns.remove(conn)
+            conn.close()
+            continue
+        fork(json.loads(msg), conn, fds)
     if 0 in ready:
         data = os.read(0, 1 << 20)
         if not data:
@@ -336,16 +378,33 @@ while True:
         buf += data
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
-            req = json.loads(line)
-            for name in req["preload"]:
-                importlib.import_module(name)
-            pid = os.fork()
-            if pid == 0:
-                child(req)
-            running[pid] = req["id"]
-            send({"id": req["id"], "pid": pid})
+            fork(json.loads(line), None)
 for pid in running:
     os.kill(pid, signal.SIGKILL)
+"""
+
+# `python -c FORKED_CLIENT SOCKET ARGS`: `python -m vitkit ARGS` forked from the `Preloaded` interpreter listening on
+# SOCKET, with this process's environment, folder and standard streams; this process passes SIGTERM and SIGINT on to
+# it and exits as it exits (128 + N for signal N, as a shell reports it). A launcher (torchrun) that starts processes
+# of its own starts these: each a Python start-up without imports, the command forked with the launcher's environment.
+FORKED_CLIENT = """
+import json, os, signal, socket, sys, time
+conn = socket.socket(socket.AF_UNIX)
+for _ in range(500):  # (the interpreter binds its socket as it starts)
+    try:
+        conn.connect(sys.argv[1])
+        break
+    except (FileNotFoundError, ConnectionRefusedError):
+        time.sleep(0.01)
+req = {"code": "import runpy\\nrunpy.run_module('vitkit', run_name='__main__', alter_sys=True)", "args": sys.argv[2:],
+       "preload": ["torch._dynamo", "vitkit.cli", "matplotlib.pyplot"], "env": dict(os.environ), "cwd": os.getcwd()}
+socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
+answers = conn.makefile()
+pid = json.loads(answers.readline())["pid"]
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda n, _: os.kill(pid, n))
+code = json.loads(answers.readline())["exit"]
+sys.exit(code if code >= 0 else 128 - code)
 """
 
 
@@ -390,8 +449,10 @@ class Preloaded:
 
     def __init__(self) -> None:
         self._logs = Path(tempfile.mkdtemp(prefix="vk-forked-"))
-        self._proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      cwd=Path(__file__).resolve().parents[1])
+        #: the Unix socket FORKED_CLIENT's processes connect to
+        self.socket = self._logs / "sock"
+        self._proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, str(self.socket)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
         self._replies: dict[tuple[int, str], int] = {}
         self._cond = threading.Condition()
         self._count = 0

@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from tests.helpers import CLI_MODULES, VITKIT_MAIN, ForkedRun, descendants, differing_keys
+from tests.helpers import CLI_MODULES, FORKED_CLIENT, VITKIT_MAIN, ForkedRun, descendants, differing_keys
 from tests.inputs import run_main
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
@@ -149,8 +149,10 @@ def _kill_at_step(run: subprocess.Popen | ForkedRun, out: Path, step: int, ranks
     deadline = time.time() + 300
     while not all(f.exists() for f in held) and run.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    pids = descendants(run.pid) + [run.pid]
-    for pid in pids:  # (torchrun's workers too) at once
+    # torchrun's workers too, and the processes they had forked (whose pids the held files name), at once
+    forked = [int(f.read_text()) for f in held if f.exists() and f.read_text() != str(run.pid)]
+    pids = descendants(run.pid) + [run.pid] + [p for pid in forked for p in [pid, *descendants(pid)]]
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _, err = run.communicate()
@@ -199,14 +201,16 @@ def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_a
 
 
 @pytest.mark.slow
-def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> None:
+def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path, preloaded) -> None:  # noqa: ANN001
     """With train.world_invariant, a run on tar shards launched by torchrun with 2 processes, SIGKILLed after a
     checkpoint and resumed by 1 process, ends with the bits of an uninterrupted 1-process run (the same
-    augmentation, Mixup / CutMix, dropout and corrupt member as above; one thread per process)."""
+    augmentation, Mixup / CutMix, dropout and corrupt member as above; one thread per process). Each process torchrun
+    starts has `python -m vitkit` forked with its environment and streams from the suite's preloaded interpreter
+    (tests.helpers.FORKED_CLIENT: no interpreter start-up and import of torch per rank)."""
     cfg = _run_config(tmp_path, "shards", "grad_accum = 2\nworld_invariant = true\n")
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-                "vitkit.cli"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
+                sys.executable, "-c", FORKED_CLIENT, str(preloaded.socket)]
     killed = subprocess.Popen(torchrun + _train_cmd(cfg, tmp_path / "killed")[3:], env={**env, HOLD_ENV: "25"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     saved_step = _kill_at_step(killed, tmp_path / "killed", 25, ranks=2)
