@@ -301,7 +301,8 @@ def child(req, fds):
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in (wake_r, wake_w, listener.fileno(), *[c.fileno() for c in conns]):
+        for fd in (wake_r, wake_w, listener.fileno(), *[c.fileno() for c in conns],
+                   *[to.fileno() for _, to in running.values() if to is not None]):
             os.close(fd)
         if fds:
             for fd, sent in zip((0, 1, 2), fds):
@@ -340,7 +341,10 @@ def child(req, fds):
         os._exit(code)
 def fork(req, to, fds=()):
     for name in req["preload"]:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except Exception:  # (the child's own import of it fails, and says why)
+            pass
     pid = os.fork()
     if pid == 0:
         child(req, fds)
@@ -360,17 +364,16 @@ while True:
         key, to = running.pop(pid)
         send(to, {"id": key, "exit": os.waitstatus_to_exitcode(status)})
         if to is not None:
-            conns.remove(to)
             to.close()
     if listener in ready:
         conns.append(listener.accept()[0])
-    for conn in [c for c in conns if c in ready]:
+    for conn in [c for c in conns if c in ready]:  # a client's one request: then only its answers on the connection
+        conns.remove(conn)
         msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-        if not msg:  # the client left before its request
-            conns.remove(conn)
+        if msg:
+            fork(json.loads(msg), conn, fds)
+        else:  # the client left before its request
             conn.close()
-            continue
-        fork(json.loads(msg), conn, fds)
     if 0 in ready:
         data = os.read(0, 1 << 20)
         if not data:
@@ -383,11 +386,17 @@ for pid in running:
     os.kill(pid, signal.SIGKILL)
 """
 
+#: what a `vitkit` command imports by the time it trains: the optimizer's torch._dynamo, the curves' matplotlib
+CLI_MODULES = ("torch._dynamo", "vitkit.cli", "matplotlib.pyplot")
+#: `python -m vitkit`, as code for `Preloaded` (its arguments: the request's)
+VITKIT_MAIN = "import runpy\nrunpy.run_module('vitkit', run_name='__main__', alter_sys=True)"
+
+
 # `python -c FORKED_CLIENT SOCKET ARGS`: `python -m vitkit ARGS` forked from the `Preloaded` interpreter listening on
 # SOCKET, with this process's environment, folder and standard streams; this process passes SIGTERM and SIGINT on to
 # it and exits as it exits (128 + N for signal N, as a shell reports it). A launcher (torchrun) that starts processes
 # of its own starts these: each a Python start-up without imports, the command forked with the launcher's environment.
-FORKED_CLIENT = """
+FORKED_CLIENT = f"CODE, PRELOAD = {VITKIT_MAIN!r}, {list(CLI_MODULES)!r}" + """
 import json, os, signal, socket, sys, time
 conn = socket.socket(socket.AF_UNIX)
 for _ in range(500):  # (the interpreter binds its socket as it starts)
@@ -396,8 +405,7 @@ for _ in range(500):  # (the interpreter binds its socket as it starts)
         break
     except (FileNotFoundError, ConnectionRefusedError):
         time.sleep(0.01)
-req = {"code": "import runpy\\nrunpy.run_module('vitkit', run_name='__main__', alter_sys=True)", "args": sys.argv[2:],
-       "preload": ["torch._dynamo", "vitkit.cli", "matplotlib.pyplot"], "env": dict(os.environ), "cwd": os.getcwd()}
+req = {"code": CODE, "args": sys.argv[2:], "preload": PRELOAD, "env": dict(os.environ), "cwd": os.getcwd()}
 socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
 answers = conn.makefile()
 pid = json.loads(answers.readline())["pid"]
@@ -406,12 +414,6 @@ for sig in (signal.SIGTERM, signal.SIGINT):
 code = json.loads(answers.readline())["exit"]
 sys.exit(code if code >= 0 else 128 - code)
 """
-
-
-#: what a `vitkit` command imports by the time it trains: the optimizer's torch._dynamo, the curves' matplotlib
-CLI_MODULES = ("torch._dynamo", "vitkit.cli", "matplotlib.pyplot")
-#: `python -m vitkit`, as code for `Preloaded` (its arguments: the request's)
-VITKIT_MAIN = "import runpy\nrunpy.run_module('vitkit', run_name='__main__', alter_sys=True)"
 
 
 class ForkedRun:
