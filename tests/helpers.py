@@ -3,6 +3,7 @@ the one loader (`StepLoader` + `TrainTransform`), as `vitkit demo` runs it."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -507,6 +508,9 @@ class Preloaded:
 
     def stop(self) -> None:
         """End the interpreter (its children still running are killed) and reap it."""
-        self._proc.stdin.close()
-        self._proc.wait()
-        shutil.rmtree(self._logs, ignore_errors=True)
+        try:
+            with contextlib.suppress(BrokenPipeError):  # (an interpreter that ended early)
+                self._proc.stdin.close()
+            self._proc.wait()
+        finally:
+            shutil.rmtree(self._logs, ignore_errors=True)

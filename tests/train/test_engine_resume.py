@@ -101,7 +101,6 @@ def _shards_of(root: Path, out: Path) -> str:
     import io
     import tarfile
 
-
     assert main(["data", "pack", str(root), str(out), "--shard-size", "40", "--channels", "1", "--no-progress"]) == 1
     with tarfile.open(out / "train-000000.tar", "a") as tar:
         for name, data in (("broken.png", b"\x89PNG\r\n\x1a\n not an image"), ("broken.cls", b"3")):
