@@ -7,11 +7,13 @@ import contextlib
 import fcntl
 import functools
 import json
-import multiprocessing
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from multiprocessing import forkserver
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -268,16 +270,247 @@ def figures_drawn_not_encoded(monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr("matplotlib.figure.Figure.savefig", lambda fig, *args, **kwargs: fig.draw_without_rendering())
 
 
-@contextlib.contextmanager
-def fork_server(preload: list[str]) -> Iterator[multiprocessing.context.BaseContext]:
-    """multiprocessing's fork server context, its interpreter preloaded with the modules `preload` names (torch._dynamo,
-    which every optimizer imports, the caller's module...): processes of their own forked from it after one
-    interpreter start-up and import of torch for them all, instead of one each; a fresh process forked, never pytest's
-    (its threads, OpenMP's state). Stopped at the end: its memory freed, and its CPU and that of the processes it
-    reaped counted as this process's children's (benchmarks/suite_cputime.py)."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(preload)
+# The interpreter `Preloaded` starts: it imports what each request names (once, for every later request too), then
+# forks a child per request, which runs the request's code as `python -c CODE ARGS` would run it (sys.argv, a fresh
+# __main__, the environment and folder it was given, its stdout / stderr into files or onto the standard streams a
+# client sent, an uncaught exception printed with its traceback and exit code 1, SystemExit's code, then the
+# interpreter's exit: non-daemon threads joined, atexit hooks run). A request is a line of JSON on its stdin (from
+# `Preloaded`; the answers on its stdout: `{"id", "pid"}` when forked, `{"id", "exit"}` when reaped, as subprocess's
+# returncode: -N for signal N) or on a connection to its Unix socket (argv[1]) with the client's stdin, stdout and
+# stderr (FORKED_CLIENT; the answers on that connection).
+_ZYGOTE = r"""
+import importlib, json, os, select, signal, socket, sys
+sys.path[0] = os.getcwd()  # `python -c`'s '' (the folder it started in), fixed before a child changes folder
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen()
+def send(to, msg):
+    line = (json.dumps(msg) + "\n").encode()
+    if to is None:
+        os.write(1, line)
+    else:
+        try:
+            to.sendall(line)
+        except OSError:  # the client is gone
+            pass
+def child(req, fds):
+    code = 1
     try:
-        yield ctx
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (wake_r, wake_w, listener.fileno(), *[c.fileno() for c in conns],
+                   *[to.fileno() for _, to in running.values() if to is not None]):
+            os.close(fd)
+        if fds:
+            for fd, sent in zip((0, 1, 2), fds):
+                os.dup2(sent, fd)
+        else:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        import atexit, builtins, tempfile, threading, traceback, types
+        tempfile.tempdir = None  # (read from TMPDIR again)
+        sys.argv = ["-c", *req["args"]]
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        try:
+            exec(compile(req["code"], "<string>", "exec"), main.__dict__)
+            code = 0
+        except SystemExit as e:
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+        except BaseException as e:  # printed as the interpreter prints it: from the code's own frames
+            traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        threading._shutdown()
+        atexit._run_exitfuncs()
     finally:
-        forkserver._forkserver._stop()  # (CPython's own tests' way to stop it)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+def fork(req, to, fds=()):
+    for name in req["preload"]:
+        try:
+            importlib.import_module(name)
+        except Exception:  # (the child's own import of it fails, and says why)
+            pass
+    pid = os.fork()
+    if pid == 0:
+        child(req, fds)
+    for fd in fds:
+        os.close(fd)
+    running[pid] = (req.get("id"), to)
+    send(to, {"id": req.get("id"), "pid": pid})
+running, conns, buf = {}, [], b""
+while True:
+    ready = select.select([0, wake_r, listener, *conns], [], [])[0]
+    if wake_r in ready:
+        os.read(wake_r, 4096)
+    while running:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        key, to = running.pop(pid)
+        send(to, {"id": key, "exit": os.waitstatus_to_exitcode(status)})
+        if to is not None:
+            to.close()
+    if listener in ready:
+        conns.append(listener.accept()[0])
+    for conn in [c for c in conns if c in ready]:  # a client's one request: then only its answers on the connection
+        conns.remove(conn)
+        msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        if msg:
+            fork(json.loads(msg), conn, fds)
+        else:  # the client left before its request
+            conn.close()
+    if 0 in ready:
+        data = os.read(0, 1 << 20)
+        if not data:
+            break
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            fork(json.loads(line), None)
+for pid in running:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+#: what a `vitkit` command imports by the time it trains: the optimizer's torch._dynamo, the curves' matplotlib
+CLI_MODULES = ("torch._dynamo", "vitkit.cli", "matplotlib.pyplot")
+#: `python -m vitkit`, as code for `Preloaded` (its arguments: the request's)
+VITKIT_MAIN = "import runpy\nrunpy.run_module('vitkit', run_name='__main__', alter_sys=True)"
+
+
+# `python -c FORKED_CLIENT SOCKET ARGS`: `python -m vitkit ARGS` forked from the `Preloaded` interpreter listening on
+# SOCKET, with this process's environment, folder and standard streams; this process passes SIGTERM and SIGINT on to
+# it and exits as it exits (128 + N for signal N, as a shell reports it). A launcher (torchrun) that starts processes
+# of its own starts these: each a Python start-up without imports, the command forked with the launcher's environment.
+FORKED_CLIENT = f"CODE, PRELOAD = {VITKIT_MAIN!r}, {list(CLI_MODULES)!r}" + """
+import json, os, signal, socket, sys, time
+conn = socket.socket(socket.AF_UNIX)
+for _ in range(500):  # (the interpreter binds its socket as it starts)
+    try:
+        conn.connect(sys.argv[1])
+        break
+    except (FileNotFoundError, ConnectionRefusedError):
+        time.sleep(0.01)
+req = {"code": CODE, "args": sys.argv[2:], "preload": PRELOAD, "env": dict(os.environ), "cwd": os.getcwd()}
+socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
+answers = conn.makefile()
+pid = json.loads(answers.readline())["pid"]
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda n, _: os.kill(pid, n))
+code = json.loads(answers.readline())["exit"]
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+class ForkedRun:
+    """A `Preloaded` child, read as a `subprocess.Popen` (pid, poll, wait, returncode, communicate)."""
+
+    def __init__(self, server: Preloaded, key: int, logs: Path) -> None:
+        self._server, self._key, self._logs = server, key, logs
+        self.pid: int = server._reply(key, "pid")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server._reply(self._key, "exit", block=False)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._server._reply(self._key, "exit", timeout=timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return tuple((self._logs / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+
+
+class Preloaded:
+    """An interpreter that imports once what the processes forked from it need (torch, torch._dynamo, vitkit.cli...),
+    for the tests whose claim needs a process of its own (an allocator's state, a file-size limit, a SIGKILL, two
+    jobs at once) but not an interpreter start-up and the imports of torch each (~3-6 CPU s a process): each child is
+    forked from it, never from pytest (its threads), and runs its code as `python -c CODE ARGS` does (`_ZYGOTE`).
+    What a library reads from the environment at import (HOME, HF_HUB_OFFLINE) is the interpreter's: a test of that
+    starts a fresh process. One per pytest process, started when first asked for (tests/suite_fixtures.py's
+    `preloaded`) and stopped at the session's end: the CPU of its children is counted there (benchmarks/suite_cputime.py).
+    """
+
+    def __init__(self) -> None:
+        self._logs = Path(tempfile.mkdtemp(prefix="vk-forked-"))
+        #: the Unix socket FORKED_CLIENT's processes connect to
+        self.socket = self._logs / "sock"
+        self._proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, str(self.socket)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+        self._replies: dict[tuple[int, str], int] = {}
+        self._cond = threading.Condition()
+        self._count = 0
+        threading.Thread(target=self._read, daemon=True, name="preloaded-replies").start()
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            msg = json.loads(line)
+            with self._cond:
+                self._replies[msg["id"], "pid" if "pid" in msg else "exit"] = msg.get("pid", msg.get("exit"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _reply(self, key: int, what: str, block: bool = True, timeout: float | None = None) -> int | None:
+        with self._cond:
+            if block and not self._cond.wait_for(lambda: (key, what) in self._replies or self._proc.poll() is not None,
+                                                 timeout):
+                raise subprocess.TimeoutExpired(f"forked run {key}", timeout or 0)
+            if (key, what) not in self._replies and block:
+                raise RuntimeError(f"the preloaded interpreter ended (exit {self._proc.returncode})")
+            return self._replies.get((key, what))
+
+    def start(self, code: str, *args: str, preload: Sequence[str] = (), env: dict | None = None,
+              cwd: Path | None = None) -> ForkedRun:
+        """`python -c CODE ARGS` (in `cwd`, with `env`: os.environ's by default), forked once `preload` is imported."""
+        with self._cond:
+            self._count += 1
+            key = self._count
+        logs = self._logs / str(key)
+        logs.mkdir()
+        req = {"id": key, "code": code, "args": list(args), "preload": list(preload),
+               "env": dict(os.environ if env is None else env), "cwd": str(cwd or os.getcwd()),
+               "stdout": str(logs / "stdout"), "stderr": str(logs / "stderr")}
+        self._proc.stdin.write((json.dumps(req) + "\n").encode())
+        self._proc.stdin.flush()
+        return ForkedRun(self, key, logs)
+
+    def run(self, code: str, *args: str, timeout: float = 300, **kw: Any) -> subprocess.CompletedProcess:
+        """`start` to its end: `subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)`'s
+        result."""
+        run = self.start(code, *args, **kw)
+        out, err = run.communicate(timeout)
+        return subprocess.CompletedProcess(["-c", code, *args], run.returncode, out, err)
+
+    def vitkit(self, *args: str, setup: str = "", preload: Sequence[str] = CLI_MODULES,
+               **kw: Any) -> subprocess.CompletedProcess:
+        """`python -m vitkit ARGS` (`run`), after the lines `setup` (a limit, a signal's handler)."""
+        return self.run(f"{setup}\n{VITKIT_MAIN}", *args, preload=preload, **kw)
+
+    def stop(self) -> None:
+        """End the interpreter (its children still running are killed) and reap it."""
+        try:
+            with contextlib.suppress(BrokenPipeError):  # (an interpreter that ended early)
+                self._proc.stdin.close()
+            self._proc.wait()
+        finally:
+            shutil.rmtree(self._logs, ignore_errors=True)

@@ -13,6 +13,7 @@ import tarfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -255,13 +256,19 @@ for _work in {works!r}:
 """
 
 
-def peak_memories(setup: str, works: Sequence[str], limit: int = 2 << 30) -> list[int]:
+def peak_memories(setup: str, works: Sequence[str], limit: int = 2 << 30, preloaded: Any = None,
+                  preload: Sequence[str] = ()) -> list[int]:
     """`peak_memory` of each of `works`, for one interpreter start-up: it runs `setup` once and forks a child per
     work, which starts from setup's state with its peak reset to its resident size (/proc/self/clear_refs). A
     stricter measure than a fresh interpreter's: the pages of setup's that a child touches count as its own (fork
-    maps a library's code anew; 8 MiB more for a 16-bit PNG's decode). The assertion names the failure."""
+    maps a library's code anew; 8 MiB more for a 16-bit PNG's decode). The assertion names the failure. Given
+    `preloaded` (tests/suite_fixtures.py's), setup runs in a process forked from it once `preload` is imported
+    (no interpreter start-up: the peaks are measured the same way, from each work's child)."""
     code = FORKED_PEAK_PROBE.format(setup=setup, works=list(works), limit=limit)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if preloaded is not None:
+        r = preloaded.run(code, preload=preload)
+    else:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     peaks = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("PEAK ")]
     assert r.returncode == 0 and len(peaks) == len(works), r.stderr[-1500:]
     return peaks

@@ -95,3 +95,12 @@ def figures_not_encoded(monkeypatch) -> None:  # noqa: ANN001
     (`pytestmark = pytest.mark.usefixtures("figures_not_encoded")`); session and module fixtures, set up before it,
     keep the real savefig."""
     helpers.figures_drawn_not_encoded(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def preloaded() -> helpers.Preloaded:
+    """`tests.helpers.Preloaded`: one interpreter per pytest process that forks the tests' processes of their own
+    after their imports, started when a test first asks for it, stopped at the session's end."""
+    server = helpers.Preloaded()
+    yield server
+    server.stop()

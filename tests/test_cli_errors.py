@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import signal
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import digits_model
-from tests.inputs import TINY_LOGGED, assert_one_line_error, noise_folder, png_bytes, run_cli, run_main
+from tests.inputs import TINY_LOGGED, assert_one_line_error, noise_folder, png_bytes, run_main
 from vitkit.cli import build_parser, main
 from vitkit.formats import save_pretrained
 
@@ -24,8 +22,8 @@ def test_every_command_line_option_has_help() -> None:
 
 
 @pytest.mark.slow
-def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, monkeypatch, capsys) -> None:
-    # in-process (`vitkit.cli.main`, the entry point the process runs); the full disk below in a real process
+def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, monkeypatch, capsys, preloaded) -> None:  # noqa: ANN001
+    # in-process (`vitkit.cli.main`, the entry point the process runs); the full disk below in a process of its own
     # an existing file where a run folder is wanted
     (tmp_path / "afile").write_text("x")
     assert_one_line_error(run_main("train", "--config", "digits_pretrain", "--out", str(tmp_path / "afile"), "--dry-run", "1"),
@@ -36,12 +34,11 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, monkeypatch, 
                            for x in ("--set", s)]), "NaN", "optim.lr")
     assert_one_line_error(run_main("train", "--config", "digits_pretrain", "--out", str(tmp_path / "nan2"), "--set",
                          "optim.lr=1e300"), "optim.lr must be a number in (0, 100]", "1e+300")
-    # a full disk while saving (the file-size limit makes every write past 64 KiB fail with EFBIG)
-    def limit() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
-
-    r = run_cli("demo", "--steps", "2", "--out", str(tmp_path / "full"), "--no-progress", preexec_fn=limit)
+    # a full disk while saving (the file-size limit makes every write past 64 KiB fail with EFBIG), in a process of
+    # its own (the limit is the process's) forked from the suite's preloaded interpreter: `python -m vitkit demo`
+    limit = "import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n" \
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))"
+    r = preloaded.vitkit("demo", "--steps", "2", "--out", str(tmp_path / "full"), "--no-progress", setup=limit)
     assert_one_line_error(r, "could not write", "disk full")
     # permission denied and other OS errors, raised anywhere in a command
     import vitkit.commands.eval as ev

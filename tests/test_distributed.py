@@ -10,16 +10,17 @@ import faulthandler
 import json
 import multiprocessing
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from tests.helpers import built_once, differing_keys, digits_model, digits_trainer, fork_server, shared_root
+from tests.helpers import Preloaded, built_once, differing_keys, digits_model, digits_trainer, shared_root
 from vitkit import distributed as dist
 from vitkit.data.digits import load_digits_split
 from vitkit.data.loader import StepLoader
@@ -97,33 +98,54 @@ def _shards(root: Path) -> str:
     return str(root)
 
 
-def _build_pair(root: Path) -> None:
-    """The 2-process half of every test in this file, done by one pair of gloo processes (each start-up imports
-    torch: one pair instead of one per test), after the 1-process checkpoints at step N that it finishes."""
-    shards = _shards(root / "s")
-    assert torch.get_num_threads() == 1  # as in the workers (suite_fixtures.py): the world-invariant test compares bits
-    one = {}
-    for name, make, cfg, args in (("shards", _shard_trainer, CFG, (shards,)), ("fsdp", _trainer, FSDP, ()),
-                                  ("inv", _inv_trainer, INV, ())):
-        make(root / f"{name}-one", cfg, *args).fit(stop_at=N)  # (one thread, as in the workers: suite_fixtures.py)
-        one[name] = str(root / f"{name}-one" / "train_state.pt")
-    jobs = [(_phases, root / "ddp", CFG, "", _trainer),
-            (_phases, root / "shards", CFG, one["shards"], _shard_trainer, shards),
+def _pair_jobs(root: Path) -> list[tuple[Any, ...]]:
+    """What each of the pair's processes does, in order (`_build_pair`)."""
+    one = {name: str(root / f"{name}-one" / "train_state.pt") for name in ("shards", "fsdp", "inv")}
+    return [(_phases, root / "ddp", CFG, "", _trainer),
+            (_phases, root / "shards", CFG, one["shards"], _shard_trainer, str(root / "s")),
             (_phases, root / "fsdp", FSDP, one["fsdp"], _trainer),
             (_run, root / "fsdp_run", FSDP_RUN),
             (_phases, root / "inv", INV, one["inv"], _inv_trainer)]
-    # the two ranks are forked from one fork server that imported this module, torch._dynamo and
-    # torch.distributed.checkpoint.state_dict (FSDP's full checkpoints, in both ranks): one interpreter start-up for
-    # the pair instead of one per spawned rank
-    with fork_server(["torch._dynamo", "torch.distributed.checkpoint.state_dict", __name__]):
-        mp.start_processes(_pair_worker, args=(2, str(root / "store"), jobs), nprocs=2, start_method="forkserver",
-                           join=True)
+
+
+# one of the pair: `python -c PAIR_RANK RANK STORE ROOT`
+PAIR_RANK = """
+import sys
+from pathlib import Path
+from tests.test_distributed import _pair_jobs, _pair_worker
+_pair_worker(int(sys.argv[1]), 2, sys.argv[2], _pair_jobs(Path(sys.argv[3])))
+"""
+
+
+def _build_pair(root: Path, preloaded: Preloaded) -> None:
+    """The 2-process half of every test in this file, done by one pair of gloo processes (one pair instead of one
+    per test), after the 1-process checkpoints at step N that it finishes."""
+    shards = _shards(root / "s")
+    assert torch.get_num_threads() == 1  # as in the workers (suite_fixtures.py): the world-invariant test compares bits
+    for name, make, cfg, args in (("shards", _shard_trainer, CFG, (shards,)), ("fsdp", _trainer, FSDP, ()),
+                                  ("inv", _inv_trainer, INV, ())):
+        make(root / f"{name}-one", cfg, *args).fit(stop_at=N)  # (one thread, as in the workers: suite_fixtures.py)
+    # the two ranks are forked from the suite's preloaded interpreter once it has imported this module,
+    # torch._dynamo and torch.distributed.checkpoint.state_dict (FSDP's full checkpoints, in both ranks): no
+    # interpreter start-up for either; a rank that fails stops the other, as torch.multiprocessing's join does
+    ranks = [preloaded.start(PAIR_RANK, str(rank), str(root / "store"), str(root),
+                             preload=["torch._dynamo", "torch.distributed.checkpoint.state_dict", __name__])
+             for rank in range(2)]
+    deadline = time.time() + 600
+    while any(r.poll() is None for r in ranks) and not any(r.poll() for r in ranks) and time.time() < deadline:
+        time.sleep(0.05)
+    for r in ranks:
+        if r.poll() is None:
+            os.kill(r.pid, signal.SIGKILL)
+    for rank, r in enumerate(ranks):
+        err = r.communicate()[1]
+        assert r.returncode == 0, f"rank {rank} exited {r.returncode}: {err[-3000:]}"
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory) -> Path:  # noqa: ANN001
+def pair(tmp_path_factory, preloaded: Preloaded) -> Path:  # noqa: ANN001
     """The folder of the pair's runs (read only: a test that resumes one writes into its own tmp_path)."""
-    return built_once(shared_root(tmp_path_factory), "distributed_pair", _build_pair)
+    return built_once(shared_root(tmp_path_factory), "distributed_pair", lambda root: _build_pair(root, preloaded))
 
 
 def _one_at_n(run: Path, single: Trainer) -> None:

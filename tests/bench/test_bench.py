@@ -216,8 +216,8 @@ SCRATCH_SCRIPT = """
 import os, sys
 from vitkit.utils.files import scratch_dir
 for how in sys.argv[1:]:
-    # each case a process of its own, forked from this one (one interpreter start-up): it exits as a script does,
-    # through the interpreter's exit (its atexit hooks), normally or by the exception
+    # each case a process of its own, forked from this one: it exits as a script does, through the interpreter's
+    # exit (its atexit hooks), normally or by the exception
     pid = os.fork()
     if pid == 0:
         d = scratch_dir("vitkit-test-")
@@ -230,11 +230,13 @@ for how in sys.argv[1:]:
 """
 
 
-def test_a_scratch_folder_is_gone_when_its_process_exits(tmp_path: Path) -> None:
+def test_a_scratch_folder_is_gone_when_its_process_exits(tmp_path: Path, preloaded) -> None:  # noqa: ANN001
     """The benchmark scripts' exported graphs (GBs a run) live in `scratch_dir`, which the process removes as it
-    exits, also by an exception; and no script under benchmarks/ makes a temporary folder nobody removes."""
-    r = subprocess.run([sys.executable, "-c", SCRATCH_SCRIPT, "ok", "raise"], capture_output=True, text=True,
-                       env={**os.environ, "TMPDIR": str(tmp_path)})
+    exits, also by an exception; and no script under benchmarks/ makes a temporary folder nobody removes. (The
+    script runs as `python -c` would, forked from the suite's preloaded interpreter: tests.helpers.Preloaded, whose
+    children end through the interpreter's exit steps, atexit's hooks among them.)"""
+    r = preloaded.run(SCRATCH_SCRIPT, "ok", "raise", preload=["vitkit.utils.files"],
+                      env={**os.environ, "TMPDIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " exit " not in line)
     codes = dict(line.split(" exit ") for line in r.stdout.splitlines() if " exit " in line)

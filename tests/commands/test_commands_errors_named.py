@@ -49,11 +49,11 @@ def test_export_options_out_of_range_are_named(tmp_path: Path, capsys) -> None: 
         assert not (tmp_path / "m.onnx").exists()
 
 
-def test_a_warning_is_one_line_in_vitkits_words(tmp_path: Path) -> None:
-    from tests.inputs import run_cli
-
+def test_a_warning_is_one_line_in_vitkits_words(tmp_path: Path, preloaded) -> None:  # noqa: ANN001
     tanh = save_pretrained(digits_model(depth=1, width=16, num_heads=2, mlp_dim=32), tmp_path / "m")
-    r = run_cli("convert", str(tanh), str(tmp_path / "t.safetensors"), "--to", "timm")  # (pytest records warnings)
+    # `python -m vitkit` in a process of its own (pytest records warnings), forked from the suite's preloaded
+    # interpreter (tests.helpers.Preloaded: Python's warning machinery as a fresh interpreter has it)
+    r = preloaded.vitkit("convert", str(tanh), str(tmp_path / "t.safetensors"), "--to", "timm", preload=["vitkit.cli"])
     assert r.returncode == 0, r.stderr
     err = r.stderr
     assert "vitkit convert: warning: this model uses tanh GELU" in err

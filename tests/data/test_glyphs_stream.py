@@ -150,12 +150,13 @@ def test_bounded_blocks_draw_the_same_images_as_before(block_bytes: int, monkeyp
     g._draw.cache_clear()
 
 
-def test_ten_large_glyphs_take_memory_for_ten_not_a_thousand() -> None:
+def test_ten_large_glyphs_take_memory_for_ten_not_a_thousand(preloaded) -> None:  # noqa: ANN001
     """10 glyphs of 256 px: the old chunked draw asked for 6.3 GB float32 temporaries (a 1,000-image chunk) and
     fails here under a 2 GiB address-space cap; bounded blocks peak near 0.4 GB (measured 374 MB)."""
     setup = "import numpy as np, torch\nfrom vitkit.data.glyphs import GlyphStream, glyphs"
     whole, streamed = peak_memories(setup, ["x = glyphs(10, 10, 256).images\nassert x.shape == (10, 1, 256, 256)",
-                                            "x = GlyphStream(1000, 10, 256).draw(np.arange(10))\nassert x.shape[0] == 10"])
+                                            "x = GlyphStream(1000, 10, 256).draw(np.arange(10))\nassert x.shape[0] == 10"],
+                                     preloaded=preloaded, preload=["vitkit.data.glyphs"])
     assert whole < 700 << 20
     assert streamed < 700 << 20
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +20,13 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from tests.helpers import descendants, differing_keys, fork_server
+from tests.helpers import CLI_MODULES, FORKED_CLIENT, VITKIT_MAIN, ForkedRun, descendants, differing_keys
 from tests.inputs import run_main
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
 from vitkit.train.engine import HOLD_ENV
+
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its runs' figures drawn, not encoded: none read
 
 STEPS = 50  # checkpoints every 10 steps; each test kills at a chosen step between two of them
 
@@ -102,8 +101,6 @@ def _shards_of(root: Path, out: Path) -> str:
     import io
     import tarfile
 
-    from vitkit.cli import main
-
     assert main(["data", "pack", str(root), str(out), "--shard-size", "40", "--channels", "1", "--no-progress"]) == 1
     with tarfile.open(out / "train-000000.tar", "a") as tar:
         for name, data in (("broken.png", b"\x89PNG\r\n\x1a\n not an image"), ("broken.cls", b"3")):
@@ -143,44 +140,22 @@ def _wait_dead(pids: list[int], timeout: float = 60.0) -> None:
             time.sleep(0.01)
 
 
-@pytest.fixture(scope="module", name="fork_server")
-def _fork_server() -> Iterator[multiprocessing.context.BaseContext]:
-    """The fork server the runs this module kills are forked from (preloaded with vitkit.cli): processes of their own,
-    one interpreter start-up and import of torch for them all; stopped at the module's end."""
-    with fork_server(["torch._dynamo", "vitkit.cli", __name__]) as ctx:
-        yield ctx
-
-
-def _train_held(argv: list[str], hold_at: int) -> None:
-    """`vitkit train ARGV` in a fork server's child, held at step `hold_at` ($VITKIT_HOLD_AT_STEP) until killed; its
-    output discarded, as the subprocess's was."""
-    os.environ[HOLD_ENV] = str(hold_at)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    raise SystemExit(main(argv))
-
-
-def _kill_at_step(run: subprocess.Popen | BaseProcess, out: Path, step: int, ranks: int = 1) -> int:
-    """SIGKILL `run` (a process, or a fork server's child) and every process it started once each of its `ranks`
-    holds at `step` (the engine's $VITKIT_HOLD_AT_STEP hook: after that step's work, past its first checkpoint); the
-    step of the state it left."""
+def _kill_at_step(run: subprocess.Popen | ForkedRun, out: Path, step: int, ranks: int = 1) -> int:
+    """SIGKILL `run` (a process, or one forked from the suite's preloaded interpreter) and every process it started
+    once each of its `ranks` holds at `step` (the engine's $VITKIT_HOLD_AT_STEP hook: after that step's work, past its
+    first checkpoint); the step of the state it left."""
     held = [out / f".held-at-{step}.rank{r}" for r in range(ranks)]
-    forked = isinstance(run, BaseProcess)
     deadline = time.time() + 300
-    while not all(f.exists() for f in held) and (run.is_alive() if forked else run.poll() is None) \
-            and time.time() < deadline:
+    while not all(f.exists() for f in held) and run.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    pids = descendants(run.pid) + [run.pid]
-    for pid in pids:  # (torchrun's workers too) at once
+    # torchrun's workers too, and the processes they had forked (whose pids the held files name), at once
+    forked = [int(f.read_text()) for f in held if f.exists() and f.read_text() != str(run.pid)]
+    pids = descendants(run.pid) + [run.pid] + [p for pid in forked for p in [pid, *descendants(pid)]]
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    if forked:
-        run.join()
-        code, err = run.exitcode, ""
-    else:
-        _, err = run.communicate()
-        code = run.returncode
+    _, err = run.communicate()
+    code = run.returncode
     _wait_dead(pids)  # torchrun's rank 0 holds the run folder's lock until all its threads have exited
     assert code == -signal.SIGKILL, f"the run ended before it could be killed: {(err or '')[-2000:]}"
     assert all(f.exists() for f in held), f"the run never reached step {step}"
@@ -191,12 +166,13 @@ def _kill_at_step(run: subprocess.Popen | BaseProcess, out: Path, step: int, ran
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source,kill_at", [("folder", 17), ("shards", 34)])
-def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_at: int, fork_server) -> None:  # noqa: ANN001
+def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_at: int, preloaded) -> None:  # noqa: ANN001
     cfg = _run_config(tmp_path, source)
-    # the run that is killed is a process of its own, forked from the module's fork server; the uninterrupted run
-    # (trained while the other one holds at its step) and the resumed one run `vitkit train` in this process
-    killed = fork_server.Process(target=_train_held, args=(_train_cmd(cfg, tmp_path / "killed")[3:], kill_at))
-    killed.start()
+    # the run that is killed is `python -m vitkit train` in a process of its own, forked from the suite's preloaded
+    # interpreter (tests.helpers.Preloaded); the uninterrupted run (trained while the other one holds at its step)
+    # and the resumed one run `vitkit train` in this process
+    killed = preloaded.start(VITKIT_MAIN, *_train_cmd(cfg, tmp_path / "killed")[3:], preload=CLI_MODULES,
+                             env={**os.environ, HOLD_ENV: str(kill_at)})
     full = run_main(*_train_cmd(cfg, tmp_path / "full")[3:])
     out_full = full.stdout + full.stderr
     saved_step = _kill_at_step(killed, tmp_path / "killed", kill_at)
@@ -224,14 +200,16 @@ def test_sigkill_and_resume_is_bitwise_exact(tmp_path: Path, source: str, kill_a
 
 
 @pytest.mark.slow
-def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path) -> None:
+def test_sigkill_under_two_processes_resumes_bitwise_in_one(tmp_path: Path, preloaded) -> None:  # noqa: ANN001
     """With train.world_invariant, a run on tar shards launched by torchrun with 2 processes, SIGKILLed after a
     checkpoint and resumed by 1 process, ends with the bits of an uninterrupted 1-process run (the same
-    augmentation, Mixup / CutMix, dropout and corrupt member as above; one thread per process)."""
+    augmentation, Mixup / CutMix, dropout and corrupt member as above; one thread per process). Each process torchrun
+    starts has `python -m vitkit` forked with its environment and streams from the suite's preloaded interpreter
+    (tests.helpers.FORKED_CLIENT: no interpreter start-up and import of torch per rank)."""
     cfg = _run_config(tmp_path, "shards", "grad_accum = 2\nworld_invariant = true\n")
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-                "vitkit.cli"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
+                sys.executable, "-c", FORKED_CLIENT, str(preloaded.socket)]
     killed = subprocess.Popen(torchrun + _train_cmd(cfg, tmp_path / "killed")[3:], env={**env, HOLD_ENV: "25"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     saved_step = _kill_at_step(killed, tmp_path / "killed", 25, ranks=2)

@@ -6,8 +6,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,13 +15,15 @@ import torch
 from PIL import Image
 
 import vitkit
-from tests.helpers import digits_model
+from tests.helpers import CLI_MODULES, digits_model
 from tests.inputs import TINY, TINY_FLAGS, TINY_LOGGED, noise_folder, png_file
 from vitkit.cli import main
 from vitkit.train.config import load_config
 from vitkit.train.metrics import curve_series
 from vitkit.train.run import default_run_dir, run_experiment
 from vitkit.utils.files import FolderLock
+
+pytestmark = pytest.mark.usefixtures("figures_not_encoded")  # its runs' figures drawn, not encoded: none read
 
 
 @pytest.fixture(scope="module")
@@ -268,15 +268,16 @@ def test_a_run_folder_and_a_pack_destination_are_locked_while_in_use(tmp_path: P
     assert main(["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", *TINY_FLAGS]) == 0
 
 
-# `vitkit train ARGS` twice at once: two processes forked back to back from one interpreter start-up (the imports a
-# training run makes, once), each running the command's entry point as `python -m vitkit` does (its exit code is the
-# process's, through the interpreter's exit), its stdout and stderr in LOGS/<i>.out, .err
+# `vitkit train ARGS` twice at once: two processes forked back to back from one process (forked from the suite's
+# preloaded interpreter, which made the imports a training run makes: tests.helpers.CLI_MODULES), each running the
+# command's entry point as `python -m vitkit` does (its exit code is the process's, through the interpreter's exit),
+# its stdout and stderr in LOGS/<i>.out, .err
 TWO_JOBS = """
 import os, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot, torch._dynamo
+import matplotlib.figure
 from vitkit.cli import main
+# the figure drawn, not encoded (tests.helpers.figures_drawn_not_encoded: this test reads none)
+matplotlib.figure.Figure.savefig = lambda fig, *args, **kwargs: fig.draw_without_rendering()
 logs, argv = sys.argv[1], sys.argv[2:]
 pids = []
 for i in range(2):
@@ -291,11 +292,10 @@ for pid in pids:
 """
 
 
-def test_two_train_jobs_started_together_one_is_refused(tmp_path: Path) -> None:
+def test_two_train_jobs_started_together_one_is_refused(tmp_path: Path, preloaded) -> None:  # noqa: ANN001
     out = tmp_path / "run"
     cmd = ["train", "--config", "digits_pretrain", "--out", str(out), "--no-progress", "--threads", "1", *TINY_FLAGS]
-    r = subprocess.run([sys.executable, "-c", TWO_JOBS, str(tmp_path), *cmd], capture_output=True, text=True,
-                       timeout=300)
+    r = preloaded.run(TWO_JOBS, str(tmp_path), *cmd, preload=CLI_MODULES)
     codes = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("EXIT ")]
     assert r.returncode == 0 and len(codes) == 2, r.stdout + r.stderr
     results = [(c, (tmp_path / f"{i}.err").read_text()) for i, c in enumerate(codes)]

@@ -1,11 +1,11 @@
 """vitkit.utils.memory: with glibc's mmap threshold fixed, freed activation-sized tensors go back to the OS (the
 process's RSS falls), where glibc's own rising threshold keeps them resident (BENCHMARKS.md, "Fine-tuning on a
-laptop"). Each case runs in a process of its own: the allocator's state is per process."""
+laptop"). Each case runs in a process of its own: the allocator's state is per process (forked from the suite's
+preloaded interpreter, tests.helpers.Preloaded: an interpreter's allocator state after importing torch)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -18,8 +18,8 @@ from vitkit.utils.memory import mmap_large_blocks
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 for mode in sys.argv[1:]:
-    # each mode in a process of its own, forked from this one: the allocator's state of a fresh interpreter after
-    # these imports (one start-up, not one a mode)
+    # each mode in a process of its own, forked from this one: the allocator's state of an interpreter after these
+    # imports
     if os.fork() == 0:
         try:
             said = mmap_large_blocks() if mode == "fixed" else ""
@@ -40,16 +40,17 @@ for mode in sys.argv[1:]:
 """
 
 
-def _retained(*modes: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, *modes], capture_output=True, text=True, check=True)
+def _retained(preloaded, *modes: str) -> list[dict]:  # noqa: ANN001
+    out = preloaded.run(SCRIPT, *modes, preload=["torch", "vitkit.utils.memory"])
+    assert out.returncode == 0, out.stderr[-2000:]
     runs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert [r["mode"] for r in runs] == list(modes), out.stdout + out.stderr
     return runs
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
-def test_freed_tensors_return_to_the_os_once_the_threshold_is_fixed() -> None:
-    default, fixed = _retained("default", "fixed")
+def test_freed_tensors_return_to_the_os_once_the_threshold_is_fixed(preloaded) -> None:  # noqa: ANN001
+    default, fixed = _retained(preloaded, "default", "fixed")
     if "not glibc" in fixed["said"]:
         pytest.skip(fixed["said"])
     assert "blocks >= 4096 KiB are mmapped" in fixed["said"]
