@@ -343,8 +343,10 @@ def _thread_env(threads: int) -> Iterator[None]:
 
 # what a worker imports to train a unit: a fork server loads it once, and each worker forks from there (importing
 # torch starts no CUDA context and no OpenMP threads; the BLAS threads numpy's import starts where threads > 1 are
-# stopped and restarted around a fork by OpenBLAS's own fork handlers)
-WORKER_MODULES = ("vitkit.reproduce.runs",)
+# stopped and restarted around a fork by OpenBLAS's own fork handlers). torch._dynamo too: every optimizer imports it
+# when it is built (and with it torch.distributed's FSDP and DTensor), ~2 CPU s that each worker paid again
+# (it starts no thread either)
+WORKER_MODULES = ("vitkit.reproduce.runs", "torch._dynamo")
 _SERVER: dict[str, int] = {}  # the fork server this module started: its pid and the thread count of its environment
 
 
