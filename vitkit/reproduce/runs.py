@@ -46,6 +46,9 @@ SEED_KEYS = ("pretrain_seeds", "posemb_seeds")  # Scale fields a folder may grow
 # its rate, and a fine-tuning unit's sweep is checked (and extended) each time it is read, so a folder written
 # before tuning keeps every unit it holds
 TUNING_KEYS = ("tune_lrs", "finetune_extend")
+# Scale fields that change how often a run writes its training state, never its numbers (train.ckpt_every may change
+# when a run resumes): a folder written with other checkpoints keeps every unit it holds
+CHECKPOINT_KEYS = ("pretrain_checkpoints",)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class Workbench:
             scale = json.loads(json.dumps(  # as JSON writes it: a default tuple reads as the list a folder keeps
                 {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}))
             want = json.loads(json.dumps(doc["scale"]))
-            for k in SEED_KEYS + TUNING_KEYS:  # more seeds or rates only add units: the folder's units still hold
+            for k in SEED_KEYS + TUNING_KEYS + CHECKPOINT_KEYS:  # more seeds or rates only add units: the folder's units still hold
                 scale.pop(k, None)
                 want.pop(k, None)
             if scale != want:
