@@ -23,7 +23,7 @@ from vitkit.reproduce.crossover import (
     trend,
     tuning_runs,
 )
-from vitkit.reproduce.plan import SMOKE
+from vitkit.reproduce.plan import FULL, LAPTOP, SMOKE, Pretrain, pretrain_config
 from vitkit.reproduce.runs import STATE_FILE, Workbench
 from vitkit.reproduce.stats import bracketed, extension
 
@@ -145,6 +145,13 @@ def test_a_folder_may_grow_seeds_but_not_change_its_runs(tmp_path: Path) -> None
     Workbench(tmp_path, replace(SMOKE, pretrain_seeds=(0, 1, 2), posemb_seeds=(0, 1, 2)), progress=False)
     with pytest.raises(ValueError, match="with other settings"):
         Workbench(tmp_path, replace(SMOKE, steps=5), progress=False)
+    # how often a run writes its training state changes none of its numbers: the folder keeps its units either way
+    Workbench(tmp_path, replace(SMOKE, pretrain_checkpoints=4), progress=False)
+    # the smoke scale's 4-step runs write 2 training states (step 2 and the end), the others every steps // 4 as ever
+    for scale, every in ((SMOKE, 2), (LAPTOP, 125), (FULL, 250)):
+        assert pretrain_config(Pretrain("ViT", "B"), scale)["train"]["ckpt_every"] == every
+    assert CROSSOVER_SCALES["smoke"].scale.pretrain_checkpoints == 2
+    assert CROSSOVER_SCALES["laptop"].scale.pretrain_checkpoints == CROSSOVER_SCALES["long"].scale.pretrain_checkpoints == 4
 
 
 @pytest.mark.slow

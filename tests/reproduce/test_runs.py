@@ -27,7 +27,7 @@ def _worker_state(_: int) -> dict[str, Any]:
             "threads": torch.get_num_threads(), "cuda": torch.cuda.is_initialized(),
             "ppid": os.getppid(), "parent": parent.pid if parent else None,
             "parent_threads": len(os.listdir(f"/proc/{os.getppid()}/task")),  # the fork server's, at this moment
-            "trainer_loaded": "vitkit.train.engine" in sys.modules}
+            "trainer_loaded": "vitkit.train.engine" in sys.modules, "dynamo_loaded": "torch._dynamo" in sys.modules}
 
 
 def _pool_states(threads: int) -> tuple[str, list[dict[str, Any]]]:
@@ -47,7 +47,8 @@ def test_workers_fork_from_a_server_with_their_pools_threads_and_the_parents_env
     server = runs._SERVER["pid"]
     for w in got:
         assert w["ppid"] == server and w["parent"] == os.getpid()  # forked by the server, for this process
-        assert w["trainer_loaded"]  # the server loaded the training code: the worker imports nothing of it
+        # the server loaded the training code and what an optimizer imports when built: the worker imports neither
+        assert w["trainer_loaded"] and w["dynamo_loaded"]
         # the server holds no CUDA context and no OpenMP (or other) threads that a fork could not copy
         assert not w["cuda"] and w["parent_threads"] == 1
         assert w["omp"] == str(threads) and w["threads"] == threads

@@ -111,6 +111,9 @@ class Scale:
     # fine-tuning: a sweep of finetune_lrs whose best lies at an edge is extended past it by the grid's ratio, up to
     # this many rates per side, so that the pick is bracketed (0: the grid as it is)
     finetune_extend: int = 0
+    # training states written by each pre-training run (every steps // this many steps, the last at its end): what a
+    # killed run resumes from. The smoke scale's few-step runs write 2, not one a step (each a file written and synced)
+    pretrain_checkpoints: int = 4
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,7 +133,7 @@ SMOKE = Scale(
     name="smoke", glyph_images=1_000, sizes=(250, 1_000), steps=4, batch=16, eval_every=4, finetune_steps=40,
     finetune_batch=32, finetune_lrs=(0.05,), finetune_seeds=(0,), posemb_seeds=(0,), mpp_steps=(2, 4), shots=(1, 5),
     fewshot_seeds=(0,), transfer_limit=60, models="tiny", mpp_lrs=(3e-3, 6e-3), glyph_classes=100,
-    optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)},
+    optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)}, pretrain_checkpoints=2,
 )
 # `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores
 # (measured 2026-11-26: 39 min 48 s in one invocation from an empty folder, the test suite beside it; REPRODUCTION.md
@@ -211,7 +214,7 @@ def pretrain_config(run: Pretrain, scale: Scale, device: str = "cpu") -> dict[st
         "optim": optim_section(run, scale),
         "schedule": {"steps": steps, "warmup_steps": max(1, steps // 10), "decay": "linear"},
         "train": {"batch_size": scale.batch, "seed": run.seed, "log_every": max(1, min(50, steps // 4)),
-                  "eval_every": every, "ckpt_every": max(1, steps // 4),
+                  "eval_every": every, "ckpt_every": max(1, steps // scale.pretrain_checkpoints),
                   "objective": run.objective, "tensorboard": False, "device": device},
     }
 

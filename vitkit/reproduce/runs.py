@@ -46,6 +46,9 @@ SEED_KEYS = ("pretrain_seeds", "posemb_seeds")  # Scale fields a folder may grow
 # its rate, and a fine-tuning unit's sweep is checked (and extended) each time it is read, so a folder written
 # before tuning keeps every unit it holds
 TUNING_KEYS = ("tune_lrs", "finetune_extend")
+# Scale fields that change how often a run writes its training state, never its numbers (train.ckpt_every may change
+# when a run resumes): a folder written with other checkpoints keeps every unit it holds
+CHECKPOINT_KEYS = ("pretrain_checkpoints",)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class Workbench:
             scale = json.loads(json.dumps(  # as JSON writes it: a default tuple reads as the list a folder keeps
                 {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}))
             want = json.loads(json.dumps(doc["scale"]))
-            for k in SEED_KEYS + TUNING_KEYS:  # more seeds or rates only add units: the folder's units still hold
+            for k in SEED_KEYS + TUNING_KEYS + CHECKPOINT_KEYS:  # more seeds or rates only add units: the folder's units still hold
                 scale.pop(k, None)
                 want.pop(k, None)
             if scale != want:
@@ -343,8 +346,10 @@ def _thread_env(threads: int) -> Iterator[None]:
 
 # what a worker imports to train a unit: a fork server loads it once, and each worker forks from there (importing
 # torch starts no CUDA context and no OpenMP threads; the BLAS threads numpy's import starts where threads > 1 are
-# stopped and restarted around a fork by OpenBLAS's own fork handlers)
-WORKER_MODULES = ("vitkit.reproduce.runs",)
+# stopped and restarted around a fork by OpenBLAS's own fork handlers). torch._dynamo too: every optimizer imports it
+# when it is built (and with it torch.distributed's FSDP and DTensor), ~2 CPU s that each worker paid again
+# (it starts no thread either)
+WORKER_MODULES = ("vitkit.reproduce.runs", "torch._dynamo")
 _SERVER: dict[str, int] = {}  # the fork server this module started: its pid and the thread count of its environment
 
 
