@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import compileall
 import fnmatch
+import importlib.util
 import logging
 import os
 import sys
@@ -32,17 +33,18 @@ def my_share(files: list[Path], worker: int, workers: int) -> list[Path]:
     return sorted(files)[worker::workers]
 
 
-def rewritten_test_modules(config: pytest.Config) -> list[Path]:
-    """The files pytest rewrites the asserts of, under tests/: conftest.py files and those `python_files` matches."""
+def rewritten_test_modules(config: pytest.Config, tests: Path = TESTS) -> list[Path]:
+    """The files pytest rewrites the asserts of, under `tests`: conftest.py files and those `python_files` matches."""
     patterns = config.getini("python_files")
-    return [p for p in TESTS.rglob("*.py")
+    return [p for p in tests.rglob("*.py")
             if p.name == "conftest.py" or any(fnmatch.fnmatch(p.name, pat) for pat in patterns)]
 
 
-def prewrite_bytecode(config: pytest.Config, worker: int, workers: int) -> int:
+def prewrite_bytecode(config: pytest.Config, worker: int, workers: int, tests: Path = TESTS,
+                      package: Path = PACKAGE) -> int:
     """Write this worker's share of the bytecode caches that collection reads: the test modules' assertion-rewritten
     code (pytest's own functions and file names, written atomically as pytest writes them) and vitkit's compiled
-    modules. A worker then finds the other workers' shares already written when it collects. Nothing is written
+    modules (`tests`, `package`). A worker then finds the other workers' shares already written when it collects. Nothing is written
     where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), nor where this pytest lacks those functions (then
     each worker rewrites every module as before). Returns how many caches it wrote."""
     if sys.dont_write_bytecode:
@@ -56,14 +58,17 @@ def prewrite_bytecode(config: pytest.Config, worker: int, workers: int) -> int:
     except (AttributeError, KeyError):  # another pytest's internals, or no rewriting (--assert=plain: no state)
         return 0
     written = 0
-    for fn in my_share(rewritten_test_modules(config), worker, workers):
+    for fn in my_share(rewritten_test_modules(config, tests), worker, workers):
         cache = rewrite.get_cache_dir(fn)
         pyc = cache / (fn.name[:-3] + pyc_tail)
         if read(fn, pyc) is None and rewrite.try_makedirs(cache):
             source_hash, co = rewrite_test(fn, config)
             written += bool(write(state, co, source_hash, pyc))
-    for fn in my_share(list(PACKAGE.rglob("*.py")), worker, workers):
-        written += bool(compileall.compile_file(str(fn), quiet=2))
+    for fn in my_share(list(package.rglob("*.py")), worker, workers):
+        pyc = Path(importlib.util.cache_from_source(str(fn)))
+        before = pyc.stat().st_mtime_ns if pyc.exists() else None
+        compileall.compile_file(str(fn), quiet=2)  # (skips a file whose bytecode is fresh)
+        written += pyc.exists() and pyc.stat().st_mtime_ns != before
     return written
 
 
