@@ -72,9 +72,9 @@ def test_a_worker_ends_after_its_exit_handlers_without_the_teardown(tmp_path: Pa
 import atexit, logging, logging.handlers, tempfile
 from pathlib import Path
 from tests.suite_workers import _exit_without_teardown
-atexit.register(_exit_without_teardown)
 out = Path({str(tmp_path)!r})
-left_open = tempfile.TemporaryDirectory(dir=out)
+left_open = tempfile.TemporaryDirectory(dir=out)  # (weakref's exit handler registered before, as in a worker)
+atexit.register(_exit_without_teardown)
 (out / "tmpdir").write_text(left_open.name)
 target = logging.FileHandler(out / "log.txt")
 logging.getLogger("t").addHandler(logging.handlers.MemoryHandler(100, target=target))
