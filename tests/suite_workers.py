@@ -33,18 +33,22 @@ def my_share(files: list[Path], worker: int, workers: int) -> list[Path]:
     return sorted(files)[worker::workers]
 
 
-def rewritten_test_modules(config: pytest.Config, tests: Path = TESTS) -> list[Path]:
-    """The files pytest rewrites the asserts of, under `tests`: conftest.py files and those `python_files` matches."""
+def rewritten_test_modules(config: pytest.Config, tests: Path = TESTS, roots: list[Path] | None = None) -> list[Path]:
+    """The files pytest rewrites the asserts of, under `tests`: conftest.py files, and those `python_files` matches
+    under `roots` (default: the paths this run collects, `config.args`: a run of one file rewrites that file)."""
     patterns = config.getini("python_files")
+    if roots is None:
+        roots = [Path(config.invocation_params.dir, a.split("::")[0]).resolve() for a in config.args]
     return [p for p in tests.rglob("*.py")
-            if p.name == "conftest.py" or any(fnmatch.fnmatch(p.name, pat) for pat in patterns)]
+            if p.name == "conftest.py" or (any(fnmatch.fnmatch(p.name, pat) for pat in patterns)
+                                           and any(p == r or r in p.parents for r in roots))]
 
 
 def prewrite_bytecode(config: pytest.Config, worker: int, workers: int, tests: Path = TESTS,
-                      package: Path = PACKAGE) -> int:
+                      package: Path = PACKAGE, roots: list[Path] | None = None) -> int:
     """Write this worker's share of the bytecode caches that collection reads: the test modules' assertion-rewritten
     code (pytest's own functions and file names, written atomically as pytest writes them) and vitkit's compiled
-    modules (`tests`, `package`). A worker then finds the other workers' shares already written when it collects. Nothing is written
+    modules (`tests`, `package`, `roots`: `rewritten_test_modules`). A worker then finds the other workers' shares already written when it collects. Nothing is written
     where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), nor where this pytest lacks those functions (then
     each worker rewrites every module as before). Returns how many caches it wrote."""
     if sys.dont_write_bytecode:
@@ -58,7 +62,7 @@ def prewrite_bytecode(config: pytest.Config, worker: int, workers: int, tests: P
     except (AttributeError, KeyError):  # another pytest's internals, or no rewriting (--assert=plain: no state)
         return 0
     written = 0
-    for fn in my_share(rewritten_test_modules(config, tests), worker, workers):
+    for fn in my_share(rewritten_test_modules(config, tests, roots), worker, workers):
         cache = rewrite.get_cache_dir(fn)
         pyc = cache / (fn.name[:-3] + pyc_tail)
         if read(fn, pyc) is None and rewrite.try_makedirs(cache):

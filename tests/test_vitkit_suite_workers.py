@@ -19,9 +19,11 @@ ROOT = TESTS.parent
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_the_workers_shares_cover_every_file_once(request: pytest.FixtureRequest, workers: int) -> None:
-    files = rewritten_test_modules(request.config)
+    files = rewritten_test_modules(request.config, roots=[TESTS])
     names = {p.name for p in files}
     assert {"conftest.py", Path(__file__).name} <= names and not {"helpers.py", "suite_workers.py"} & names
+    one = rewritten_test_modules(request.config, roots=[Path(__file__)])  # a run of this file: it and the conftests
+    assert {p.name for p in one} == {"conftest.py", Path(__file__).name}, one
     shares = [my_share(files, w, workers) for w in range(workers)]
     assert sorted(p for s in shares for p in s) == sorted(files)  # every file in one share, none twice
 
@@ -41,9 +43,9 @@ def test_what_the_workers_write_is_what_pytest_reads(request: pytest.FixtureRequ
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     tests, package = _tree(tmp_path)
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
-    written = [prewrite_bytecode(request.config, w, 2, tests, package) for w in range(2)]
+    written = [prewrite_bytecode(request.config, w, 2, tests, package, [tests]) for w in range(2)]
     assert sum(written) == 3 and min(written) >= 1, written  # conftest + test_one + mod.py, shared by the two
-    assert [prewrite_bytecode(request.config, w, 2, tests, package) for w in range(2)] == [0, 0]  # already fresh
+    assert [prewrite_bytecode(request.config, w, 2, tests, package, [tests]) for w in range(2)] == [0, 0]  # already fresh
     assert not (tests / "__pycache__" / f"helper{rewrite.PYC_TAIL}").exists()
     fn = tests / "test_one.py"
     co = rewrite._read_pyc(fn, rewrite.get_cache_dir(fn) / f"test_one{rewrite.PYC_TAIL}")
@@ -60,7 +62,7 @@ def test_nothing_is_written_where_python_writes_no_bytecode(request: pytest.Fixt
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     tests, package = _tree(tmp_path)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    assert prewrite_bytecode(request.config, 0, 1, tests, package) == 0
+    assert prewrite_bytecode(request.config, 0, 1, tests, package, [tests]) == 0
     assert not list(tmp_path.rglob("__pycache__"))
 
 
