@@ -31,4 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
         and not config.getoption("collectonly")
     if distributes and not hasattr(config, "workerinput"):
         return
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: tests/suite_workers.py, before torch is imported
+        config.pluginmanager.import_plugin("tests.suite_workers")
     config.pluginmanager.import_plugin("tests.suite_fixtures")
