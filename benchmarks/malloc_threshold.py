@@ -2,11 +2,8 @@
 
 `vitkit finetune --grad-checkpoint` fixes glibc's mmap threshold (`vitkit.utils.memory.mmap_large_blocks`) so that
 freed activations go back to the OS. This script runs that fine-tune (LoRA r = 16 on q, k, v, proj, fc1, fc2,
-16 px) for `--steps` steps in a process of its own per configuration, rounds interleaved, with the threshold at each of
-`--modes` (MiB, or glibc's default, "glibc"), and records each run's wall time and peak RSS. Each run's process is
-forked from a fork server that has only imported what the fine-tune imports: the allocator's state and the resident
-pages of a fresh interpreter after those imports (its peak RSS starts from them, as a fresh process's would), for
-one interpreter start-up and import of torch in all instead of one a run. ViT-B/16's side of the same
+16 px) for `--steps` steps in a fresh process per configuration, rounds interleaved, with the threshold at each of
+`--modes` (MiB, or glibc's default, "glibc"), and records each run's wall time and peak RSS. ViT-B/16's side of the same
 question is `lora_memory.py` (BENCHMARKS.md, "Fine-tuning on a laptop").
 
     python benchmarks/malloc_threshold.py --rounds 2 --json benchmarks/results/malloc_threshold_digits.json
@@ -16,39 +13,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from multiprocessing import forkserver
 from pathlib import Path
 
-# what each run's process imports before its fine-tune (a fork server's preload; `torch._dynamo`: the optimizer's)
-CHILD_MODULES = ["torch._dynamo", "matplotlib.pyplot", "vitkit.cli", "vitkit.train.run", "vitkit.utils.memory"]
-
-
-def _finetune(mode: str, model: str, out: str, steps: int, log: str) -> None:
-    """One run, in a process of its own (the fork server's child): its output into `log`, its last line
-    `RESULT <exit code> <wall s> <peak RSS MiB>`."""
-    import vitkit.train.run as run
-    from vitkit.cli import main
-    from vitkit.utils.memory import mmap_large_blocks, peak_rss_mb
-
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    if mode == "glibc":  # the run's own call replaced: glibc's default (its threshold rises with each freed block)
-        run.mmap_large_blocks = lambda: "malloc: glibc's default"
-    else:
-        run.mmap_large_blocks = lambda: mmap_large_blocks(int(mode) << 20)
-    t = time.perf_counter()
-    rc = main(["finetune", "--model", model, "--config", "digits_finetune", "--img-size", "16", "--lora", "16",
-               "--lora-targets", "q,k,v,proj,fc1,fc2", "--grad-checkpoint", "--steps", str(steps), "--out", out,
-               "--no-progress", "--overwrite"])
-    print(f"RESULT {rc} {time.perf_counter() - t:.3f} {peak_rss_mb():.1f}", flush=True)
+CHILD = """
+import sys, time
+import vitkit.train.run as run
+from vitkit.cli import main
+from vitkit.utils.memory import mmap_large_blocks, peak_rss_mb
+mode, model, out, steps = sys.argv[1:5]
+if mode == "glibc":  # the run's own call replaced: glibc's default (its threshold rises with each freed block)
+    run.mmap_large_blocks = lambda: "malloc: glibc's default"
+else:
+    run.mmap_large_blocks = lambda: mmap_large_blocks(int(mode) << 20)
+t = time.perf_counter()
+rc = main(["finetune", "--model", model, "--config", "digits_finetune", "--img-size", "16", "--lora", "16",
+           "--lora-targets", "q,k,v,proj,fc1,fc2", "--grad-checkpoint", "--steps", steps, "--out", out,
+           "--no-progress", "--overwrite"])
+print(f"RESULT {rc} {time.perf_counter() - t:.3f} {peak_rss_mb():.1f}", flush=True)
+"""
 
 
 def pretrained(folder: Path) -> Path:
@@ -72,24 +60,15 @@ def main() -> None:
         model = a.model or pretrained(tmp / "pre")
         modes = a.modes.split(",")
         runs: dict[str, list[dict[str, float | str]]] = {m: [] for m in modes}
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(CHILD_MODULES)
-        try:
-            for r in range(a.rounds):
-                for m in modes:
-                    log = tmp / f"ft_{m}.log"
-                    child = ctx.Process(target=_finetune, args=(m, str(model), str(tmp / f"ft_{m}"), a.steps, str(log)))
-                    child.start()
-                    child.join()
-                    out = log.read_text()
-                    assert child.exitcode == 0, out[-3000:]
-                    rc, wall, peak = out.strip().splitlines()[-1].split()[1:]
-                    assert rc == "0", out
-                    said = next((ln.strip(" -") for ln in out.splitlines() if "malloc:" in ln), "")  # the run's header
-                    runs[m].append({"wall_s": float(wall), "peak_rss_mib": float(peak), "malloc": said})
-                    print(f"round {r} {m}: {float(wall):.1f} s, peak {float(peak):.0f} MiB", flush=True)
-        finally:
-            forkserver._forkserver._stop()  # (CPython's own tests' way) reaped here: its CPU counted as this process's
+        for r in range(a.rounds):
+            for m in modes:
+                out = subprocess.run([sys.executable, "-c", CHILD, m, str(model), str(tmp / f"ft_{m}"), str(a.steps)],
+                                     capture_output=True, text=True, check=True).stdout
+                rc, wall, peak = out.strip().splitlines()[-1].split()[1:]
+                assert rc == "0", out
+                said = next((ln.strip(" -") for ln in out.splitlines() if "malloc:" in ln), "")  # the run's header
+                runs[m].append({"wall_s": float(wall), "peak_rss_mib": float(peak), "malloc": said})
+                print(f"round {r} {m}: {float(wall):.1f} s, peak {float(peak):.0f} MiB", flush=True)
     summary = {m: {"median_wall_s": statistics.median(x["wall_s"] for x in v),
                    "median_peak_rss_mib": statistics.median(x["peak_rss_mib"] for x in v)} for m, v in runs.items()}
     for m, s in summary.items():
