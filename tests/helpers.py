@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -437,7 +438,18 @@ class ForkedRun:
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
-        return tuple((self._logs / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+        return tuple(self.output(name) for name in ("stdout", "stderr"))
+
+    def output(self, stream: str = "stderr") -> str:
+        """What the child has written to `stream` ("stdout" or "stderr") so far."""
+        return (self._logs / stream).read_text(errors="replace")
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class Preloaded:

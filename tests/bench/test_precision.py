@@ -4,7 +4,6 @@ runtime_speeds, runtime_agreement, speed_table_rows), on a tiny trained model an
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,22 @@ pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in
                                 reason="needs nncf and onnxruntime")
 
 
-def test_every_serving_path_is_built_timed_and_compared(tmp_path, digits_ckpt: Path) -> None:  # noqa: ANN001
-    """Run in a child process (spawned): the six serving paths' native runtimes (onnxruntime sessions, OpenVINO
-    compiled models, NNCF) stay out of the test worker; with them loaded, the next test in the same worker died of a
-    segmentation fault in two suite runs (not reproduced alone), which killed the worker, not this test. The child
-    reads the suite's trained digits model (`digits_ckpt`, `tests.helpers.trained_digits_vit` saved) instead of
-    training its own copy (300 steps)."""
-    ctx = multiprocessing.get_context("spawn")
-    child = ctx.Process(target=_every_serving_path, args=(str(tmp_path), str(digits_ckpt)))
-    child.start()
-    child.join(900)
-    assert child.exitcode == 0, f"the check failed in its process (exit code {child.exitcode}): see its stderr"
+def test_every_serving_path_is_built_timed_and_compared(tmp_path, digits_ckpt: Path, preloaded) -> None:  # noqa: ANN001
+    """Run in a process of its own, forked from the suite's preloaded interpreter (tests.helpers.Preloaded: torch
+    and vitkit imported once, not by a spawned interpreter each run): the six serving paths' native runtimes
+    (onnxruntime sessions, OpenVINO compiled models, NNCF) load in that child only, never in the test worker; with
+    them loaded, the next test in the same worker died of a segmentation fault in two suite runs (not reproduced
+    alone), which killed the worker, not this test. The child reads the suite's trained digits model
+    (`digits_ckpt`, `tests.helpers.trained_digits_vit` saved) instead of training its own copy (300 steps)."""
+    r = preloaded.run(CHILD, str(tmp_path), str(digits_ckpt), preload=CHILD_MODULES, timeout=900,
+                      cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, f"the check failed in its process (exit code {r.returncode}):\n{r.stderr[-4000:]}"
+
+
+# the child: this module's check, its imports done by the preloaded interpreter (no native runtime among them)
+CHILD = "import sys; from tests.bench.test_precision import _every_serving_path; _every_serving_path(*sys.argv[1:])"
+CHILD_MODULES = ["torch", "vitkit", "vitkit.bench.precision", "vitkit.data.digits", "vitkit.inference.runtime",
+                 "tests.bench.test_precision"]
 
 
 def _every_serving_path(tmp: str, model_path: str) -> None:

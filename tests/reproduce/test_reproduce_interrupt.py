@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -60,19 +58,21 @@ def _until(cond, seconds: float, what: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Signals) -> None:
+def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Signals, preloaded) -> None:  # noqa: ANN001
     out = tmp_path / "r"
-    log = tmp_path / "stderr.txt"  # a file, not a pipe: an orphan holding the pipe would block reading it
-    with log.open("w") as f:
-        # each worker trains one step of its unit, then holds inside its training loop (engine.HOLD_ENV) until it is
-        # stopped: the signal lands mid-training, not after a guessed sleep, and the wait costs no CPU
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stderr=f, env={**os.environ, HOLD_ENV: "1"})
+    # each worker trains one step of its unit, then holds inside its training loop (engine.HOLD_ENV) until it is
+    # stopped: the signal lands mid-training, not after a guessed sleep, and the wait costs no CPU. The reproduction
+    # is `python -c CHILD` forked from the suite's preloaded interpreter (torch and the CLI imported once:
+    # tests.helpers.Preloaded); its stderr goes to a file, not a pipe (an orphan holding a pipe would block reading
+    # it); its workers' fork server is its own, started as a user's run starts it.
+    proc = preloaded.start(CHILD, str(out), preload=["vitkit.cli", "vitkit.reproduce.plan"],
+                           env={**os.environ, HOLD_ENV: "1"})
     workers: list[int] = []
     family: list[int] = []
     try:
         _until(lambda: len(list(out.glob("pretrain/*/.held-at-1.rank0"))) >= 2 or proc.poll() is not None, 120,
                "two units training in workers")
-        assert proc.poll() is None, f"the reproduction ended before it was stopped: {log.read_text()[-2000:]}"
+        assert proc.poll() is None, f"the reproduction ended before it was stopped: {proc.output()[-2000:]}"
         workers = _workers(proc.pid)
         assert len(workers) == 2, workers
         held = {int(p.read_text()) for p in out.glob("pretrain/*/.held-at-1.rank0")}
@@ -81,7 +81,7 @@ def test_a_stopped_reproduction_leaves_no_worker(tmp_path: Path, sig: signal.Sig
         family = descendants(proc.pid)  # the workers, their fork server and the resource tracker
         proc.send_signal(sig)
         code = proc.wait(timeout=60)
-        err = log.read_text()
+        err = proc.output()
         if sig == signal.SIGTERM:
             assert code == 143, err[-2000:]
             assert "vitkit reproduce: terminated" in err
