@@ -204,12 +204,24 @@ def assert_read_once_per_epoch(ds) -> None:  # noqa: ANN001
     assert len(seen) == n and len(set(seen)) == n  # nobody reads a sample twice, nothing of the epoch is missed
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/`pid`/stat after the command's name (state, parent, ...); [] for a process that has ended."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def process_state(pid: int) -> str:
+    """`pid`'s state letter from /proc (R, S, D, Z: a zombie has ended, ...); "" for a process that is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else ""
+
+
 def parent_of(pid: int) -> int:
     """`pid`'s parent's pid, from /proc (0 for a process that has ended)."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+    fields = _stat_fields(pid)
+    return int(fields[1]) if len(fields) > 1 else 0
 
 
 def descendants(pid: int) -> list[int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import descendants, parent_of
+from tests.helpers import descendants, parent_of, process_state
 from vitkit.train.engine import HOLD_ENV
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads child processes from /proc")
@@ -44,8 +44,7 @@ def _read(path: str) -> bytes:
 
 
 def _alive(pid: int) -> bool:
-    stat = _read(f"/proc/{pid}/stat")  # a zombie (state Z) has ended; nobody may reap it in a container
-    return bool(stat) and stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+    return process_state(pid) not in ("", "Z")  # a zombie (state Z) has ended; nobody may reap it in a container
 
 
 def _until(cond, seconds: float, what: str) -> None:

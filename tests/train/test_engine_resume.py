@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from tests.helpers import CLI_MODULES, FORKED_CLIENT, VITKIT_MAIN, ForkedRun, descendants, differing_keys
+from tests.helpers import CLI_MODULES, FORKED_CLIENT, VITKIT_MAIN, ForkedRun, descendants, differing_keys, process_state
 from tests.inputs import run_main
 from vitkit.cli import main
 from vitkit.data.digits import load_digits_split
@@ -130,10 +130,12 @@ def _wait_dead(pids: list[int], timeout: float = 60.0) -> None:
     deadline = time.time() + timeout
     for pid in pids:
         while time.time() < deadline:
+            state = process_state(pid)
             try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
                 threads = len(os.listdir(f"/proc/{pid}/task"))
-            except (FileNotFoundError, ProcessLookupError, IndexError):
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            if not state:  # gone
                 break
             if state in ("Z", "X") and threads <= 1:
                 break

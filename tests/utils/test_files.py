@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import process_state
 from vitkit.utils.files import FolderLock, OutputFile, read_regular_file
 
 
@@ -59,7 +60,7 @@ def test_a_folder_lock_ends_with_the_process_that_took_it_not_with_its_forked_ch
             OutputFile(tmp_path / "out.json")
         os.kill(job, signal.SIGKILL)
         assert os.waitpid(job, 0)[1] == signal.SIGKILL  # the job is gone (reaped)
-        assert Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("R", "S", "D")  # its worker is not
+        assert process_state(worker) in ("R", "S", "D")  # its worker is not
         FolderLock(tmp_path, "run folder").release()  # and the folder is free, and the output
         OutputFile(tmp_path / "out.json").release()
     finally:
