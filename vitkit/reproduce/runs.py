@@ -108,7 +108,8 @@ class Workbench:
             scale = json.loads(json.dumps(  # as JSON writes it: a default tuple reads as the list a folder keeps
                 {**{f.name: f.default for f in fields(Scale) if f.default is not MISSING}, **saved.get("scale", {})}))
             want = json.loads(json.dumps(doc["scale"]))
-            for k in SEED_KEYS + TUNING_KEYS + CHECKPOINT_KEYS:  # more seeds or rates only add units: the folder's units still hold
+            # more seeds or rates only add units, other checkpoint counts change no number: the folder's units hold
+            for k in SEED_KEYS + TUNING_KEYS + CHECKPOINT_KEYS:
                 scale.pop(k, None)
                 want.pop(k, None)
             if scale != want:
