@@ -10,7 +10,6 @@ import faulthandler
 import json
 import multiprocessing
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -135,8 +134,7 @@ def _build_pair(root: Path, preloaded: Preloaded) -> None:
     while any(r.poll() is None for r in ranks) and not any(r.poll() for r in ranks) and time.time() < deadline:
         time.sleep(0.05)
     for r in ranks:
-        if r.poll() is None:
-            os.kill(r.pid, signal.SIGKILL)
+        r.kill()  # (a rank still running: the other failed, or the deadline passed)
     for rank, r in enumerate(ranks):
         err = r.communicate()[1]
         assert r.returncode == 0, f"rank {rank} exited {r.returncode}: {err[-3000:]}"
