@@ -62,7 +62,7 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digi
 
     from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_int8, quantisable_layers, quantize_openvino_int8
-    from vitkit.inference.mixed import keep_float
+    from vitkit.inference.mixed import KeepFloat, keep_float
     from vitkit.inference.predict import calibration_images
 
     model = trained_digits_vit()
@@ -73,8 +73,13 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digi
     # ".../Conv/WithoutBiases" and an Add, still layer "patch_embed.proj"
     assert "blocks.1.mlp.fc2" in layers and "blocks.0.attn.qkv" in layers and "patch_embed.proj" in layers
     mixed = keep_float(model, calib, 3, layers)  # the 3 layers measured to move the output most
-    assert quantised_conv_kept(xml, calib, tmp_path)
-    part = quantize_openvino_int8(xml, tmp_path / "mixed.xml", calib, mixed)
+    # one NNCF quantisation for both kinds of layer NNCF is told to leave in float (its ignored scope): the measured
+    # Linears' MatMuls and the patch embedding's Convolution (each a ~1.5 CPU s quantisation of its own before)
+    kept = KeepFloat(tuple(dict.fromkeys((*mixed.layers, "patch_embed.proj"))),
+                     f"{mixed.rule}; and the patch embedding, named", mixed.errors)
+    with pytest.raises(ValueError, match="blocks.9.mlp.fc2 not among the graph's quantisable layers"):
+        quantize_openvino_int8(xml, tmp_path / "x.xml", calib, ("blocks.9.mlp.fc2",))  # names alone: checked too
+    part = quantize_openvino_int8(xml, tmp_path / "mixed.xml", calib, kept)
 
     def quantised(path: Path) -> set[str]:
         """Layers whose MatMul / Convolution takes a FakeQuantize'd input (int8 in OpenVINO's CPU plugin)."""
@@ -85,10 +90,12 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digi
                 "Convolution") and any(n.input(i).get_source_output().get_node().get_type_name() == "FakeQuantize"
                                        for i in range(2))}
 
+    assert conv_kept_float(part)  # the patch embedding's Convolution: no FakeQuantize'd input
     assert set(mixed.layers) <= quantised(every)  # int8 in the all-int8 IR ...
-    assert not set(mixed.layers) & quantised(part)  # ... float in the mixed one, the others still int8
-    assert quantised(every) - quantised(part) == set(mixed.layers)
-    assert exported_int8(part)["keep_float"] == list(mixed.layers) and exported_int8(every)["keep_float"] == []
+    assert not set(kept.layers) & quantised(part)  # ... float in the mixed one, the others still int8
+    assert quantised(every) - quantised(part) == set(kept.layers)
+    assert exported_int8(part)["keep_float"] == list(kept.layers) and exported_int8(every)["keep_float"] == []
+    assert exported_int8(part)["rule"] == kept.rule
     x, _ = digits_test_tensors(model)
     with torch.no_grad():
         ref = model(x)
@@ -98,15 +105,11 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digi
     # bias correction and SmoothQuant are refitted around the float layers)
 
 
-def quantised_conv_kept(xml: Path, calib: torch.Tensor, tmp_path: Path) -> bool:
-    """Whether NNCF, told to keep "patch_embed.proj" in float, leaves the patch embedding's Convolution without a
-    FakeQuantize'd input."""
+def conv_kept_float(path: Path) -> bool:
+    """Whether the IR at `path` has its one Convolution (the patch embedding) without a FakeQuantize'd input."""
     import openvino as ov
 
-    from vitkit.inference.export import quantize_openvino_int8
-
-    ir = ov.Core().read_model(str(quantize_openvino_int8(xml, tmp_path / "conv.xml", calib, ("patch_embed.proj",))))
-    conv = [n for n in ir.get_ops() if n.get_type_name() == "Convolution"]
+    conv = [n for n in ov.Core().read_model(str(path)).get_ops() if n.get_type_name() == "Convolution"]
     return len(conv) == 1 and all(conv[0].input(i).get_source_output().get_node().get_type_name() != "FakeQuantize"
                                   for i in range(2))
 
