@@ -24,11 +24,19 @@ def _tiny() -> vitkit.VisionTransformer:
     return model
 
 
-def test_onnx_has_a_dynamic_batch_and_matches_pytorch(tmp_path) -> None:  # noqa: ANN001
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory):  # noqa: ANN001, ANN201
+    """(`_tiny()`, its ONNX export at the default opset): one export (~0.2 CPU s) read by the tests below that check
+    the default export of the tiny model. Read only: a test that changes the model changes a copy."""
+    torch.manual_seed(0)
+    model = _tiny()
+    return model, export_onnx(model, tmp_path_factory.mktemp("tiny_onnx") / "m.onnx")
+
+
+def test_onnx_has_a_dynamic_batch_and_matches_pytorch(tiny_onnx) -> None:  # noqa: ANN001
     import onnx
 
-    model = _tiny()
-    path = export_onnx(model, tmp_path / "m.onnx")
+    model, path = tiny_onnx
     dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[1:]] == [3, 32, 32]
     r = check_parity(model, path, batch_sizes=(1, 5))
@@ -36,13 +44,15 @@ def test_onnx_has_a_dynamic_batch_and_matches_pytorch(tmp_path) -> None:  # noqa
     assert r.max_abs_diff < 1e-4 and r.top1_agreement == 1.0
 
 
-def test_onnx_graph_is_in_the_shape_onnxruntime_fuses(tmp_path) -> None:  # noqa: ANN001
+def test_onnx_graph_is_in_the_shape_onnxruntime_fuses(tiny_onnx, tmp_path) -> None:  # noqa: ANN001
     """The tanh GELU is one Gelu node (onnxruntime's FastGelu kernel; at opset 17 it was eight elementwise nodes)
     and the attention's scale a constant (no Shape -> Sqrt at run time), with the same logits as the old graph."""
+    import copy
+
     import onnx
 
-    model = _tiny()
-    now = onnx.load(str(export_onnx(model, tmp_path / "m.onnx")))
+    model, path = copy.deepcopy(tiny_onnx[0]), tiny_onnx[1]
+    now = onnx.load(str(path))
     ops = [n.op_type for n in now.graph.node]
     gelus = [n for n in now.graph.node if n.op_type == "Gelu"]
     assert len(gelus) == 2 and "Tanh" not in ops and "Sqrt" not in ops, sorted(set(ops))
@@ -51,7 +61,7 @@ def test_onnx_graph_is_in_the_shape_onnxruntime_fuses(tmp_path) -> None:  # noqa
 
     opts = onnxruntime.SessionOptions()
     opts.optimized_model_filepath = str(tmp_path / "ort.onnx")  # the graph onnxruntime runs: GELU fused
-    onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), opts, providers=["CPUExecutionProvider"])
+    onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     assert [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node].count("FastGelu") == 2
     for m in model.modules():  # the attention as it was exported: SDPA's scale from q's shape, opset 17
         if hasattr(m, "sdpa_scale"):
@@ -59,7 +69,7 @@ def test_onnx_graph_is_in_the_shape_onnxruntime_fuses(tmp_path) -> None:  # noqa
     old = export_onnx(model, tmp_path / "old.onnx", opset=17)
     assert "Sqrt" in [n.op_type for n in onnx.load(str(old)).graph.node]
     x = torch.randn(3, 3, 32, 32)
-    a, b = (ort_session(p).run(None, {"pixel_values": x.numpy()})[0] for p in (tmp_path / "m.onnx", old))
+    a, b = (ort_session(p).run(None, {"pixel_values": x.numpy()})[0] for p in (path, old))
     assert abs(a).max() > 0.1 and float(abs(a - b).max()) < 1e-5
 
 
@@ -102,20 +112,16 @@ def test_int8_quantisation_keeps_the_readmes_tolerances(tmp_path) -> None:  # no
     assert err <= 0.15 and same >= 0.99, (err, same)
 
 
-def test_benchmark_sessions_do_not_spin() -> None:
+def test_benchmark_sessions_do_not_spin(tiny_onnx) -> None:  # noqa: ANN001
     """Timed interleaved with PyTorch, onnxruntime must not busy-wait into PyTorch's turn (that made ONNX
     look 5-179x faster); a serving session keeps onnxruntime's default."""
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        path = export_onnx(_tiny(), Path(d) / "m.onnx")
-        quiet = ort_session(path, spin=False).get_session_options()
-        assert quiet.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-        assert quiet.get_session_config_entry("session.inter_op.allow_spinning") == "0"
-        default = ort_session(path).get_session_options()
-        with pytest.raises(Exception, match="does not have configuration"):  # onnxruntime's default (spinning)
-            default.get_session_config_entry("session.intra_op.allow_spinning")
+    path = tiny_onnx[1]
+    quiet = ort_session(path, spin=False).get_session_options()
+    assert quiet.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert quiet.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+    default = ort_session(path).get_session_options()
+    with pytest.raises(Exception, match="does not have configuration"):  # onnxruntime's default (spinning)
+        default.get_session_config_entry("session.intra_op.allow_spinning")
 
 
 def test_export_command(tmp_path, capsys) -> None:  # noqa: ANN001
