@@ -23,16 +23,25 @@ pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in
                                 reason="needs nncf and openvino")
 
 
-def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_digits,  # noqa: ANN001
+@pytest.fixture(scope="module")
+def nncf_inputs(saved_digits: tuple[Path, Path], digits_openvino_int8: tuple[Path, Path]):  # noqa: ANN201
+    """(the trained digits model's 100 calibration images as `--calibrate` reads them, a runner of the all-int8 IR
+    `digits_openvino_int8`): read and compiled once for the two NNCF tests below, which both use them."""
+    from vitkit.inference.backends import exported_runner
+    from vitkit.inference.predict import calibration_images
+
+    return (calibration_images([str(saved_digits[1])], trained_digits_vit().preprocess),
+            exported_runner(digits_openvino_int8[1]))
+
+
+def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, nncf_inputs,  # noqa: ANN001
                                                              digits_openvino_int8) -> None:
     import openvino as ov
 
-    from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_preprocess, quantize_openvino_int8
-    from vitkit.inference.predict import calibration_images
 
     model = trained_digits_vit()
-    calib = calibration_images([str(saved_digits[1])], model.preprocess)
+    calib, run_q = nncf_inputs
     xml, q = digits_openvino_int8
     assert q.with_suffix(".bin").is_file()
     ir = ov.Core().read_model(str(q))
@@ -43,7 +52,7 @@ def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_di
     assert len(fed) >= n_matmul - 1, (len(fed), n_matmul)  # every Linear's MatMul takes int8 (quantised) inputs
     assert not any(n.get_type_name() == "FakeQuantize" for n in ov.Core().read_model(str(xml)).get_ops())
     assert exported_preprocess(q) == model.preprocess  # vitkit's metadata travels to the int8 IR
-    agree, drop, largest = int8_against_fp32(model, exported_runner(q))
+    agree, drop, largest = int8_against_fp32(model, run_q)
     # 450 test digits never seen in calibration: NNCF's int8 keeps >= 97% of fp32's answers (measured 98.2%) and
     # its accuracy; ranges fitted to other data, or weights rounded to a wrong scale, fall far below
     assert agree >= 0.97 and drop <= 0.02, (agree, drop)
@@ -56,17 +65,16 @@ def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, saved_di
             quantize_openvino_int8(xml, tmp_path / "x.xml", calib[:10])
 
 
-def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digits,  # noqa: ANN001
+def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, nncf_inputs,  # noqa: ANN001
                                                            digits_openvino_int8) -> None:
     import openvino as ov
 
     from vitkit.inference.backends import exported_runner
     from vitkit.inference.export import exported_int8, quantisable_layers, quantize_openvino_int8
     from vitkit.inference.mixed import KeepFloat, keep_float
-    from vitkit.inference.predict import calibration_images
 
     model = trained_digits_vit()
-    calib = calibration_images([str(saved_digits[1])], model.preprocess)
+    calib, run_every = nncf_inputs
     xml, every = digits_openvino_int8  # NNCF's int8 of every layer, calibrated on `calib`
     layers = quantisable_layers(xml)
     # the same names as the ONNX graph's: OpenVINO splits the patch embedding's Conv into a Convolution
@@ -99,8 +107,8 @@ def test_nncf_keeps_the_named_layers_float_and_records_them(tmp_path, saved_digi
     x, _ = digits_test_tensors(model)
     with torch.no_grad():
         ref = model(x)
-    agree = {name: (exported_runner(p)(x).argmax(-1) == ref.argmax(-1)).float().mean().item()
-             for name, p in (("all", every), ("mixed", part))}
+    agree = {name: (run(x).argmax(-1) == ref.argmax(-1)).float().mean().item()
+             for name, run in (("all", run_every), ("mixed", exported_runner(part)))}
     assert agree["mixed"] >= agree["all"] - 1 / 450, agree  # 450 test digits: no worse (one digit of slack: NNCF's
     # bias correction and SmoothQuant are refitted around the float layers)
 
