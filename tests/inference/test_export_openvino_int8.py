@@ -38,7 +38,7 @@ def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, nncf_inp
                                                              digits_openvino_int8) -> None:
     import openvino as ov
 
-    from vitkit.inference.export import exported_preprocess, quantize_openvino_int8
+    from vitkit.inference.export import _int8_tags, exported_output, exported_preprocess, quantize_openvino_int8
 
     model = trained_digits_vit()
     calib, run_q = nncf_inputs
@@ -52,6 +52,9 @@ def test_nncf_int8_quantises_the_matmuls_and_agrees_with_fp32(tmp_path, nncf_inp
     assert len(fed) >= n_matmul - 1, (len(fed), n_matmul)  # every Linear's MatMul takes int8 (quantised) inputs
     assert not any(n.get_type_name() == "FakeQuantize" for n in ov.Core().read_model(str(xml)).get_ops())
     assert exported_preprocess(q) == model.preprocess  # vitkit's metadata travels to the int8 IR
+    assert exported_output(q) == {**exported_output(xml), "precision": "int8"}  # and what it outputs, now in int8
+    # read from the IR as OpenVINO read it for NNCF: the same tags as from the file
+    assert _int8_tags(xml, ov.Core().read_model(str(xml))) == _int8_tags(xml) != []
     agree, drop, largest = int8_against_fp32(model, run_q)
     # 450 test digits never seen in calibration: NNCF's int8 keeps >= 97% of fp32's answers (measured 98.2%) and
     # its accuracy; ranges fitted to other data, or weights rounded to a wrong scale, fall far below

@@ -162,8 +162,7 @@ def _stored_doc(path: Path, key: str, rt: str) -> str | None:
     if path.suffix == ".onnx":
         return _onnx_doc(path, key)
     if path.suffix == ".xml":
-        model = _ov().Core().read_model(str(path))
-        return model.get_rt_info(["vitkit", rt]).astype(str) if model.has_rt_info(["vitkit", rt]) else None
+        return _rt_doc(_ov().Core().read_model(str(path)), rt)
     if not (_sidecar(path).exists() or _sidecar(path).is_symlink()):
         return None
     text = read_regular_file(_sidecar(path), MAX_JSON_BYTES, "export sidecar").decode(errors="replace")
@@ -172,6 +171,11 @@ def _stored_doc(path: Path, key: str, rt: str) -> str | None:
     whole = parse_json(text, path, "export sidecar")
     found = whole.get(key) if isinstance(whole, dict) else None
     return None if found is None else json.dumps(found)
+
+
+def _rt_doc(model, rt: str) -> str | None:  # noqa: ANN001 - openvino.Model, an optional dependency
+    """vitkit's JSON `rt` in an OpenVINO model's rt_info ["vitkit", `rt`], or None."""
+    return model.get_rt_info(["vitkit", rt]).astype(str) if model.has_rt_info(["vitkit", rt]) else None
 
 
 def _sidecar(path: Path) -> Path:
@@ -550,13 +554,14 @@ def describe_int8(doc: dict[str, object] | None) -> str:
     return "int8 recipe: " + "; ".join(p for p in parts if p)
 
 
-def _int8_tags(src: str | Path) -> list[tuple[str, str, str]]:
+def _int8_tags(src: str | Path, model=None) -> list[tuple[str, str, str]]:  # noqa: ANN001 - openvino.Model
     """(ONNX key, OpenVINO rt_info name, JSON) of vitkit's metadata stored with `src` (`.onnx` or `.xml`), to carry
     to its int8 quantisation, which keeps the graph, not always its metadata: the preprocessing, the token merging,
-    and the output record, now computed in int8."""
+    and the output record, now computed in int8. `model`: an IR `src` as OpenVINO already read it (its rt_info is
+    read there, not from the file again: each read of an IR reads its weights too)."""
     tags = []
     for key, rt in ((META_KEY, "preprocess"), (MERGE_KEY, "token_merging"), (OUTPUT_KEY, "output")):
-        doc = _stored_doc(Path(src), key, rt)
+        doc = _rt_doc(model, rt) if model is not None and Path(src).suffix == ".xml" else _stored_doc(Path(src), key, rt)
         if doc is not None and key == OUTPUT_KEY:
             doc = json.dumps({**parse_json(doc, src, OUTPUT_KEY), "precision": "int8"})
         if doc is not None:
@@ -646,6 +651,7 @@ def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.
     _check_calibration(calibration)
     src, dst = Path(src), Path(dst).with_suffix(".xml")
     model = ov.Core().read_model(str(src))
+    tags = _int8_tags(src, model)  # read before NNCF takes the model
     batches = [b.float().numpy() for b in calibration.split(min(batch_size, len(calibration)))]
     advanced = nncf.AdvancedQuantizationParameters(
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=smooth_quant))
@@ -664,7 +670,7 @@ def quantize_openvino_int8(src: str | Path, dst: str | Path, calibration: torch.
                               advanced_parameters=advanced)
     finally:
         nlog.setLevel(level)
-    for _, rt, doc in (*_int8_tags(src), (INT8_KEY, "int8", json.dumps(
+    for _, rt, doc in (*tags, (INT8_KEY, "int8", json.dumps(
             {**mixed.as_doc(), "smooth_quant": smooth_quant if smooth_quant >= 0 else None}))):
         q.set_rt_info(doc, ["vitkit", rt])
     dst.parent.mkdir(parents=True, exist_ok=True)
