@@ -133,3 +133,30 @@ def test_export_command(tmp_path, capsys) -> None:  # noqa: ANN001
     assert "onnx fp32 vs pytorch on random inputs, batches (1, 3)" in text and "x pytorch" in text
     int8 = next(ln for ln in text.splitlines() if ln.startswith("onnx int8 vs pytorch"))
     assert "on random inputs" in int8 and "int8 on noise" in int8, int8  # its agreement on noise is flagged
+
+
+def test_the_tags_are_written_in_one_pass_as_one_at_a_time_wrote_them(tiny_onnx, tmp_path) -> None:  # noqa: ANN001
+    """`_tag_onnx` stores several of vitkit's tags in one read and one write of the file (an export's three, an int8
+    file's four): the same bytes as writing them one at a time, each replacing its own key's entry in place."""
+    import json
+
+    import onnx
+
+    from vitkit.inference.export import MERGE_KEY, META_KEY, OUTPUT_KEY, _tag_onnx, exported_output, output_doc
+
+    model, path = tiny_onnx
+    proto = onnx.load(str(path))
+    assert [p.key for p in proto.metadata_props] == [META_KEY, OUTPUT_KEY]  # no merging: no merge tag
+    assert exported_output(path) == output_doc(model) and json.loads(proto.metadata_props[0].value) == \
+        model.preprocess.to_dict()
+    proto.metadata_props.add().key = "other.tool"  # someone else's entry, kept
+    docs = {META_KEY: '{"a": 1}', MERGE_KEY: "3", OUTPUT_KEY: None, "vitkit.int8": '{"keep_float": []}'}
+    for name in ("one.onnx", "each.onnx"):
+        onnx.save(proto, str(tmp_path / name))
+    _tag_onnx(tmp_path / "one.onnx", docs)
+    for key, doc in docs.items():
+        _tag_onnx(tmp_path / "each.onnx", {key: doc})
+    assert (tmp_path / "one.onnx").read_bytes() == (tmp_path / "each.onnx").read_bytes()
+    got = [(p.key, p.value) for p in onnx.load(str(tmp_path / "one.onnx")).metadata_props]
+    assert got == [(OUTPUT_KEY, proto.metadata_props[1].value), ("other.tool", ""), (META_KEY, '{"a": 1}'),
+                   (MERGE_KEY, "3"), ("vitkit.int8", '{"keep_float": []}')]
