@@ -4,13 +4,17 @@ few-shot features are for each pooling, and `reproduce --smoke` without names.""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 import vitkit
 from tests.inputs import assert_one_line_error, run_cli, run_main
+from vitkit import cli
+from vitkit.cli import build_parser, main
 
 
 def _rgb_model_and_folder(tmp_path: Path, per_class: int = 8) -> tuple[Path, Path]:
@@ -104,3 +108,41 @@ def test_reproduce_smoke_without_names_says_what_to_type() -> None:
     assert_one_line_error(r, "vitkit reproduce --smoke fig4", "vitkit reproduce --all --smoke")
     plain = run_main("reproduce")
     assert_one_line_error(plain, "`vitkit reproduce fig4`", "`vitkit reproduce --all`")
+
+
+def _parser_state(parser: argparse.ArgumentParser) -> list:
+    """Everything parsing could change in a parser: its help, each action's destination, default, choices and
+    options, and its set_defaults (the subparser itself named by its prog), for the parser and each command's."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    state = []
+    for p in [parser, *sub.choices.values()]:
+        actions = [(a.dest, repr(a.default), a.option_strings, repr(a.choices), a.nargs, a.required) for a in p._actions]
+        defaults = {k: (v.prog if isinstance(v, argparse.ArgumentParser) else repr(v)) for k, v in p._defaults.items()}
+        state.append((p.prog, p.format_help(), actions, defaults))
+    return state
+
+
+def test_main_builds_the_parser_once_and_parsing_leaves_it_as_built(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
+    built = []
+    monkeypatch.setattr(cli, "build_parser", lambda: built.append(1) or build_parser())
+    cli._parser.cache_clear()
+    try:
+        missing = str(tmp_path / "missing")
+        assert main(["eval", "--model", missing, "--data", missing]) == 2  # parsed, then refused by the command
+        assert main(["train", "--config", missing, "--set", "train.steps=1", "--set", "a.b=2"]) == 2  # --set appends
+        with pytest.raises(SystemExit):
+            main(["predict", "--no-such-option"])
+        assert main([]) == 2  # no command: the help
+        assert built == [1]  # one parser for the four calls
+        assert _parser_state(cli._parser()) == _parser_state(build_parser())  # as a new one
+    finally:
+        cli._parser.cache_clear()  # the next test's main builds its own from the real build_parser
+    capsys.readouterr()
+
+
+def test_main_runs_the_command_modules_run_as_it_is_when_called(monkeypatch) -> None:  # noqa: ANN001
+    import vitkit.commands.eval as ev
+
+    cli._parser()  # the parser is built (or was), with the eval module's run of that moment
+    monkeypatch.setattr(ev, "run", lambda args: 7)
+    assert main(["eval", "--model", "x"]) == 7

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import importlib
 import os
 import pkgutil
@@ -29,6 +30,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: one subparser per command module, a new parser on every call (`main` parses with
+    one built once per process, `_parser`)."""
     parser = _Parser(prog="vitkit", description="Vision Transformer toolkit (Dosovitskiy et al., 2021)")
     parser.add_argument("--version", action="version", version=f"vitkit {vitkit.__version__}")
     parser.add_argument("--debug", action="store_true",
@@ -42,8 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p = sub.add_parser(info.name.replace("_", "-"), help=getattr(mod, "HELP", None), description=mod.__doc__)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run, _parser=p)
+        p.set_defaults(_command=mod, _parser=p)  # the module, not its run: run is looked up when the command runs
     return parser
+
+
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """`build_parser()`, built once per process (every command's options and help texts): parsing reads a parser and
+    never changes it (each parse gets its own namespace; `--set`'s list default is copied before it is appended to)."""
+    return build_parser()
 
 
 DEBUG_ENV = "VITKIT_DEBUG"
@@ -104,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake never shows a traceback: one line on stderr names what is
     wrong and the exit code is non-zero; `--debug` (or VITKIT_DEBUG=1) prints the traceback before that line, with
     the same exit code."""
-    parser = build_parser()
+    parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command's parser, so that its hint is the command's --help
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
-    if not getattr(args, "_run", None):
+    if getattr(args, "_command", None) is None:
         parser.print_help()
         return 2
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
@@ -117,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.formatwarning = lambda message, *_a, **_k: f"vitkit {args.command}: warning: {message}\n"
     on_term = _sigterm(_raise_terminated)
     try:
-        return int(args._run(args) or 0)
+        return int(args._command.run(args) or 0)
     except KeyboardInterrupt as e:
         term = isinstance(e, Terminated)
         print(f"vitkit {args.command}: {'terminated' if term else 'interrupted'}", file=sys.stderr)

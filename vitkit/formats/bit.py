@@ -23,6 +23,7 @@ import torch
 from vitkit.formats.common import (
     Choices,
     KeyTable,
+    built_to_load,
     gather_state,
     load_state_checked,
     require,
@@ -88,7 +89,7 @@ def load_bit_npz(path: str | Path, hints: dict[str, Any] | None = None) -> ResNe
     choices = Choices(file, hints)
     cfg = infer_config(arrays, file, choices)
     choices.assumed["img_size"] = "(224, 224): not in the file; BiT's pre-training resolution (img_size= to change)"
-    model = ResNetV2(choices.record(cfg))
+    model = built_to_load(ResNetV2, choices.record(cfg))
     state = gather_state(arrays, key_table(cfg), model.state_dict(), file,
                          lambda kind, arr: torch.from_numpy(np.ascontiguousarray(NPZ_TO_TORCH_BIT[kind](arr))),
                          lambda kind, shape: shape)

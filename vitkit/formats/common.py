@@ -16,6 +16,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
+from vitkit.models.base import no_random_init
 from vitkit.models.posemb import square_side
 from vitkit.models.registry import VARIANTS
 from vitkit.utils.files import check_regular_file
@@ -408,11 +409,20 @@ def check_tensor_values(key: str, t: torch.Tensor, ref: torch.Tensor | None, sou
     if ref is not None and ref.is_floating_point() != t.is_floating_point():
         raise ValueError(f"{source}: tensor {key!r} is {t.dtype}; a model's {ref.dtype} tensor is never saved as "
                          "that (a damaged or foreign file?)")
-    if t.is_floating_point() and t.numel():
+    # a sum is finite only where every term is (NaN and Inf carry through a sum; finite values that overflow it
+    # are then counted exactly): one reduction for the usual all-finite tensor, the count only for a suspect one
+    if t.is_floating_point() and t.numel() and not math.isfinite(t.sum()):
         bad = int((~torch.isfinite(t)).sum())
         if bad:
             raise ValueError(f"{source}: tensor {key!r} holds {bad:,} non-finite value(s) (NaN or Inf): a model "
                              "with such weights predicts nothing meaningful")
+
+
+def built_to_load(cls: Callable[[Any], Any], cfg: Any) -> Any:
+    """`cls(cfg)` without its random initial values (models.base.no_random_init: no draws, the global random
+    generator left as it was), for a loader whose `load_state_checked` then overwrites every tensor."""
+    with no_random_init():
+        return cls(cfg)
 
 
 def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:

@@ -25,6 +25,7 @@ from vitkit.formats.common import (
     HF_ACTS,
     Choices,
     KeyTable,
+    built_to_load,
     check_config_numbers,
     check_fits_weights,
     config_count,
@@ -322,7 +323,7 @@ def load_hf(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTran
                                          f"crop: transformers' ViTImageProcessor defaults ({PREPROCESSOR_NAME} absent)")
     cfg = choices.record(cfg)
     check_fits_weights(cfg, sum(t.numel() for t in state.values()), folder / CONFIG_NAME)
-    model = VisionTransformer(cfg)
+    model = built_to_load(VisionTransformer, cfg)
     table = key_table(cfg, layout, base)
     # Unused by image classification: the MIM mask token, and a pooler transformers itself ignores there.
     ignore = {f"{base}embeddings.mask_token"} | ({f"{base}pooler.dense.{p}" for p in ("weight", "bias")})

@@ -22,6 +22,7 @@ from vitkit.formats import families
 from vitkit.formats.common import (
     ACT_NAMES,
     Choices,
+    built_to_load,
     check_config_numbers,
     config_count,
     gather_state,
@@ -85,7 +86,7 @@ def load_hf_family(doc: dict[str, Any], state: dict[str, torch.Tensor], wpath: P
     cfg = choices.record(cfg)
     if fam.keeps_table and cfg.posemb == "learn1d":  # its table as it came, whatever size the model runs at
         cfg = cfg.replace(posemb_grid=cfg.grid_size)
-    model = VisionTransformer(cfg)
+    model = built_to_load(VisionTransformer, cfg)
     table = fam.hf_table(kind, cfg, read.base, read.current)
     state = gather_state(src, table, model.state_dict(), wpath, lambda _k, t: t, lambda _k, s: s, read.ignore)
     load_state_checked(model, state, wpath)

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from vitkit.formats.common import Choices, check_fits_weights, load_state_checked, tensor_header
+from vitkit.formats.common import Choices, built_to_load, check_fits_weights, load_state_checked, tensor_header
 from vitkit.formats.sharded import (
     FINGERPRINT_KEY,
     check_fingerprint,
@@ -109,7 +109,7 @@ def load_native(path: str | Path, hints: dict[str, Any] | None = None) -> nn.Mod
     choices.agree(cfg, arch)
     if arch == "vit":
         _check_fits_weights(cfg, folder, cfg_path)
-    model = model_cls(cfg)
+    model = built_to_load(model_cls, cfg)
     state, wpath = read_weights(folder)
     check_fingerprint(folder, doc)  # after the read: a folder replaced meanwhile is noticed
     load_state_checked(model, state, wpath)

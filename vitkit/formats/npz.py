@@ -25,6 +25,7 @@ import torch
 from vitkit.formats.common import (
     Choices,
     KeyTable,
+    built_to_load,
     checkpoint_limit,
     expect_shape,
     file_sha256,
@@ -361,7 +362,7 @@ def load_npz(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTra
     cfg, names, posemb_key, patches_only = infer_config(arrays, file, choices)
     pre = read_sidecar(file, cfg, choices)
     choices.record(cfg)
-    model = VisionTransformer(cfg)
+    model = built_to_load(VisionTransformer, cfg)
     own = model.state_dict()
     state = npz_to_state(arrays, key_table(cfg, names, posemb_key, patches_only), own, file, cfg.num_heads)
     load_state_checked(model, state, file)

@@ -30,6 +30,7 @@ from vitkit.formats.common import (
     Choices,
     KeyTable,
     appendix_parts,
+    built_to_load,
     check_fits_weights,
     gather_state,
     load_state_checked,
@@ -312,7 +313,7 @@ def load_timm(path: str | Path, hints: dict[str, Any] | None = None) -> VisionTr
         pe = state["pos_embed"]
         state = dict(state, pos_embed=torch.cat([pe.new_zeros(1, 1, pe.shape[2]), pe], dim=1))
     check_fits_weights(cfg, sum(t.numel() for t in state.values()), wpath)  # a metadata config too
-    model = VisionTransformer(cfg)
+    model = built_to_load(VisionTransformer, cfg)
     own = model.state_dict()
     state = gather_state(state, key_table(list(state)), own, wpath, lambda _k, t: t, lambda _k, s: s)
     load_state_checked(model, state, wpath)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from vitkit.formats.common import KeyTable
+from vitkit.formats.common import KeyTable, built_to_load
 from vitkit.models.lora import lora_modules, merge_lora
 
 log = logging.getLogger("vitkit")
@@ -61,7 +61,7 @@ def check_architecture(model: nn.Module, cls: type, fmt: str) -> None:
     """For the writers that write the state dict as it is (vitkit's format, timm's): its keys and shapes must be
     those of the model `cls` builds from `model.config` (on the meta device: no memory), as the loader does."""
     with torch.device("meta"):
-        ref = cls(model.config).state_dict()
+        ref = built_to_load(cls, model.config).state_dict()
     check_consumed(model, ref, fmt)
     own = model.state_dict()
     bad = [k for k in ref if k in own and tuple(own[k].shape) != tuple(ref[k].shape)]

@@ -26,7 +26,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from vitkit.models.axial import AxialBlock
-from vitkit.models.base import PreprocessDeclared
+from vitkit.models.base import PreprocessDeclared, random_init_skipped
 from vitkit.models.config import GELU_APPROXIMATE, SINCOS, ViTConfig
 from vitkit.models.features import feature
 from vitkit.models.hub_api import HubApi
@@ -104,8 +104,10 @@ class VisionTransformer(PreprocessDeclared, HubApi, TimmApi, nn.Module):
 
     # ----------------------------------------------------------------------------- init
     def reset_parameters(self) -> None:
-        """Initialise as the original code (`layers.init_original`), then the zero head (§3.2)."""
-        init_original(self, [p for n, p in self.named_parameters(recurse=False) if n.startswith("pos_embed")])
+        """Initialise as the original code (`layers.init_original`), then the zero head (§3.2); under
+        `base.no_random_init` (weights loaded next) the head only (it decides whether pre_logits stays)."""
+        if not random_init_skipped():
+            init_original(self, [p for n, p in self.named_parameters(recurse=False) if n.startswith("pos_embed")])
         if isinstance(self.head, nn.Linear):
             self.reset_head(self.config.num_classes, bias=self.config.head_bias_init)
 
