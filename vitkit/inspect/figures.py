@@ -25,6 +25,13 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _frame_only(ax) -> None:  # noqa: ANN001
+    """An image panel: its frame (the spines) and nothing of its x / y axes. Hiding the two Axis artists draws the
+    same pixels as empty tick lists, but the layout and the draw then skip their tick and label bookkeeping."""
+    ax.xaxis.set_visible(False)
+    ax.yaxis.set_visible(False)
+
+
 def _image_hwc(img: torch.Tensor) -> np.ndarray:
     """(C, H, W) in [0, 1] -> an array imshow can draw: (H, W) for one channel, (H, W, 3) for RGB."""
     a = img.detach().float().clamp(0, 1).cpu().numpy()
@@ -47,8 +54,7 @@ def plot_filter_components(comps: torch.Tensor, ratio: torch.Tensor, path: Path,
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).reshape(-1)
     im = None
     for i, ax in enumerate(axes):
-        ax.set_xticks([])
-        ax.set_yticks([])
+        _frame_only(ax)
         if i >= k:
             ax.set_axis_off()
             continue
@@ -220,8 +226,7 @@ def plot_attention_maps(
             for h in range(nh):
                 axes[r, 3 + h].set_title(f"{where}\nhead {h + 1}", fontsize=8)
         for ax in axes[r]:
-            ax.set_xticks([])
-            ax.set_yticks([])
+            _frame_only(ax)
     scale = (f"; tokens above {OUTLIER_RATIO:g}x a map's {ROBUST_PERCENTILE:g}th percentile marked x and clipped "
              "(the scale tops at the rest's max)" if clipped_any else "; colour scales: each map's max")
     fig.suptitle(
