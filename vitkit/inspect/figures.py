@@ -32,6 +32,13 @@ def _frame_only(ax) -> None:  # noqa: ANN001
     ax.yaxis.set_visible(False)
 
 
+def _colorbar(fig: Figure, mappable, **kw):  # noqa: ANN001, ANN003, ANN202
+    """`fig.colorbar` with its short axis (no ticks: matplotlib empties them) hidden, as `_frame_only` does."""
+    cb = fig.colorbar(mappable, **kw)
+    (cb.ax.xaxis if cb.orientation == "vertical" else cb.ax.yaxis).set_visible(False)
+    return cb
+
+
 def _image_hwc(img: torch.Tensor) -> np.ndarray:
     """(C, H, W) in [0, 1] -> an array imshow can draw: (H, W) for one channel, (H, W, 3) for RGB."""
     a = img.detach().float().clamp(0, 1).cpu().numpy()
@@ -76,7 +83,7 @@ def plot_filter_components(comps: torch.Tensor, ratio: torch.Tensor, path: Path,
         fontsize=9,
     )
     if im is not None:
-        fig.colorbar(im, ax=axes.tolist(), shrink=0.8, label="weight (max |w| = 1 per tile)")
+        _colorbar(fig, im, ax=axes.tolist(), shrink=0.8, label="weight (max |w| = 1 per tile)")
     return _save(fig, path)
 
 
@@ -105,7 +112,7 @@ def plot_position_similarity(sim: torch.Tensor, path: Path, model_name: str) -> 
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title(f"Position embedding similarity — {model_name}\n({gh}x{gw} patch grid; each tile: one patch vs all)")
-    fig.colorbar(im, ax=ax, shrink=0.8, label="Cosine similarity")
+    _colorbar(fig, im, ax=ax, shrink=0.8, label="Cosine similarity")
     return _save(fig, path)
 
 
@@ -129,7 +136,7 @@ def plot_attention_distance(
     ax.set_title(f"Mean attention distance per head — {model_name}\n(averaged over {num_images} images)")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    cb = fig.colorbar(sc, ax=ax, label="Head")
+    cb = _colorbar(fig, sc, ax=ax, label="Head")
     if heads <= 16:
         cb.set_ticks(range(1, heads + 1))
     return _save(fig, path)
@@ -205,7 +212,7 @@ def plot_attention_maps(
         _mark(axes[r, 2], roll, rmax, (size[0] / roll.shape[0], size[1] / roll.shape[1]))
         # colour bar labels short enough for one row's height (a long one ran into the next row's); what was
         # clipped is said under the image's title
-        cb = fig.colorbar(im, ax=axes[r, 2], shrink=0.9, location="left", extend="max" if rclip else "neither")
+        cb = _colorbar(fig, im, ax=axes[r, 2], shrink=0.9, location="left", extend="max" if rclip else "neither")
         cb.set_label("rollout / max", fontsize=7)
         hm = heads[r].detach().float().cpu().numpy()
         hmax, hclip = robust_vmax(hm)
@@ -217,7 +224,7 @@ def plot_attention_maps(
             him = axes[r, 3 + h].imshow(hm[h], cmap="inferno", vmin=0, vmax=hmax, interpolation="nearest")
             _mark(axes[r, 3 + h], hm[h], hmax)
         if him is not None:
-            cb = fig.colorbar(him, ax=axes[r, 3:].tolist(), shrink=0.9, extend="max" if hclip else "neither")
+            cb = _colorbar(fig, him, ax=axes[r, 3:].tolist(), shrink=0.9, extend="max" if hclip else "neither")
             cb.set_label("attention weight", fontsize=7)
         if r == 0:
             axes[r, 1].set_title("input × rollout", fontsize=8)
