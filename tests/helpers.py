@@ -274,13 +274,23 @@ def check_reproduction(out: Path, names: Sequence[str], scale: str = "smoke") ->
     return results
 
 
-def figures_drawn_not_encoded(monkeypatch) -> None:  # noqa: ANN001
+def _not_laid_out(engine, fig) -> None:  # noqa: ANN001
+    """A layout engine's pass (`Figure.tight_layout`'s, a constrained layout's at draw time), skipped."""
+
+
+def figures_drawn_not_encoded(monkeypatch, laid_out: bool = True) -> None:  # noqa: ANN001
     """For a test that reads no figure file: matplotlib's `Figure.savefig` draws every artist of the figure as laid
     out (`draw_without_rendering`: ticks and their labels, legends, images resampled) but rasterises and encodes no
     PNG and writes none: about half a figure's CPU. The tests that read the files keep the real savefig
     (tests/test_cli_e2e.py's curves.png, tests/inspect/test_inspect.py's CLI figures, tests/reproduce/test_summary.py's
-    redraw)."""
+    redraw). `laid_out=False`, for a test that reads no figure in memory either: the layout passes are skipped too
+    (tight / constrained: a text-extent pass over every axes, the costlier half of what is left), the artists are
+    drawn where they were made; tests/reproduce/test_summary.py's `_drawn`, which reads where legends were placed,
+    keeps them."""
     monkeypatch.setattr("matplotlib.figure.Figure.savefig", lambda fig, *args, **kwargs: fig.draw_without_rendering())
+    if not laid_out:
+        monkeypatch.setattr("matplotlib.layout_engine.TightLayoutEngine.execute", _not_laid_out)
+        monkeypatch.setattr("matplotlib.layout_engine.ConstrainedLayoutEngine.execute", _not_laid_out)
 
 
 # The interpreter `Preloaded` starts: it imports what each request names (once, for every later request too), then

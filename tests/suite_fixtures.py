@@ -93,8 +93,8 @@ def bit_digits_run(tmp_path_factory) -> Path:  # noqa: ANN001
 def figures_not_encoded(monkeypatch) -> None:  # noqa: ANN001
     """`tests.helpers.figures_drawn_not_encoded` for each test of a module that reads no figure file
     (`pytestmark = pytest.mark.usefixtures("figures_not_encoded")`); session and module fixtures, set up before it,
-    keep the real savefig."""
-    helpers.figures_drawn_not_encoded(monkeypatch)
+    keep the real savefig. Nor laid out: these tests read no figure in memory either."""
+    helpers.figures_drawn_not_encoded(monkeypatch, laid_out=False)
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ def test_export_never_replaces_an_existing_file_without_overwrite(tmp_path: Path
     assert notes.read_bytes()[:4] != b"my n"
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # its figures: drawn, not laid out nor encoded (inspect.json is read)
 def test_inspect_never_writes_into_an_existing_folder_without_overwrite(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     model = _model(tmp_path)
     img = tmp_path / "x.png"

@@ -226,6 +226,7 @@ def test_cli_on_a_one_channel_checkpoint_uses_demo_test_digits(tmp_path: Path) -
     assert len(maps) == 5 and len(maps[0]["rollout"]) == 4 and len(maps[0]["last_layer_heads"]) == 2
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # its figures: drawn, not laid out nor encoded (none read)
 def test_cli_reports_unreadable_images_and_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("skimage")
     save_native(_tiny(), tmp_path / "ckpt")

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tests.helpers import figures_drawn_not_encoded
 from tests.hub_folders import hub_folder
 from vitkit.cli import main
 from vitkit.inspect.figures import OUTLIER_RATIO, ROBUST_PERCENTILE, plot_attention_maps, robust_vmax
@@ -63,6 +64,7 @@ def test_attention_figure_colour_bar_labels_fit_their_bars(tmp_path: Path, monke
             made.append(self)
 
     monkeypatch.setattr(figures, "Figure", Kept)
+    figures_drawn_not_encoded(monkeypatch)  # laid out and drawn as savefig would (positions are read), not encoded
     g = torch.Generator().manual_seed(0)
     heads, roll = torch.rand(2, 4, 8, 8, generator=g), torch.rand(2, 8, 8, generator=g)
     heads[0, :, 0, 0], roll[1, 0, 0] = 50.0, 50.0  # a clipped head map in row 1, a clipped rollout in row 2

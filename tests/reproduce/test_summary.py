@@ -111,7 +111,7 @@ def test_axes_start_at_zero_or_say_where_they_are_cut(tmp_path: Path) -> None:
 
 def test_bars_start_at_zero_and_draw_intervals_only_with_seeds(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     fig = _drawn(monkeypatch, lambda: plots.bars(["a", "b"], {"s": [mean_ci([0.9, 0.91, 0.92]), mean_ci([0.95])]},
-                                                 "t", "acc", tmp_path / "b.png"))["b.png"]
+                                                 "t", "acc", tmp_path / "b.png"), laid_out=False)["b.png"]
     ax = fig.axes[0]
     assert ax.get_ylim() == (0.0, 100.0)
     assert len(ax.containers) == 3  # two bars and one error bar: the one-seed bar has none
@@ -180,7 +180,8 @@ def test_intervals_past_100_are_clipped_and_the_figure_says_so(tmp_path: Path, m
     assert clipped and abs(high.mean + err[1][0] / 100 - 1.0) < 1e-12 and abs(err[1][1] / 100 - (low.hi - low.mean)) < 1e-12
     assert not plots._yerr([low])[1]
     figs = _drawn(monkeypatch, lambda: [plots.bars(["a", "b"], {"s": [high, low]}, "t", "acc", tmp_path / "b.png"),
-                                        plots.bars(["b"], {"s": [low]}, "t", "acc", tmp_path / "c.png")])
+                                        plots.bars(["b"], {"s": [low]}, "t", "acc", tmp_path / "c.png")],
+                 laid_out=False)
     assert plots.CLIP_NOTE in [t.get_text() for t in figs["b.png"].texts]
     # value labels never sit on an error bar: beyond the interval (or the seeds), or beside it
     labels = [(t.get_text(), t.xy) for a in figs["b.png"].axes for t in a.texts]
@@ -199,10 +200,11 @@ def test_posemb_draws_the_rules_differences_with_its_equivalence_band() -> None:
     assert diffs["2-D − 1-D"].n == 3 and diffs["none − learned 1-D"].mean < 0
 
 
-def _drawn(monkeypatch, draw) -> dict:  # noqa: ANN001
+def _drawn(monkeypatch, draw, laid_out: bool = True) -> dict:  # noqa: ANN001
     """Run `draw` with plots._save wrapped and figures left open: each figure as laid out by `plots._save` (its
     legends placed, tight_layout) and drawn, by file name; no PNG encoded (`figures_drawn_not_encoded`: these tests
-    read the figure's artists; test_redraw_writes_figures_and_summary_from_json_alone writes the files)."""
+    read the figure's artists; test_redraw_writes_figures_and_summary_from_json_alone writes the files).
+    `laid_out=False` for a test that reads what is drawn (data, texts, fixed ticks), not where: tight_layout skipped."""
     seen = {}
     real = plots._save
 
@@ -213,7 +215,7 @@ def _drawn(monkeypatch, draw) -> dict:  # noqa: ANN001
 
     monkeypatch.setattr(plots, "_save", keep)
     monkeypatch.setattr(plots.plt, "close", lambda fig=None: None)
-    figures_drawn_not_encoded(monkeypatch)
+    figures_drawn_not_encoded(monkeypatch, laid_out)
     draw()
     monkeypatch.undo()
     return seen
@@ -302,7 +304,7 @@ def test_the_compute_figure_draws_the_parts_its_rule_judges_where_it_reads_them(
     from vitkit.reproduce.rules import fig5_points, verdict
 
     res = _compute_result()
-    fig = _drawn(monkeypatch, lambda: plots.draw("fig5", res, tmp_path))["fig5_compute.png"]
+    fig = _drawn(monkeypatch, lambda: plots.draw("fig5", res, tmp_path), laid_out=False)["fig5_compute.png"]
     _, ev, _ = verdict("fig5", res)
     panel = fig.axes[2]
     assert _panel(panel) == [_as_drawn(ev.parts[k]) for k in ("vit_vs_resnet", "hybrid_vs_vit_small",
@@ -341,7 +343,7 @@ def test_the_mpp_figure_draws_the_parts_its_rule_judges_and_the_usual_scratch_ru
     from vitkit.reproduce.rules import verdict
 
     res = _mpp_result(scratch=_seeded([0.5, 0.58, 0.53]), supervised=_seeded([0.9, 0.95, 0.89]))
-    fig = _drawn(monkeypatch, lambda: plots.draw("mpp", res, tmp_path))["mpp.png"]
+    fig = _drawn(monkeypatch, lambda: plots.draw("mpp", res, tmp_path), laid_out=False)["mpp.png"]
     _, ev, _ = verdict("mpp", res)
     panel = fig.axes[1]
     want = [ev.parts["beats_scratch"], ev.parts["behind_supervised"], ev.extra["usual_scratch"]]
@@ -368,7 +370,7 @@ def test_fig7_draws_its_rules_parts_from_the_json_at_every_scale(tmp_path: Path,
                 _fig7_seed(2, 0.33, 0.05, (7.7, 8.3))]
     res = {**per_seed[0], "per_seed": per_seed, "figures": ["fig7_attention_distance.png"]}
     returned = []
-    figs = _drawn(monkeypatch, lambda: returned.append(plots.draw("fig7", res, tmp_path)))
+    figs = _drawn(monkeypatch, lambda: returned.append(plots.draw("fig7", res, tmp_path)), laid_out=False)
     assert returned[0] == plots.figure_files("fig7", res) == ["fig7_attention_distance.png", plots.FIG7_MEASURES]
     fig = figs[plots.FIG7_MEASURES]
     _, ev, _ = verdict("fig7", res)
@@ -393,7 +395,7 @@ def test_bar_figures_draw_the_differences_their_rule_judges(name: str, tmp_path:
     from vitkit.reproduce.rules import RULES, verdict
 
     res = load_results(LAPTOP_RESULTS)[name]
-    fig = _drawn(monkeypatch, lambda: plots.draw(name, res, tmp_path))[f"{name}.png"]
+    fig = _drawn(monkeypatch, lambda: plots.draw(name, res, tmp_path), laid_out=False)[f"{name}.png"]
     _, ev, _ = verdict(name, res)
     drawn = _panel(fig.axes[1])
     parts = [ev.parts[p.key] for p in RULES[name].parts]
@@ -417,7 +419,7 @@ def test_data_size_figures_draw_every_part_their_rule_judges(name: str, drawer: 
     from vitkit.reproduce.rules import RULES, verdict
 
     res = load_results(LAPTOP_RESULTS)[name]
-    fig = _drawn(monkeypatch, lambda: getattr(plots, drawer)(res, tmp_path / "f.png"))["f.png"]
+    fig = _drawn(monkeypatch, lambda: getattr(plots, drawer)(res, tmp_path / "f.png"), laid_out=False)["f.png"]
     _, ev, _ = verdict(name, res)
     (panel,) = [ax for ax in fig.axes if ax.get_title().startswith("the rule's parts")]
     parts = RULES[name].parts

@@ -25,6 +25,20 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _frame_only(ax) -> None:  # noqa: ANN001
+    """An image panel: its frame (the spines) and nothing of its x / y axes. Hiding the two Axis artists draws the
+    same pixels as empty tick lists, but the layout and the draw then skip their tick and label bookkeeping."""
+    ax.xaxis.set_visible(False)
+    ax.yaxis.set_visible(False)
+
+
+def _colorbar(fig: Figure, mappable, **kw):  # noqa: ANN001, ANN003, ANN202
+    """`fig.colorbar` with its short axis (no ticks: matplotlib empties them) hidden, as `_frame_only` does."""
+    cb = fig.colorbar(mappable, **kw)
+    (cb.ax.xaxis if cb.orientation == "vertical" else cb.ax.yaxis).set_visible(False)
+    return cb
+
+
 def _image_hwc(img: torch.Tensor) -> np.ndarray:
     """(C, H, W) in [0, 1] -> an array imshow can draw: (H, W) for one channel, (H, W, 3) for RGB."""
     a = img.detach().float().clamp(0, 1).cpu().numpy()
@@ -47,8 +61,7 @@ def plot_filter_components(comps: torch.Tensor, ratio: torch.Tensor, path: Path,
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).reshape(-1)
     im = None
     for i, ax in enumerate(axes):
-        ax.set_xticks([])
-        ax.set_yticks([])
+        _frame_only(ax)
         if i >= k:
             ax.set_axis_off()
             continue
@@ -70,7 +83,7 @@ def plot_filter_components(comps: torch.Tensor, ratio: torch.Tensor, path: Path,
         fontsize=9,
     )
     if im is not None:
-        fig.colorbar(im, ax=axes.tolist(), shrink=0.8, label="weight (max |w| = 1 per tile)")
+        _colorbar(fig, im, ax=axes.tolist(), shrink=0.8, label="weight (max |w| = 1 per tile)")
     return _save(fig, path)
 
 
@@ -99,7 +112,7 @@ def plot_position_similarity(sim: torch.Tensor, path: Path, model_name: str) -> 
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title(f"Position embedding similarity — {model_name}\n({gh}x{gw} patch grid; each tile: one patch vs all)")
-    fig.colorbar(im, ax=ax, shrink=0.8, label="Cosine similarity")
+    _colorbar(fig, im, ax=ax, shrink=0.8, label="Cosine similarity")
     return _save(fig, path)
 
 
@@ -123,7 +136,7 @@ def plot_attention_distance(
     ax.set_title(f"Mean attention distance per head — {model_name}\n(averaged over {num_images} images)")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    cb = fig.colorbar(sc, ax=ax, label="Head")
+    cb = _colorbar(fig, sc, ax=ax, label="Head")
     if heads <= 16:
         cb.set_ticks(range(1, heads + 1))
     return _save(fig, path)
@@ -199,7 +212,7 @@ def plot_attention_maps(
         _mark(axes[r, 2], roll, rmax, (size[0] / roll.shape[0], size[1] / roll.shape[1]))
         # colour bar labels short enough for one row's height (a long one ran into the next row's); what was
         # clipped is said under the image's title
-        cb = fig.colorbar(im, ax=axes[r, 2], shrink=0.9, location="left", extend="max" if rclip else "neither")
+        cb = _colorbar(fig, im, ax=axes[r, 2], shrink=0.9, location="left", extend="max" if rclip else "neither")
         cb.set_label("rollout / max", fontsize=7)
         hm = heads[r].detach().float().cpu().numpy()
         hmax, hclip = robust_vmax(hm)
@@ -211,7 +224,7 @@ def plot_attention_maps(
             him = axes[r, 3 + h].imshow(hm[h], cmap="inferno", vmin=0, vmax=hmax, interpolation="nearest")
             _mark(axes[r, 3 + h], hm[h], hmax)
         if him is not None:
-            cb = fig.colorbar(him, ax=axes[r, 3:].tolist(), shrink=0.9, extend="max" if hclip else "neither")
+            cb = _colorbar(fig, him, ax=axes[r, 3:].tolist(), shrink=0.9, extend="max" if hclip else "neither")
             cb.set_label("attention weight", fontsize=7)
         if r == 0:
             axes[r, 1].set_title("input × rollout", fontsize=8)
@@ -220,8 +233,7 @@ def plot_attention_maps(
             for h in range(nh):
                 axes[r, 3 + h].set_title(f"{where}\nhead {h + 1}", fontsize=8)
         for ax in axes[r]:
-            ax.set_xticks([])
-            ax.set_yticks([])
+            _frame_only(ax)
     scale = (f"; tokens above {OUTLIER_RATIO:g}x a map's {ROBUST_PERCENTILE:g}th percentile marked x and clipped "
              "(the scale tops at the rest's max)" if clipped_any else "; colour scales: each map's max")
     fig.suptitle(
