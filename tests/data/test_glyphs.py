@@ -38,3 +38,23 @@ def test_glyph_words_open_as_a_data_source_and_refuse_too_many_classes() -> None
         DataConfig(name="glyph_words", glyph_classes=4, glyph_stream=True)
     with pytest.raises(ValueError, match="41 classes need 11 distinct one-letter words"):
         GlyphWords(4, classes=41)
+
+
+def test_the_glyph_test_split_has_data_glyph_test_images_the_first_of_the_default_split() -> None:
+    """data.glyph_test_images sizes the test split (the smoke reproduction's 250, not 1,000): the first images of the
+    default split (a pure function of seed, split and index), held in memory or drawn from a stream; 0 keeps the
+    default (a tenth of the training set, at least 1,000)."""
+    base = {"name": "glyphs", "glyph_images": 1_200, "glyph_classes": 20, "glyph_size": 8}
+    default, small = (open_splits(DataConfig(**base, glyph_test_images=n))["test"] for n in (0, 250))
+    assert len(default) == 1_000 and len(small) == 250
+    assert torch.equal(small.images, default.images[:250]) and (small.labels == default.labels[:250]).all()
+    streamed = open_splits(DataConfig(**base, glyph_stream=True, glyph_test_images=250))["test"]
+    whole = open_splits(DataConfig(**base, glyph_stream=True))["test"]
+    assert len(streamed) == 250 and len(whole) == 1_000
+    assert all(torch.equal(streamed.get(i)[0], whole.get(i)[0]) for i in (0, 137, 249))
+    words = open_splits(DataConfig(**{**base, "name": "glyph_words", "glyph_classes": 12}, glyph_test_images=30))
+    assert len(words["test"]) == 30
+    with pytest.raises(ValueError, match="data.glyph_test_images must be a whole number >= 0, got -1"):
+        DataConfig(**base, glyph_test_images=-1)
+    with pytest.raises(ValueError, match="data.glyph_test_images = 100,000,000 images of 8x8 px need"):
+        DataConfig(**base, glyph_test_images=100_000_000)

@@ -15,6 +15,7 @@ import pytest
 from vitkit.reproduce.crossover import (
     CROSSOVER_SCALES,
     FAMILIES,
+    CrossoverScale,
     crossing,
     gap_analysis,
     grid_runs,
@@ -152,6 +153,14 @@ def test_a_folder_may_grow_seeds_but_not_change_its_runs(tmp_path: Path) -> None
         assert pretrain_config(Pretrain("ViT", "B"), scale)["train"]["ckpt_every"] == every
     assert CROSSOVER_SCALES["smoke"].scale.pretrain_checkpoints == 2
     assert CROSSOVER_SCALES["laptop"].scale.pretrain_checkpoints == CROSSOVER_SCALES["long"].scale.pretrain_checkpoints == 4
+    # the smoke runs evaluate 250 glyph test images at their end (1,000 cost more than their training); the other
+    # scales' runs keep the default split, their configs as they were (no key)
+    smoke, *others = (pretrain_config(Pretrain("ViT", "B"), s.scale if isinstance(s, CrossoverScale) else s)
+                      for s in (SMOKE, CROSSOVER_SCALES["smoke"], LAPTOP, FULL, *list(CROSSOVER_SCALES.values())[1:]))
+    assert smoke["data"]["glyph_test_images"] == others[0]["data"]["glyph_test_images"] == 250
+    assert all("glyph_test_images" not in c["data"] for c in others[1:]) and len(others) == 5
+    with pytest.raises(ValueError, match="with other settings"):  # a smoke folder of 1,000 test images is another
+        Workbench(tmp_path, replace(SMOKE, glyph_test_images=0), progress=False)
 
 
 @pytest.mark.slow

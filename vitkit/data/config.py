@@ -81,6 +81,8 @@ class DataConfig(RecipeSection):
     glyph_classes: int = key("data.glyph_classes", 1000)
     glyph_size: int = key("data.glyph_size", 16, "pixels per side")
     glyph_seed: int = key("data.glyph_seed", 0)
+    glyph_test_images: int = key("data.glyph_test_images", 0, "glyphs / glyph_words: the test split's images (0 = a "
+                                 "tenth of data.glyph_images, between 1,000 and 10,000)")
     max_patches: int = key("data.max_patches", 0, "native resolution (NaViT): each image resized, aspect kept and "
                            "no crop, to at most this many patches, images packed into rows (training and "
                            "evaluation); 0 = the model's square input")
@@ -149,6 +151,11 @@ class DataConfig(RecipeSection):
                              f"{GLYPH_MEMORY:,} allowed (at most {GLYPH_MEMORY // self.glyph_size ** 2:,} images; data.glyph_stream = true draws "
                              "them when loaded)")
         check_int("data.glyph_seed", self.glyph_seed, low=0)
+        check_int("data.glyph_test_images", self.glyph_test_images, low=0, high=STREAM_MAX_IMAGES)
+        if not self.glyph_stream and self.glyph_test_images * self.glyph_size**2 > GLYPH_MEMORY:
+            raise ValueError(f"data.glyph_test_images = {self.glyph_test_images:,} images of {self.glyph_size}x"
+                             f"{self.glyph_size} px need {self.glyph_test_images * self.glyph_size ** 2:,} bytes in "
+                             f"memory, over the {GLYPH_MEMORY:,} allowed")
         ra = self.randaugment
         if not isinstance(ra, (list, tuple)) or len(ra) != 2:
             raise ValueError(f"data.randaugment must be [num_ops, magnitude], got {ra!r}")

@@ -77,7 +77,8 @@ CROSSOVER_SCALES = {s.name: s for s in (
     # one seed on the grid (20 runs, 30 with two), a second one at the seed check's point (gaps paired by seed)
     CrossoverScale("smoke", replace(_stream("smoke", 4_000), batch=16, evals_per_run=2, shots=SMOKE.shots,
                                     fewshot_seeds=SMOKE.fewshot_seeds, transfer_limit=SMOKE.transfer_limit,
-                                    pretrain_checkpoints=SMOKE.pretrain_checkpoints),
+                                    pretrain_checkpoints=SMOKE.pretrain_checkpoints,
+                                    glyph_test_images=SMOKE.glyph_test_images),
                    sizes=(1_000, 4_000), schedules=(4, 8, 12), seeds=(0,), lr_grid=(3e-3, 6e-3),
                    schedule_sizes={12: (4_000,)}, lr_from={12: 8}, seed_check=((8, 4_000),), check_seeds=(2,),
                    lr_extend=1),

@@ -86,6 +86,8 @@ class Scale:
     shots: tuple[int, ...] = (1, 5, 10, 25)
     fewshot_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     transfer_limit: int = 0  # > 0: at most this many images per transfer split (smoke runs only)
+    # > 0: the glyph test split's images (data.glyph_test_images; smoke runs only); 0: glyph_test_size(glyph_images)
+    glyph_test_images: int = 0
     select_shots: int = 5  # early stopping picks the step with the best 5-shot digits *dev* accuracy
     glyph_stream: bool = False  # glyphs drawn when loaded (data.glyph_stream: 10^6-10^8 images), not held
     evals_per_run: int = 0  # > 0: evaluate this many times in each run, whatever its length (not every eval_every)
@@ -126,14 +128,15 @@ FULL = Scale(
     tune_lrs=(3e-3, 6e-3, 1.2e-2),  # every model's own rate, as the laptop's (its B models' sweep: 6e-3 interior)
 )
 # The smoke scale: tiny models (TINY_MODELS), 100 glyph classes, 4 pre-training steps, 60 transfer images per split (5
-# shots of each digit still fit; its sample figure draws 2,000 glyphs, not 20,000); its fine-tunes
+# shots of each digit still fit; its sample figure draws 2,000 glyphs, not 20,000), 250 glyph test images (not 1,000:
+# each run's final evaluation of them cost more than its 4 training steps); its fine-tunes
 # still learn the digits (40 SGD steps at 0.05; tests/reproduce/test_reproduce.py asserts at least twice chance), so
 # a broken fine-tune shows in the seconds-long run.
 SMOKE = Scale(
     name="smoke", glyph_images=1_000, sizes=(250, 1_000), steps=4, batch=16, eval_every=4, finetune_steps=40,
     finetune_batch=32, finetune_lrs=(0.05,), finetune_seeds=(0,), posemb_seeds=(0,), mpp_steps=(2, 4), shots=(1, 5),
     fewshot_seeds=(0,), transfer_limit=60, models="tiny", mpp_lrs=(3e-3, 6e-3), glyph_classes=100,
-    optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)}, pretrain_checkpoints=2,
+    optimizer_lrs={"adamw": (3e-3, 6e-3), "sgd": (0.05, 0.1)}, pretrain_checkpoints=2, glyph_test_images=250,
 )
 # `vitkit reproduce --all`: every experiment with 3 pre-training (and fine-tuning) seeds in under an hour on 2 cores
 # (measured 2026-11-26: 39 min 48 s in one invocation from an empty folder, the test suite beside it; REPRODUCTION.md
@@ -210,7 +213,8 @@ def pretrain_config(run: Pretrain, scale: Scale, device: str = "cpu") -> dict[st
         "data": {"name": "glyphs", "glyph_images": scale.glyph_images, "glyph_classes": scale.glyph_classes, "glyph_size": IMG_SIZE,
                  "subset": 0 if n == scale.glyph_images else n, "channels": 1, "augment": "none", "flip": False,
                  "num_workers": scale.num_workers, "eval_split": "dev", "mean": [0.5], "std": [0.5],
-                 "glyph_stream": scale.glyph_stream},
+                 "glyph_stream": scale.glyph_stream,
+                 **({"glyph_test_images": scale.glyph_test_images} if scale.glyph_test_images else {})},
         "optim": optim_section(run, scale),
         "schedule": {"steps": steps, "warmup_steps": max(1, steps // 10), "decay": "linear"},
         "train": {"batch_size": scale.batch, "seed": run.seed, "log_every": max(1, min(50, steps // 4)),
