@@ -214,6 +214,7 @@ def test_the_crossover_rule_reads_fixed_points_matched_flops_and_the_lr_precondi
     assert capped.verdict == "not established (precondition not met: lr grids bracketed)"
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # reads the file names plots.draw returns, not the files
 def test_class_token_vs_gap_is_an_equivalence_with_each_rate_bracketed(tmp_path: Path) -> None:
     from vitkit.reproduce import plots
 
@@ -231,6 +232,7 @@ def test_class_token_vs_gap_is_an_equivalence_with_each_rate_bracketed(tmp_path:
     assert plots.draw("pooling", result(0.001, (0.7, 0.8, 0.75)), tmp_path) == ["pooling.png"]
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # reads the file names plots.draw returns, not the files
 def test_model_size_rule_reads_the_vits_gain_from_data_as_a_paired_difference_in_differences(tmp_path: Path) -> None:
     from vitkit.reproduce import plots
 
@@ -253,6 +255,7 @@ def test_model_size_rule_reads_the_vits_gain_from_data_as_a_paired_difference_in
     assert plots.draw("size", result(0.04), tmp_path) == ["size.png"]
 
 
+@pytest.mark.usefixtures("figures_not_encoded")  # reads the file names plots.draw returns, not the files
 def test_adam_vs_sgd_needs_both_grids_bracketed(tmp_path: Path) -> None:
     from vitkit.reproduce import plots
 
