@@ -289,8 +289,15 @@ def figures_drawn_not_encoded(monkeypatch, laid_out: bool = True) -> None:  # no
     keeps them."""
     monkeypatch.setattr("matplotlib.figure.Figure.savefig", lambda fig, *args, **kwargs: fig.draw_without_rendering())
     if not laid_out:
-        monkeypatch.setattr("matplotlib.layout_engine.TightLayoutEngine.execute", _not_laid_out)
-        monkeypatch.setattr("matplotlib.layout_engine.ConstrainedLayoutEngine.execute", _not_laid_out)
+        figures_not_laid_out(monkeypatch)
+
+
+def figures_not_laid_out(monkeypatch) -> None:  # noqa: ANN001
+    """For a test that reads its figure files only as files (each written, over a size: `check_reproduction`):
+    matplotlib's layout passes (tight / constrained: a text-extent pass over every axes) skipped; every artist is
+    still drawn, rasterised and encoded, where it was made."""
+    monkeypatch.setattr("matplotlib.layout_engine.TightLayoutEngine.execute", _not_laid_out)
+    monkeypatch.setattr("matplotlib.layout_engine.ConstrainedLayoutEngine.execute", _not_laid_out)
 
 
 # The interpreter `Preloaded` starts: it imports what each request names (once, for every later request too), then

@@ -97,6 +97,13 @@ def figures_not_encoded(monkeypatch) -> None:  # noqa: ANN001
     helpers.figures_drawn_not_encoded(monkeypatch, laid_out=False)
 
 
+@pytest.fixture
+def figures_not_laid_out(monkeypatch) -> None:  # noqa: ANN001
+    """`tests.helpers.figures_not_laid_out` for a test that reads its figure files only as files (written, over a
+    size), never where their artists sit."""
+    helpers.figures_not_laid_out(monkeypatch)
+
+
 @pytest.fixture(scope="session")
 def preloaded() -> helpers.Preloaded:
     """`tests.helpers.Preloaded`: one interpreter per pytest process that forks the tests' processes of their own

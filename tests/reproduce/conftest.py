@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import built_once, shared_root
+from tests.helpers import built_once, figures_not_laid_out, shared_root
 from vitkit.cli import main
 from vitkit.reproduce.crossover import CROSSOVER_SCALES
 from vitkit.reproduce.plan import Pretrain, Scale
@@ -44,7 +44,9 @@ def smoke_crossover(tmp_path_factory) -> Path:  # noqa: ANN001
         threads, printed = torch.get_num_threads(), io.StringIO()
         Workbench.close = recording_close  # type: ignore[method-assign]
         try:  # one thread (torch and BLAS): a 2-core CI machine running other tests does not thrash
-            with contextlib.redirect_stdout(printed):
+            # its figures are read as files (check_reproduction): drawn and encoded, not laid out
+            with contextlib.redirect_stdout(printed), pytest.MonkeyPatch.context() as patch:
+                figures_not_laid_out(patch)
                 assert main(["reproduce", "crossover", "--smoke", "--out", str(out), "--threads", "1"]) == 0
         finally:
             Workbench.close = close  # type: ignore[method-assign]

@@ -21,6 +21,7 @@ from vitkit.reproduce.stats import pick_rate, seeded
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "reproduce"
 
 
+@pytest.mark.usefixtures("figures_not_laid_out")  # reads its figure as a file (check_reproduction)
 def test_each_mpp_arm_has_pretraining_seeds_each_fine_tuned_with_its_own_seed(tmp_path: Path) -> None:
     scale = dataclasses.replace(SMOKE, finetune_seeds=(0, 1), finetune_steps=20)
     threads = torch.get_num_threads()

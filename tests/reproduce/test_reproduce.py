@@ -192,6 +192,7 @@ def test_reproduce_all_is_every_experiment_of_the_smoke_parts(tmp_path: Path, mo
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("figures_not_laid_out")  # reads its figures as files (check_reproduction)
 def test_reproduce_smoke_the_families_grid(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """Experiments 1-3 and 9 (data size, compute, what the ViT learns, model size x data) at the smoke scale, and
     the smoke fine-tunes learn."""
@@ -216,6 +217,7 @@ def test_reproduce_smoke_the_families_grid(tmp_path: Path, capsys) -> None:  # n
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("figures_not_laid_out")  # reads its figures as files (check_reproduction)
 def test_reproduce_smoke_vit_variants_and_resumes(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """Experiments 4, 5 and 8 (resolution, position embeddings, pooling) at the smoke scale; a unit killed mid-run
     resumes; a folder holds one scale."""
@@ -237,6 +239,7 @@ def test_reproduce_smoke_vit_variants_and_resumes(tmp_path: Path, capsys) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("figures_not_laid_out")  # reads its figures as files (check_reproduction)
 def test_reproduce_smoke_adam_vs_sgd(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """Experiment 10 at the smoke scale: each optimiser's pick is the best dev rate of its (possibly extended)
     sweep, the SGD runs used SGD."""
