@@ -87,6 +87,7 @@ def test_a_folder_written_before_tuning_keeps_its_units(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("figures_not_encoded")  # reads no figure: drawn, not encoded
 def test_tuned_runs_share_one_sweep_per_model_and_fine_tunes_extend_on_reread(tmp_path: Path) -> None:
     """Real runs at smoke size with tuning on: experiment 4 (ViT-B, fine-tuned at 16 and 32 px) and 8 (token = ViT-B,
     GAP its own model) read one ViT-B sweep; every run takes its model's pick; every fine-tune's sweep is extended
