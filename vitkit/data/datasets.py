@@ -99,7 +99,7 @@ def _lfw(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
 @register_source("glyphs")
 def _glyphs(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
     n, k, size, seed = cfg.glyph_images, cfg.glyph_classes, cfg.glyph_size, cfg.glyph_seed
-    test = cfg.glyph_test_images or glyph_test_size(n)
+    test = glyph_test_size(n, cfg.glyph_test_images)
     if cfg.glyph_stream:  # the test split: one held object per process (every run reads it in full)
         return GlyphStream(n, k, size, seed, "train"), glyph_test_stream(test, k, size, seed)
     return glyphs(n, k, size, seed, "train"), glyphs(test, k, size, seed, "test")
@@ -110,7 +110,7 @@ def _glyph_words(cfg: DataConfig, path: str) -> tuple[Dataset, Dataset | None]:
     """Words of 1-4 glyphs at their own aspect ratios (glyphs.GlyphWords): data.glyph_classes words,
     data.glyph_images training images, data.glyph_size px a letter."""
     n, k, size, seed = cfg.glyph_images, cfg.glyph_classes, cfg.glyph_size, cfg.glyph_seed
-    return glyph_words(n, k, size, seed, "train"), glyph_words(cfg.glyph_test_images or glyph_test_size(n), k, size,
+    return glyph_words(n, k, size, seed, "train"), glyph_words(glyph_test_size(n, cfg.glyph_test_images), k, size,
                                                                seed, "test")
 
 

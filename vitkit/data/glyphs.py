@@ -267,9 +267,10 @@ def glyph_test_stream(images: int, classes: int = 1000, size: int = 16, seed: in
     return GlyphStream(images, classes, size, seed, "test", hold=True)
 
 
-def glyph_test_size(train_images: int) -> int:
-    """Size of the glyph test split that goes with a training set: 10%, between 1,000 and 10,000."""
-    return min(10_000, max(1_000, train_images // 10))
+def glyph_test_size(train_images: int, asked: int = 0) -> int:
+    """Size of the glyph test split that goes with a training set: `asked` where given (data.glyph_test_images),
+    else 10%, between 1,000 and 10,000."""
+    return asked or min(10_000, max(1_000, train_images // 10))
 
 
 # -- words: strips of glyphs at their own aspect ratio (native resolution, NaViT) --------------------------

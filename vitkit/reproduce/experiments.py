@@ -327,7 +327,7 @@ def _mpp_tune(wb: Workbench, steps: int) -> tuple[float, list[dict[str, float]]]
 def colour_distribution(scale: Scale) -> np.ndarray:
     """The frequency of each 3-bit mean colour (§4.6's targets) over the glyph test patches: MPP's floors are its
     maximum (the majority colour's accuracy) and its entropy (the loss of the best constant prediction)."""
-    test = glyphs(scale.glyph_test_images or glyph_test_size(scale.glyph_images), scale.glyph_classes, IMG_SIZE, 0,
+    test = glyphs(glyph_test_size(scale.glyph_images, scale.glyph_test_images), scale.glyph_classes, IMG_SIZE, 0,
                   "test")  # the runs' own test split (pretrain_config)
     targets = mean_colour_targets(test.images.float() / 255, MODEL_SETS[scale.models]["ViT"]["B"]["patch_size"])
     return (torch.bincount(targets.flatten(), minlength=2**3).double()  # one grey channel, 3 bits
